@@ -1,0 +1,62 @@
+"""Backends: one protocol, several implementations, chosen by name from a registry.
+
+Implementations are imported lazily by their factories, so importing puppeteer
+never imports litellm or llama.cpp.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from puppeteer.backends.base import Backend, BackendRegistry, Router, SyncBackend
+
+__all__ = ["Backend", "BackendRegistry", "Router", "SyncBackend", "default_registry", "make_router"]
+
+# Backends that call a model; only these are worth caching (the simulator is deterministic and free).
+CACHEABLE = frozenset({"litellm", "llamacpp"})
+
+
+def _sim(**options: Any) -> Backend:
+    from puppeteer.backends.sim import SimBackend
+
+    return SimBackend(**options)
+
+
+def _litellm(**options: Any) -> Backend:
+    from puppeteer.backends.litellm_backend import LiteLLMBackend
+
+    return LiteLLMBackend(**options)
+
+
+def _llamacpp(**options: Any) -> Backend:
+    from puppeteer.backends.llamacpp import LlamaCppBackend
+
+    return LlamaCppBackend(**options)
+
+
+def default_registry() -> BackendRegistry:
+    """A fresh registry with the built-in backends: ``sim``, ``litellm``, ``llamacpp``."""
+    registry = BackendRegistry()
+    registry.register("sim", _sim)
+    registry.register("litellm", _litellm)
+    registry.register("llamacpp", _llamacpp)
+    return registry
+
+
+def make_router(
+    options: dict[str, dict[str, Any]] | None = None,
+    cache: str | Path | None = None,
+    registry: BackendRegistry | None = None,
+) -> Router:
+    """A router over the default backends; with ``cache``, model-calling backends share one SQLite cache."""
+    wrap = None
+    if cache is not None:
+        from puppeteer.backends.cache import CachedBackend
+
+        path = Path(cache)
+
+        def wrap(name: str, backend: Backend) -> Backend:
+            return CachedBackend(backend, path) if name in CACHEABLE else backend
+
+    return Router(registry or default_registry(), options, wrap=wrap)

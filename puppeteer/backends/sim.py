@@ -1,0 +1,697 @@
+"""A calibrated, seeded simulator of LLM workers.
+
+Each simulated worker answers an item correctly with a probability given by a declared skill
+table (``model.options["skills"][column]``). Correctness is drawn as
+
+    correct  iff  sqrt(rho) * z_item + sqrt(1 - rho) * e_call  <  Phi^-1(p)
+
+with ``z_item`` a latent difficulty shared by every worker (hash of seed and item key) and ``e_call``
+per-call noise (hash of seed, item, model target, pattern, sample index, step index and the
+visible earlier answers). The sum is standard normal, so each worker's *marginal* accuracy is
+exactly ``p`` while hard items are hard for everyone. Wrong answers are drawn from a small
+per-item distractor set, so wrong workers often agree on the same wrong answer.
+
+Reasoning patterns shift ``p`` on the logit scale (``cot`` is the calibrated baseline); the
+revising patterns (verify, critique, refine, reflect) and ``summarize`` react to the answers of
+earlier steps they can see. Tokens, price, FLOPs and latency follow the model's declared numbers.
+Nothing here knows about Task objects: the environment hands in ``SimItem`` records keyed by
+``CallContext.item_key``. See docs/sim.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import re
+import struct
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from types import MappingProxyType
+from typing import Any
+
+from puppeteer.types import Agent, Completion, CompletionRequest, ModelSpec
+
+logger = logging.getLogger(__name__)
+
+_STD_NORMAL = NormalDist()
+_U64 = float(2**64)
+
+DEFAULT_PATTERN_EFFECTS: Mapping[str, float] = MappingProxyType({
+    "direct": -0.6,
+    "cot": 0.0,
+    "plan": 0.1,
+    "critique": 0.0,
+    "reflect": 0.05,
+    "refine": 0.05,
+    "verify": 0.0,
+    "summarize": -0.2,
+})
+"""Logit shifts on a worker's skill, per reasoning pattern (``cot`` = the calibrated table)."""
+
+DEFAULT_TOKEN_MULTIPLIERS: Mapping[str, float] = MappingProxyType({
+    "direct": 0.2,
+    "cot": 1.0,
+    "plan": 1.2,
+    "critique": 0.7,
+    "reflect": 0.8,
+    "refine": 0.9,
+    "verify": 0.6,
+    "summarize": 0.5,
+})
+"""Multipliers on a model's ``tokens_mean`` per reasoning pattern."""
+
+DEFAULT_TOOL_EFFECTS: Mapping[str, float] = MappingProxyType({"python": 0.3, "calculator": 0.3})
+"""Logit shifts for tools; applied (largest one only) on items whose kind is in ``tool_kinds``."""
+
+REVISING_PATTERNS = frozenset({"verify", "critique", "refine", "reflect"})
+FOLLOWING_PATTERNS = frozenset({"summarize"})
+KINDS = ("numeric", "letter", "math", "code", "text")
+
+_DEFAULT_TOKENS_MEAN = 512.0
+_DEFAULT_TOKENS_PER_S = 50.0
+_DEFAULT_FIRST_TOKEN_S = 0.5
+
+
+class SkillError(LookupError):
+    """A model lacks the skill table or the column a call needs."""
+
+
+@dataclass(frozen=True)
+class SimItem:
+    """What the simulator knows about one item: its gold answer and how answers look."""
+
+    gold: str
+    domain: str
+    kind: str = "numeric"  # numeric | letter | math | code | text
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """The simulator's behavioural parameters (all have calibrated defaults)."""
+
+    rho: float = 0.5
+    pattern_effects: Mapping[str, float] = field(default_factory=lambda: DEFAULT_PATTERN_EFFECTS)
+    token_multipliers: Mapping[str, float] = field(default_factory=lambda: DEFAULT_TOKEN_MULTIPLIERS)
+    tool_effects: Mapping[str, float] = field(default_factory=lambda: DEFAULT_TOOL_EFFECTS)
+    tool_kinds: frozenset[str] = frozenset({"numeric", "math"})
+    keep_slip: float = 0.3
+    follow_prob: float = 0.85
+    tokens_sigma: float = 0.35
+    distractor_weights: tuple[float, ...] = (0.7, 0.2, 0.1)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rho < 1.0:
+            raise ValueError(f"rho must be in [0, 1), got {self.rho}")
+        if not 0.0 <= self.keep_slip <= 1.0 or not 0.0 <= self.follow_prob <= 1.0:
+            raise ValueError("keep_slip and follow_prob must be probabilities")
+        if not self.distractor_weights or any(w < 0 for w in self.distractor_weights):
+            raise ValueError("distractor_weights must be non-negative and non-empty")
+
+    def pattern_shift(self, pattern: str) -> float:
+        return float(self.pattern_effects.get(pattern, 0.0))
+
+    def token_multiplier(self, pattern: str) -> float:
+        return float(self.token_multipliers.get(pattern, 1.0))
+
+    def tool_shift(self, tools: Sequence[str], kind: str | None) -> float:
+        if kind is None or kind not in self.tool_kinds:
+            return 0.0
+        return max((float(self.tool_effects.get(t, 0.0)) for t in tools), default=0.0)
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    """The decision behind one simulated call (exposed for analysis and tests).
+
+    ``source`` says where the answer came from: own (own attempt), kept (kept a visible correct
+    answer), dropped (abandoned a visible correct answer), fixed (replaced a visible wrong answer
+    by the gold), repeated (repeated a visible wrong answer), followed (summarizer copied the
+    visible majority) or unknown (item not in the answer key).
+    """
+
+    answer: str
+    correct: bool
+    column: str | None
+    p: float
+    source: str
+
+
+# --------------------------------------------------------------------------- skills and oracle
+
+
+def skill(model: ModelSpec, column: str) -> float:
+    """The model's declared accuracy on a column as a fraction (percent values are divided by 100)."""
+    skills = model.options.get("skills") if model.options else None
+    if not isinstance(skills, Mapping):
+        raise SkillError(f"model {model.name!r} has no 'skills' table in its options "
+                         "(the sim backend needs one)")
+    if column not in skills:
+        raise SkillError(
+            f"model {model.name!r} has no skill for column {column!r}; it has: {', '.join(map(str, skills))}"
+        )
+    value = float(skills[column])
+    if value > 1.0:
+        value /= 100.0
+    if not 0.0 <= value <= 1.0:
+        raise SkillError(f"skill of {model.name!r} on {column!r} must be in [0, 1] or percent, got {value}")
+    return value
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-9), 1.0 - 1e-9)
+    return math.log(p / (1.0 - p))
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def shifted(p: float, shift: float) -> float:
+    """Apply a logit shift to a probability (0 and 1 stay fixed, a zero shift is exact)."""
+    if shift == 0.0 or p <= 0.0 or p >= 1.0:
+        return p
+    return _sigmoid(_logit(p) + shift)
+
+
+def expected_accuracy(agent: Agent, column: str, params: SimParams | None = None,
+                      kind: str | None = None) -> float:
+    """Marginal accuracy of an agent's own attempt on a column (no visible answers).
+
+    ``kind`` (item kind) decides whether the agent's tools help; ``None`` ignores tools.
+    """
+    params = params or SimParams()
+    shift = params.pattern_shift(agent.pattern) + params.tool_shift(agent.tools, kind)
+    return shifted(skill(agent.model, column), shift)
+
+
+def expected_call_cost(agent: Agent, params: SimParams | None = None, prompt_tokens: int = 0) -> float:
+    """Expected USD of one call (completion tokens at the mean, ignoring the max_tokens cap)."""
+    params = params or SimParams()
+    mean = float(agent.model.options.get("tokens_mean", _DEFAULT_TOKENS_MEAN)) * params.token_multiplier(
+        agent.pattern)
+    return agent.model.usd(prompt_tokens, round(mean))
+
+
+def oracle_agent(agents: Sequence[Agent], column: str, params: SimParams | None = None,
+                 kind: str | None = None) -> int:
+    """Index of the agent with the highest expected accuracy on a column; ties go to the cheaper one.
+
+    Agents whose model has no skill table (non-sim backends) are skipped.
+    """
+    best: tuple[float, float, int] | None = None
+    for index, agent in enumerate(agents):
+        try:
+            acc = expected_accuracy(agent, column, params, kind)
+        except SkillError:
+            continue
+        key = (-round(acc, 12), expected_call_cost(agent, params), index)
+        if best is None or key < best:
+            best = key
+    if best is None:
+        raise SkillError(f"no agent has a skill for column {column!r}")
+    return best[2]
+
+
+# --------------------------------------------------------------------------- answers
+
+
+_BOXED = re.compile(r"\\boxed\s*\{")
+_LETTER = re.compile(r"^[\(\[]?([A-Za-z])[\)\]\.:]?(?:\s|$)")
+_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+
+
+def _unbox(s: str) -> str:
+    match = None
+    for match in _BOXED.finditer(s):  # noqa: B007 - keep the last \boxed
+        pass
+    if match is None:
+        return s
+    depth, start = 1, match.end()
+    for i in range(start, len(s)):
+        if s[i] == "{":
+            depth += 1
+        elif s[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return s[start:i]
+    return s[start:]
+
+
+def _canonical_number(s: str) -> str | None:
+    t = s.replace(",", "").replace("$", "").strip()
+    if not _NUMBER.match(t):
+        return None
+    x = float(t)
+    if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    return format(x, ".10g")
+
+
+def normalize_answer(answer: str, kind: str = "text") -> str:
+    """A loose canonical form used to compare visible answers with the gold (idempotent)."""
+    s = str(answer).strip()
+    if kind == "code":
+        lines = [line.rstrip() for line in s.strip("`").removeprefix("python").splitlines()]
+        return "\n".join(line for line in lines if line.strip())
+    s = _unbox(s).strip().strip("$").strip()
+    s = s.rstrip(".").strip()
+    if kind == "letter":
+        m = _LETTER.match(s)
+        return m.group(1).upper() if m else s.upper()
+    if kind in ("numeric", "math"):
+        number = _canonical_number(s)
+        if number is not None:
+            return number
+        if kind == "math":
+            for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("dfrac", "frac"),
+                             ("tfrac", "frac"), (" ", "")):
+                s = s.replace(old, new)
+            return s
+        return s.replace(",", "").strip()
+    return " ".join(s.lower().split()).strip(" .!")
+
+
+def display_answer(answer: str, kind: str = "text") -> str:
+    """How the simulator writes an answer: canonical where that is safe, else the original text."""
+    if kind == "code":
+        return str(answer).strip()
+    if kind in ("letter", "numeric"):
+        return normalize_answer(answer, kind)
+    s = _unbox(str(answer).strip()).strip().strip("$").strip()
+    if kind == "math":
+        return _canonical_number(s) or s
+    return " ".join(s.split())
+
+
+# --------------------------------------------------------------------------- distractors
+
+
+def _fill(gold_norm: str, kind: str, candidates: Sequence[str], n: int) -> tuple[str, ...]:
+    out: list[str] = []
+    seen = {gold_norm}
+    for c in candidates:
+        key = normalize_answer(c, kind)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+        if len(out) == n:
+            break
+    k = 2
+    while len(out) < n:  # generic fallback keeps the set size stable
+        c = f"{candidates[0] if candidates else gold_norm} ({k})"
+        k += 1
+        if normalize_answer(c, kind) not in seen:
+            seen.add(normalize_answer(c, kind))
+            out.append(c)
+    return tuple(out)
+
+
+def _numeric_candidates(number: str, h: int) -> list[str]:
+    x = float(number)
+    d = 1 + h % 9
+    if x == int(x):
+        g = int(x)
+        pool = [g + d, g - d, 2 * g if g else g + 2 * d + 1, g // 2 if g > 1 else g + 10, g + 10 * d, g * 10]
+        order = [pool[(h >> 4) % 2], pool[2 + (h >> 5) % 2], pool[4 + (h >> 6) % 2], *pool]
+        return [str(v) for v in order]
+    pool = [x + d, x - d, 2 * x, x / 2, x * 10]
+    return [format(v, ".10g") for v in pool]
+
+
+def _numeric_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
+    number = _canonical_number(item.gold)
+    if number is None:
+        return _text_distractors(item, h, n)
+    return _fill(number, "numeric", _numeric_candidates(number, h), n)
+
+
+def _letters(item: SimItem) -> tuple[str, ...]:
+    if item.choices and all(len(c.strip("() ")) == 1 for c in item.choices):
+        return tuple(c.strip("() ").upper() for c in item.choices)
+    count = len(item.choices) if item.choices else 4
+    return tuple(chr(ord("A") + i) for i in range(count))
+
+
+def _letter_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
+    gold = normalize_answer(item.gold, "letter")
+    others = [c for c in _letters(item) if c != gold]
+    if not others:
+        others = [c for c in "ABCD" if c != gold]
+    shift = h % len(others)
+    ordered = others[shift:] + others[:shift]
+    return tuple(ordered[:n])
+
+
+_INT_RUN = re.compile(r"\d+")
+
+
+def _math_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
+    gold = normalize_answer(item.gold, "math")
+    number = _canonical_number(gold)
+    if number is not None:
+        return _fill(number, "math", _numeric_candidates(number, h), n)
+    runs = list(_INT_RUN.finditer(gold))
+    candidates: list[str] = []
+    if runs:
+        first, last = runs[0], runs[-1]
+        candidates.append(gold[: first.start()] + str(int(first.group()) + 1) + gold[first.end():])
+        candidates.append(gold[: last.start()] + str(int(last.group()) + 2) + gold[last.end():])
+    candidates.append(gold[1:] if gold.startswith("-") else f"-{gold}")
+    candidates.append(f"2{gold}")
+    candidates.append("0")
+    return _fill(gold, "math", candidates, n)
+
+
+_DEF_HEAD = re.compile(r"^(?P<indent>[ \t]*)def [^\n]*?:[ \t]*(?:#[^\n]*)?$", re.MULTILINE)
+_BROKEN_BODIES = ("return None", "raise NotImplementedError", "return []")
+
+
+def _code_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
+    match = _DEF_HEAD.search(item.gold)
+    if match is None:
+        head, indent = "def solution(*args, **kwargs):", "    "
+    else:
+        head, indent = item.gold[: match.end()], match.group("indent") + "    "
+    shift = h % len(_BROKEN_BODIES)
+    bodies = _BROKEN_BODIES[shift:] + _BROKEN_BODIES[:shift]
+    return _fill(normalize_answer(item.gold, "code"), "code", [f"{head}\n{indent}{b}" for b in bodies], n)
+
+
+_FLIPS = {"knight": "knave", "knave": "knight", "true": "false", "false": "true", "yes": "no", "no": "yes"}
+_FLIP_WORD = re.compile(r"\b(" + "|".join(_FLIPS) + r")\b", re.IGNORECASE)
+
+
+def _flip(match: re.Match[str]) -> str:
+    word = match.group(0)
+    new = _FLIPS[word.lower()]
+    return new.capitalize() if word[0].isupper() else new
+
+
+def _text_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
+    gold = item.gold.strip()
+    candidates: list[str] = []
+    if _FLIP_WORD.search(gold):
+        spans = list(_FLIP_WORD.finditer(gold))
+        pick = spans[h % len(spans)]
+        candidates.append(gold[: pick.start()] + _flip(pick) + gold[pick.end():])
+        candidates.append(_FLIP_WORD.sub(_flip, gold))
+        for span in (spans[0], spans[-1]):
+            candidates.append(gold[: span.start()] + _flip(span) + gold[span.end():])
+    words = gold.split()
+    candidates.append(" ".join(reversed(words)))
+    candidates.append(f"not {gold}")
+    candidates.append(f"{gold} or something else")
+    return _fill(normalize_answer(gold, "text"), "text", candidates, n)
+
+
+DistractorMaker = Callable[[SimItem, int, int], tuple[str, ...]]
+
+DISTRACTORS: Mapping[str, DistractorMaker] = MappingProxyType({
+    "numeric": _numeric_distractors,
+    "letter": _letter_distractors,
+    "math": _math_distractors,
+    "code": _code_distractors,
+    "text": _text_distractors,
+})
+
+
+def distractors(item: SimItem, seed: int = 0, n: int = 3) -> tuple[str, ...]:
+    """The item's wrong answers, most popular first (deterministic in the item and seed)."""
+    digest = hashlib.blake2b(f"{seed}|d|{item.gold}|{item.domain}".encode(), digest_size=8).digest()
+    h = int.from_bytes(digest, "little")
+    try:
+        maker = DISTRACTORS[item.kind]
+    except KeyError:
+        raise ValueError(f"unknown SimItem kind {item.kind!r}; known: {', '.join(DISTRACTORS)}") from None
+    return maker(item, h, n)
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+_FILLER = (
+    "Let me restate what is being asked and identify the quantities involved.",
+    "I will work through this carefully, one step at a time.",
+    "First, I set up the relationships given in the problem.",
+    "Next, I simplify the expression and keep track of each term.",
+    "Checking the intermediate result against the constraints, it is consistent.",
+    "Now I combine the partial results.",
+    "A quick sanity check on the magnitude suggests this is reasonable.",
+    "I consider the alternatives and rule out the ones that contradict the conditions.",
+    "Putting everything together gives the final result.",
+    "Let me double-check the arithmetic in the previous step.",
+)
+_OPENERS: Mapping[str, str] = MappingProxyType({
+    "direct": "",
+    "plan": "Plan: understand the question, break it into parts, solve each part, then combine.",
+    "verify": "I will verify the earlier answer by re-deriving it independently.",
+    "critique": "Let me critique the previous reasoning and look for mistakes.",
+    "reflect": "Reflecting on the earlier attempt, I re-examine each step.",
+    "refine": "I will refine the earlier solution and correct anything that is off.",
+    "summarize": "Summarizing the earlier answers and their reasoning:",
+})
+
+
+def _reasoning(pattern: str, completion_tokens: int, h: int) -> list[str]:
+    if pattern == "direct":
+        return []
+    lines = [_OPENERS[pattern]] if _OPENERS.get(pattern) else []
+    count = max(1, min(8, completion_tokens // 80))
+    lines.extend(_FILLER[(h + 3 * i) % len(_FILLER)] for i in range(count))
+    return lines
+
+
+def _render_final(answer: str, kind: str) -> str:
+    if kind == "letter":
+        return f"Answer: ({answer})"
+    if kind == "math":
+        return f"So the final answer is $\\boxed{{{answer}}}$.\nAnswer: {answer}"
+    if kind == "code":
+        return f"Here is the implementation:\n```python\n{answer}\n```"
+    return f"Answer: {answer}"
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+def _uniforms(key: str, count: int) -> tuple[float, ...]:
+    digest = hashlib.blake2b(key.encode(), digest_size=8 * count).digest()
+    return tuple((v + 0.5) / _U64 for v in struct.unpack(f"<{count}Q", digest))
+
+
+@dataclass(frozen=True)
+class _Decision:
+    outcome: SimOutcome
+    kind: str
+    u_tokens: float
+    u_text: float
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    item: SimItem
+    column: str
+    z: float
+    gold: str
+    gold_key: str
+    wrong: tuple[str, ...]
+
+
+class SimBackend:
+    """Seeded, deterministic simulated workers calibrated to a skill table.
+
+    ``answer_key`` maps ``CallContext.item_key`` to ``SimItem``; ``columns`` maps an item's domain
+    to a skill column (unknown domains use ``default_column``, else the domain itself).
+    ``realtime=True`` really waits the simulated latency. Remaining keyword options are the
+    behavioural parameters of ``SimParams``.
+    """
+
+    name = "sim"
+
+    def __init__(self, answer_key: Mapping[str, SimItem] | None = None,
+                 columns: Mapping[str, str] | None = None, default_column: str | None = None,
+                 seed: int = 0, realtime: bool = False,
+                 pattern_effects: Mapping[str, float] | None = None, *, rho: float = 0.5,
+                 token_multipliers: Mapping[str, float] | None = None,
+                 tool_effects: Mapping[str, float] | None = None,
+                 tool_kinds: Sequence[str] = ("numeric", "math"), keep_slip: float = 0.3,
+                 follow_prob: float = 0.85, tokens_sigma: float = 0.35,
+                 distractor_weights: Sequence[float] = (0.7, 0.2, 0.1)) -> None:
+        self.answer_key: dict[str, SimItem] = dict(answer_key or {})
+        self.columns: dict[str, str] = dict(columns or {})
+        self.default_column = default_column
+        self.seed = int(seed)
+        self.realtime = bool(realtime)
+        self.params = SimParams(
+            rho=float(rho),
+            pattern_effects=MappingProxyType({**DEFAULT_PATTERN_EFFECTS, **(pattern_effects or {})}),
+            token_multipliers=MappingProxyType({**DEFAULT_TOKEN_MULTIPLIERS, **(token_multipliers or {})}),
+            tool_effects=MappingProxyType(dict(DEFAULT_TOOL_EFFECTS if tool_effects is None
+                                               else tool_effects)),
+            tool_kinds=frozenset(tool_kinds),
+            keep_slip=float(keep_slip),
+            follow_prob=float(follow_prob),
+            tokens_sigma=float(tokens_sigma),
+            distractor_weights=tuple(float(w) for w in distractor_weights),
+        )
+        self._prepared: dict[str, _Prepared] = {}
+
+    # ------------------------------------------------------------------ setup
+
+    def add_items(self, items: Mapping[str, SimItem]) -> None:
+        """Add (or replace) answer-key entries; cached draws for replaced keys are dropped."""
+        for key, item in items.items():
+            self.answer_key[key] = item
+            self._prepared.pop(key, None)
+
+    def column_for(self, domain: str) -> str:
+        return self.columns.get(domain) or self.default_column or domain
+
+    # ------------------------------------------------------------------ the draw
+
+    def _prepare(self, key: str) -> _Prepared | None:
+        """Per-item constants, computed once: latent difficulty, gold and distractors as written."""
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            item = self.answer_key.get(key)
+            if item is None:
+                return None
+            (u,) = _uniforms(f"{self.seed}|item|{key}", 1)
+            gold = display_answer(item.gold, item.kind)
+            wrong = tuple(display_answer(d, item.kind)
+                          for d in distractors(item, self.seed, len(self.params.distractor_weights)))
+            prepared = _Prepared(item, self.column_for(item.domain), _STD_NORMAL.inv_cdf(u), gold,
+                                 normalize_answer(gold, item.kind), wrong)
+            self._prepared[key] = prepared
+        return prepared
+
+    def _pick_wrong(self, prepared: _Prepared, u: float) -> str:
+        weights = self.params.distractor_weights[: len(prepared.wrong)]
+        total = sum(weights) or 1.0
+        acc = 0.0
+        for w, answer in zip(weights, prepared.wrong, strict=True):
+            acc += w / total
+            if u < acc:
+                return answer
+        return prepared.wrong[-1]
+
+    def decide(self, request: CompletionRequest) -> SimOutcome:
+        """What the call answers and whether that is correct (no text, no tokens)."""
+        return self._decide(request).outcome
+
+    def _decide(self, request: CompletionRequest) -> _Decision:
+        ctx = request.context
+        pattern = ctx.pattern or "cot"
+        visible = tuple(v for v in ctx.visible_answers if v and v.strip())
+        call_key = (f"{self.seed}|call|{ctx.item_key}|{request.model.target}|{pattern}|"
+                    f"{request.sample_index}|{ctx.step_index}|" + "\x1f".join(visible))
+        u_e, u_wrong, u_choice, u_tokens, u_text = _uniforms(call_key, 5)
+        item = self._prepare(ctx.item_key)
+        if item is None:
+            logger.debug("sim: item %r not in the answer key; replying generically", ctx.item_key)
+            return _Decision(SimOutcome("unknown", False, None, 0.0, "unknown"), "text", u_tokens, u_text)
+        kind = item.item.kind
+
+        def result(answer: str, correct: bool, source: str) -> _Decision:
+            return _Decision(SimOutcome(answer, correct, item.column, p, source), kind, u_tokens, u_text)
+
+        p = shifted(skill(request.model, item.column),
+                    self.params.pattern_shift(pattern) + self.params.tool_shift(ctx.tools, kind))
+        rho = self.params.rho
+        latent = math.sqrt(rho) * item.z + math.sqrt(1.0 - rho) * _STD_NORMAL.inv_cdf(u_e)
+        own_correct = p >= 1.0 or (p > 0.0 and latent < _STD_NORMAL.inv_cdf(p))
+        own_answer = item.gold if own_correct else self._pick_wrong(item, u_wrong)
+
+        reacts = pattern in REVISING_PATTERNS or pattern in FOLLOWING_PATTERNS
+        if not visible or not reacts:
+            return result(own_answer, own_correct, "own")
+
+        keys = [normalize_answer(v, kind) for v in visible]
+        majority_key = Counter(keys).most_common(1)[0][0]
+        majority_correct = majority_key == item.gold_key
+        majority = item.gold if majority_correct else display_answer(visible[keys.index(majority_key)], kind)
+        if pattern in FOLLOWING_PATTERNS:
+            if u_choice < self.params.follow_prob:
+                return result(majority, majority_correct, "followed")
+            return result(own_answer, own_correct, "own")
+        if majority_correct:
+            if u_choice < 1.0 - self.params.keep_slip * (1.0 - p):
+                return result(item.gold, True, "kept")
+            return result(self._pick_wrong(item, u_wrong), False, "dropped")
+        if own_correct:
+            return result(item.gold, True, "fixed")
+        return result(majority, False, "repeated")
+
+    # ------------------------------------------------------------------ the completion
+
+    def _build(self, request: CompletionRequest) -> Completion:
+        decision = self._decide(request)
+        model = request.model
+        options: Mapping[str, Any] = model.options or {}
+        pattern = request.context.pattern or "cot"
+        mean = float(options.get("tokens_mean", _DEFAULT_TOKENS_MEAN)) * self.params.token_multiplier(pattern)
+        sigma = self.params.tokens_sigma
+        z = _STD_NORMAL.inv_cdf(decision.u_tokens)
+        tokens = max(1, round(math.exp(math.log(max(mean, 1.0)) - sigma * sigma / 2.0 + sigma * z)))
+        if request.max_tokens and request.max_tokens > 0:
+            tokens = min(tokens, request.max_tokens)
+        prompt_tokens = math.ceil(sum(len(m.content) for m in request.messages) / 4)
+        latency = float(options.get("first_token_s", _DEFAULT_FIRST_TOKEN_S)) + tokens / float(
+            options.get("tokens_per_s", _DEFAULT_TOKENS_PER_S))
+
+        outcome = decision.outcome
+        h = int(decision.u_text * 1_000_003)
+        if outcome.source == "unknown":
+            text = "I am not sure how to solve this one; my best guess follows.\nAnswer: unknown"
+        else:
+            lines = _reasoning(pattern, tokens, h)
+            lines.append(_render_final(outcome.answer, decision.kind))
+            text = "\n".join(lines)
+        return Completion(
+            text=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=tokens,
+            cost_usd=model.usd(prompt_tokens, tokens),
+            flops=model.flops(prompt_tokens, tokens),
+            latency_s=latency,
+            model=model.target,
+        )
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        completion = self._build(request)
+        if self.realtime:
+            time.sleep(completion.latency_s)
+        return completion
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        completion = self._build(request)
+        if self.realtime:
+            await asyncio.sleep(completion.latency_s)
+        return completion
+
+
+__all__ = [
+    "DEFAULT_PATTERN_EFFECTS",
+    "DEFAULT_TOKEN_MULTIPLIERS",
+    "DEFAULT_TOOL_EFFECTS",
+    "KINDS",
+    "SimBackend",
+    "SimItem",
+    "SimOutcome",
+    "SimParams",
+    "SkillError",
+    "display_answer",
+    "distractors",
+    "expected_accuracy",
+    "expected_call_cost",
+    "normalize_answer",
+    "oracle_agent",
+    "shifted",
+    "skill",
+]

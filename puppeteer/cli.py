@@ -1,0 +1,179 @@
+"""The ``puppeteer`` command line. Each sub-command is a (configure, handler) pair in a registry."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+Handler = Callable[[argparse.Namespace, Console], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    handler: Handler
+
+
+# ----------------------------------------------------------------------------- pool
+def _configure_pool(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="pool_cmd", required=True)
+    show = sub.add_parser("show", help="a table of the pool's agents")
+    show.add_argument("name", help="pool name (agents/<name>.yaml) or a YAML path")
+    sub.add_parser("list", help="the shipped pools")
+
+
+def _pool(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.pool import load_pool
+    from puppeteer.resources import data_dir
+
+    if args.pool_cmd == "list":
+        for path in sorted(data_dir("agents").glob("*.yaml")):
+            pool = load_pool(path)
+            console.print(f"[bold]{pool.name}[/bold] ({len(pool)} agents): {pool.description}")
+        return 0
+    pool = load_pool(args.name)
+    table = Table(title=f"pool {pool.name}: {pool.description}")
+    for col in ("id", "name", "model", "backend", "pattern", "tools", "$/1M in", "$/1M out", "params (B)"):
+        table.add_column(col)
+    for i, a in enumerate(pool.agents):
+        table.add_row(
+            str(i),
+            a.name,
+            a.model.target,
+            a.model.backend,
+            a.pattern,
+            ",".join(a.tools) or "-",
+            f"{a.model.price_in:g}",
+            f"{a.model.price_out:g}",
+            f"{a.model.params_b:g}",
+        )
+    table.add_row(str(pool.terminator_id), "terminator", "-", "-", "ends the episode", "-", "0", "0", "0")
+    console.print(table)
+    return 0
+
+
+# ----------------------------------------------------------------------------- run
+def _configure_run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("question", nargs="?", help="the question (or use --suite/--index)")
+    p.add_argument("--pool", default="local")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--workflow", help="a conductor completion with model_id / subtasks / access_list")
+    how.add_argument("--chain", help="comma-separated agent names or ids, run in order (step mode)")
+    p.add_argument("--suite", help="take the question (and its gold answer) from this suite")
+    p.add_argument("--split", default="test")
+    p.add_argument("--index", type=int, default=0, help="item index within the suite split")
+    p.add_argument("--grader", default="exact", help="grader for a free question (numeric, letter, ...)")
+    p.add_argument("--answer", default="", help="gold answer for a free question, if known")
+    p.add_argument("--cache", default=None, help="SQLite response cache path")
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.env import ConductorEnv
+    from puppeteer.pool import load_pool
+    from puppeteer.tasks import load_suite
+    from puppeteer.types import Task
+
+    if args.suite:
+        tasks = load_suite(args.suite, args.split)
+        task = tasks[args.index % len(tasks)]
+    elif args.question:
+        task = Task(
+            id="cli/0",
+            question=args.question,
+            answer=args.answer,
+            suite="cli",
+            domain="cli",
+            grader=args.grader,
+        )
+    else:
+        console.print("[red]give a question or --suite[/red]")
+        return 2
+    pool = load_pool(args.pool)
+    mode = "workflow" if args.workflow else "step"
+    chain = (
+        []
+        if args.workflow
+        else [
+            int(x) if x.strip().isdigit() else pool.index(x.strip())
+            for x in args.chain.split(",")
+            if x.strip()
+        ]
+    )
+    env = ConductorEnv(mode=mode, pool=pool, tasks=[task], max_steps=max(len(chain) + 1, 5), cache=args.cache)
+    env.reset(seed=0, options={"task": task})
+    info: dict = {}
+    if mode == "workflow":
+        _, _, _, _, info = env.step(args.workflow)
+    else:
+        for a in [*chain, pool.terminator_id]:
+            _, _, terminated, _, info = env.step(a)
+            if terminated:
+                break
+    traj = info["trajectory"]
+    console.rule(f"[bold]{task.id}[/bold]")
+    console.print(task.question)
+    if traj.parse_error:
+        console.print(f"[red]workflow rejected:[/red] {traj.parse_error}")
+    for s in traj.steps:
+        c = s.completion
+        cost = f"${c.cost_usd:.5f}" if c.cost_usd is not None else "n/a"
+        console.rule(f"step {s.index + 1}: {s.agent_name} (sees {list(s.visible)})")
+        console.print(f"[dim]{s.subtask}[/dim]")
+        console.print(c.text, markup=False)
+        console.print(
+            f"[cyan]answer={s.answer!r} prompt={c.prompt_tokens} completion={c.completion_tokens} "
+            f"cost={cost} latency={c.latency_s:.2f}s cached={c.cached}[/cyan]"
+        )
+    console.rule("result")
+    verdict = "" if not task.answer else (" [green]correct[/green]" if traj.correct else " [red]wrong[/red]")
+    console.print(
+        f"final answer: {traj.final_answer!r}{verdict}  tokens={traj.prompt_tokens}+"
+        f"{traj.completion_tokens} cost=${traj.cost_usd:.5f}"
+    )
+    return 0
+
+
+def commands() -> tuple[Command, ...]:
+    return (
+        Command("pool", "inspect agent pools", _configure_pool, _pool),
+        Command("run", "run one question through a workflow or a chain of agents", _configure_run, _run),
+    )
+
+
+def build_parser(cmds: Sequence[Command]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="puppeteer", description="Learned orchestration of LLM agents.")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for cmd in cmds:
+        cmd.configure(sub.add_parser(cmd.name, help=cmd.help))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("WANDB_MODE", "offline")
+    cmds = commands()
+    args = build_parser(cmds).parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+    console = Console()
+    handler = {c.name: c.handler for c in cmds}[args.command]
+    try:
+        return handler(args, console)
+    except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""``Conductor-v0``: one Gymnasium environment, two action modes.
+
+* ``mode="step"`` (the puppeteer): an action is the next agent id, or the Terminator
+  (id ``n_agents``). The episode ends on the Terminator or after ``max_steps``
+  activations; the majority-vote answer is graded.
+* ``mode="workflow"`` (the conductor): an action is the conductor's completion text
+  holding ``model_id``, ``subtasks`` and ``access_list``; one step runs the whole
+  workflow; the last step's answer is graded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.error import InvalidAction, ResetNeeded
+
+from puppeteer.aggregate import aggregator
+from puppeteer.backends import make_router
+from puppeteer.backends.base import Backend
+from puppeteer.conductor_prompt import conductor_prompt
+from puppeteer.executor import EpisodeContext, Executor
+from puppeteer.pool import Pool, load_pool
+from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
+from puppeteer.reward import PuppeteerReward, conductor_reward, discounted_returns
+from puppeteer.reward import cost_model as get_cost_model
+from puppeteer.spaces import UnicodeText
+from puppeteer.tasks import Grader, default_graders, load_suite
+from puppeteer.tools import default_tools
+from puppeteer.types import Step, Task, Trajectory, Workflow
+from puppeteer.workflow import MAX_TEXT_CHARS, WorkflowError, WorkflowLimits, parse_workflow
+
+MAX_OBS_CHARS = 200_000
+RESPONSE_CHARS_IN_STATE = 1_500
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    mode: str = "step"
+    lam: float = 0.1
+    gamma: float = 0.99
+    phi: float | None = None
+    max_steps: int = 5
+    cost_model: str = "tokens"
+    aggregate: str | None = None
+    workflow_lam: float = 0.0
+    temperature: float = 0.0
+    samples_per_item: int | None = None
+    show_question: bool = True
+
+
+def sim_answer_key(tasks: Sequence[Task]) -> dict[str, Any]:
+    """What the simulator needs to know about each item (never shown to real backends)."""
+    from puppeteer.backends.sim import SimItem
+
+    kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
+    return {
+        t.id: SimItem(
+            gold=t.answer,
+            domain=t.domain,
+            kind=kinds.get(t.grader, "text"),
+            choices=tuple(t.meta.get("choices", ())),
+        )
+        for t in tasks
+    }
+
+
+class ConductorEnv(gym.Env[dict[str, Any], Any]):
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 1}
+
+    def __init__(
+        self,
+        mode: str = "step",
+        pool: str | Path | Pool = "sim-paper",
+        suite: str = "arith",
+        split: str = "train",
+        tasks: Sequence[Task] | None = None,
+        n_tasks: int | None = None,
+        lam: float = 0.1,
+        gamma: float = 0.99,
+        phi: float | None = None,
+        max_steps: int = 5,
+        cost_model: str = "tokens",
+        aggregate: str | None = None,
+        workflow_lam: float = 0.0,
+        temperature: float = 0.0,
+        samples_per_item: int | None = None,
+        show_question: bool = True,
+        unavailable: Sequence[int] = (),
+        backend: Backend | None = None,
+        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+        cache: str | Path | None = None,
+        seed: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if mode not in ("step", "workflow"):
+            raise ValueError(f"mode must be 'step' or 'workflow', got {mode!r}")
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        self.config = EnvConfig(
+            mode=mode,
+            lam=lam,
+            gamma=gamma,
+            phi=phi,
+            max_steps=max_steps,
+            cost_model=cost_model,
+            aggregate=aggregate,
+            workflow_lam=workflow_lam,
+            temperature=temperature,
+            samples_per_item=samples_per_item,
+            show_question=show_question,
+        )
+        self.render_mode = render_mode
+        self.pool = pool if isinstance(pool, Pool) else load_pool(pool)
+        self.tasks: tuple[Task, ...] = (
+            tuple(tasks) if tasks is not None else load_suite(suite, split, n=n_tasks)
+        )
+        if not self.tasks:
+            raise ValueError("the environment needs at least one task")
+        self.graders: Mapping[str, Grader] = default_graders()
+        missing = {t.grader for t in self.tasks} - set(self.graders)
+        if missing:
+            raise ValueError(f"unknown grader(s) {sorted(missing)}")
+        self._mask = self.pool.availability(unavailable)
+        self._cost = get_cost_model(cost_model)
+        self._reward = PuppeteerReward(lam=lam, gamma=gamma, phi=float(phi if phi is not None else max_steps))
+        self._aggregate = aggregator(aggregate or ("vote" if mode == "step" else "last"))
+        if backend is None:
+            options = {k: dict(v) for k, v in self.pool.backend_options.items()}
+            for k, v in (backend_options or {}).items():
+                options.setdefault(k, {}).update(v)
+            if "sim" in self.pool.backends():
+                options.setdefault("sim", {})["answer_key"] = sim_answer_key(self.tasks)
+            backend = make_router(options, cache=cache)
+        self.executor = Executor(
+            backend=backend, pool=self.pool, tools=default_tools(), show_question=show_question
+        )
+        self.action_space: spaces.Space[Any]
+        self.observation_space: spaces.Space[Any]
+        if mode == "step":
+            self.action_space = spaces.Discrete(self.pool.n_actions)
+            self.observation_space = spaces.Dict(
+                {
+                    "task": UnicodeText(MAX_OBS_CHARS),
+                    "state": UnicodeText(MAX_OBS_CHARS),
+                    "mask": spaces.MultiBinary(self.pool.n_actions),
+                    "step": spaces.Discrete(max_steps + 1),
+                    "counts": spaces.MultiDiscrete([max_steps + 1] * self.pool.n_actions),
+                }
+            )
+        else:
+            self.action_space = UnicodeText(MAX_TEXT_CHARS)
+            self.observation_space = spaces.Dict(
+                {"task": UnicodeText(MAX_OBS_CHARS), "prompt": UnicodeText(MAX_OBS_CHARS)}
+            )
+        self._task: Task | None = None
+        self._steps: list[Step] = []
+        self._rewards: list[float] = []
+        self._done = True
+        self._sample_index = 0
+        if seed is not None:
+            self.reset(seed=seed)
+
+    # ----------------------------------------------------------------- helpers
+    @property
+    def task(self) -> Task:
+        if self._task is None:
+            raise ResetNeeded("call reset() before using the environment")
+        return self._task
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions now (MaskablePPO convention)."""
+        return self._mask.astype(bool)
+
+    def _grader(self) -> Grader:
+        return self.graders[self.task.grader]
+
+    def _context(self) -> EpisodeContext:
+        task, grader = self.task, self._grader()
+        return EpisodeContext(
+            question=task.question,
+            item_key=task.id,
+            extract=lambda text: grader.extract(text, task),
+            answer_format=ANSWER_FORMATS.get(task.grader, DEFAULT_FORMAT),
+            sample_index=self._sample_index,
+            temperature=self.config.temperature,
+        )
+
+    def _state_text(self) -> str:
+        parts = []
+        for s in self._steps:
+            text = s.completion.text
+            if len(text) > RESPONSE_CHARS_IN_STATE:
+                text = "..." + text[-RESPONSE_CHARS_IN_STATE:]
+            parts.append(f"[{s.index + 1}] {s.agent_name} ({self.pool.agent(s.agent_id).pattern}): {text}")
+        return "\n".join(parts)[-MAX_OBS_CHARS:]
+
+    def _obs(self) -> dict[str, Any]:
+        task = self.task
+        if self.config.mode == "step":
+            return {
+                "task": task.question[:MAX_OBS_CHARS],
+                "state": self._state_text(),
+                "mask": self._mask.copy(),
+                "step": len(self._steps),
+                "counts": np.bincount(
+                    [s.agent_id for s in self._steps], minlength=self.pool.n_actions
+                ).astype(np.int64),
+            }
+        prompt = conductor_prompt(self.pool, task.question, task.domain, self.config.max_steps)
+        return {"task": task.question[:MAX_OBS_CHARS], "prompt": prompt[:MAX_OBS_CHARS]}
+
+    def _trajectory(
+        self,
+        answer: str | None,
+        correct: bool,
+        reward: float,
+        parse_error: str | None = None,
+        workflow: Workflow | None = None,
+    ) -> Trajectory:
+        return Trajectory(
+            task_id=self.task.id,
+            suite=self.task.suite,
+            mode=self.config.mode,
+            steps=tuple(self._steps),
+            final_answer=answer,
+            correct=correct,
+            reward=reward,
+            parse_error=parse_error,
+            workflow=workflow,
+        )
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return {"task_id": self.task.id, "action_mask": self.action_masks(), **extra}
+
+    # ----------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        options = options or {}
+        if "task" in options:
+            task = options["task"]
+            if not isinstance(task, Task):
+                raise TypeError("options['task'] must be a puppeteer Task")
+        elif "task_index" in options:
+            task = self.tasks[int(options["task_index"]) % len(self.tasks)]
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self._task = task
+        n = self.config.samples_per_item
+        self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
+        self._steps, self._rewards, self._done = [], [], False
+        return self._obs(), self._info()
+
+    def step(self, action: Any):  # type: ignore[override]
+        if self._task is None or self._done:
+            raise ResetNeeded("the episode has ended (or never started): call reset()")
+        if self.config.mode == "workflow":
+            return self._step_workflow(action)
+        return self._step_agent(action)
+
+    def _finish(self, reward: float, **info: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        self._done = True
+        self._rewards.append(reward)
+        return self._obs(), reward, True, False, self._info(**info)
+
+    def _step_agent(self, action: Any):
+        if isinstance(action, bool) or not isinstance(action, int | np.integer):
+            raise InvalidAction(f"step-mode actions are agent ids (int), got {type(action).__name__}")
+        a = int(action)
+        if not 0 <= a < self.pool.n_actions:
+            raise InvalidAction(
+                f"action {a} out of range 0..{self.pool.terminator_id} (the last is the Terminator)"
+            )
+        if not self._mask[a]:
+            raise InvalidAction(f"agent {a} ({self.pool.agent(a).name}) is not available")
+        t = len(self._steps)
+        if a == self.pool.terminator_id:
+            return self._end_episode(f=0.0, t=t, terminated_by="terminator")
+        step = self.executor.run_step(self._context(), t, a, self.task.question, self._steps)
+        self._steps.append(step)
+        f = self._cost(step.completion)
+        if len(self._steps) >= self.config.max_steps:
+            return self._end_episode(f=f, t=t + 1, terminated_by="max_steps")
+        reward = self._reward.step_reward(f, t + 1)
+        self._rewards.append(reward)
+        return self._obs(), reward, False, False, self._info(step=step, cost=f)
+
+    def _end_episode(self, f: float, t: int, terminated_by: str):
+        answer = self._aggregate([s.answer for s in self._steps])
+        correct = self._grader().grade(answer, self.task)
+        reward = self._reward.final_reward(correct, f, max(t, 1))
+        returns = self._returns_with(reward)
+        traj = self._trajectory(answer, correct, returns[0] if returns else reward)
+        return self._finish(
+            reward,
+            trajectory=traj,
+            correct=correct,
+            final_answer=answer,
+            terminated_by=terminated_by,
+            returns=returns,
+            cost=f,
+        )
+
+    def _returns_with(self, final: float) -> list[float]:
+        return discounted_returns([*self._rewards, final], self.config.gamma)
+
+    def _step_workflow(self, action: Any):
+        text = action if isinstance(action, str) else None
+        try:
+            if text is None:
+                raise WorkflowError(f"a workflow action is text, got {type(action).__name__}")
+            workflow = parse_workflow(
+                text,
+                len(self.pool),
+                self._mask[: len(self.pool)].astype(bool),
+                WorkflowLimits(max_steps=self.config.max_steps),
+            )
+        except WorkflowError as e:
+            traj = self._trajectory(None, False, 0.0, parse_error=str(e))
+            return self._finish(0.0, trajectory=traj, correct=False, final_answer=None, parse_error=str(e))
+        self._steps = list(self.executor.run_workflow(self._context(), workflow))
+        answer = self._aggregate([s.answer for s in self._steps])
+        correct = self._grader().grade(answer, self.task)
+        cost = sum(self._cost(s.completion) for s in self._steps)
+        reward = conductor_reward(True, correct, cost, self.config.workflow_lam)
+        traj = self._trajectory(answer, correct, reward, workflow=workflow)
+        return self._finish(
+            reward, trajectory=traj, correct=correct, final_answer=answer, parse_error=None, cost=cost
+        )
+
+    def render(self) -> str | None:
+        if self._task is None:
+            return None
+        lines = [f"Task {self.task.id}: {self.task.question[:300]}"]
+        lines += [
+            f"  [{s.index + 1}] {s.agent_name}: answer={s.answer!r} tokens={s.completion.total_tokens}"
+            for s in self._steps
+        ]
+        text = "\n".join(lines)
+        if self.render_mode == "human":
+            import sys
+
+            sys.stdout.write(text + "\n")
+            return None
+        return text

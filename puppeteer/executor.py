@@ -1,0 +1,121 @@
+"""Runs agents: one activation (shared by both modes) and whole workflows as a DAG.
+
+A workflow step starts as soon as the steps it can see have finished, so
+independent steps run concurrently; the final output is the last step's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from puppeteer.backends.base import Backend
+from puppeteer.pool import Pool
+from puppeteer.reasoning import DEFAULT_FORMAT, Turn, worker_messages
+from puppeteer.tools import Tool, tool_prompt
+from puppeteer.tools.loop import arun_with_tools
+from puppeteer.types import CallContext, CompletionRequest, Step, Workflow
+from puppeteer.workflow import visible_steps
+
+T = TypeVar("T")
+Extractor = Callable[[str], str | None]
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from sync code, also when an event loop is already running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    """What every call of one episode shares."""
+
+    question: str
+    item_key: str
+    extract: Extractor
+    answer_format: str = DEFAULT_FORMAT
+    sample_index: int = 0
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True)
+class Executor:
+    backend: Backend
+    pool: Pool
+    tools: Mapping[str, Tool] = field(default_factory=dict)
+    max_tool_rounds: int = 3
+    show_question: bool = True
+
+    async def arun_step(
+        self, ctx: EpisodeContext, index: int, agent_id: int, subtask: str, visible: Sequence[Step]
+    ) -> Step:
+        agent = self.pool.agent(agent_id)
+        agent_tools = {name: self.tools[name] for name in agent.tools if name in self.tools}
+        messages = worker_messages(
+            agent,
+            ctx.question,
+            subtask,
+            [Turn(s.agent_name, s.subtask, s.completion.text) for s in visible],
+            answer_format=ctx.answer_format,
+            tool_help=tool_prompt(tuple(agent_tools)) if agent_tools else "",
+            show_question=self.show_question,
+        )
+        request = CompletionRequest(
+            model=agent.model,
+            messages=messages,
+            max_tokens=agent.max_tokens,
+            temperature=ctx.temperature,
+            sample_index=ctx.sample_index,
+            context=CallContext(
+                item_key=ctx.item_key,
+                pattern=agent.pattern,
+                step_index=index,
+                tools=agent.tools,
+                visible_answers=tuple(s.answer for s in visible if s.answer is not None),
+            ),
+        )
+        tool_calls = 0
+        if agent_tools:
+            result = await arun_with_tools(
+                self.backend, request, agent_tools, max_rounds=self.max_tool_rounds
+            )
+            completion, tool_calls = result.completion, result.tool_calls
+        else:
+            completion = await self.backend.acomplete(request)
+        return Step(
+            index=index,
+            agent_id=agent_id,
+            agent_name=agent.name,
+            subtask=subtask,
+            visible=tuple(s.index for s in visible),
+            completion=completion,
+            answer=ctx.extract(completion.text),
+            tool_calls=tool_calls,
+        )
+
+    def run_step(
+        self, ctx: EpisodeContext, index: int, agent_id: int, subtask: str, visible: Sequence[Step]
+    ) -> Step:
+        return run_sync(self.arun_step(ctx, index, agent_id, subtask, visible))
+
+    async def arun_workflow(self, ctx: EpisodeContext, workflow: Workflow) -> tuple[Step, ...]:
+        futures: dict[int, Awaitable[Step]] = {}
+
+        async def run(i: int) -> Step:
+            deps = [await futures[j] for j in visible_steps(workflow, i)]
+            return await self.arun_step(ctx, i, workflow.model_id[i], workflow.subtasks[i], deps)
+
+        for i in range(len(workflow)):
+            futures[i] = asyncio.ensure_future(run(i))
+        return tuple(await asyncio.gather(*futures.values()))
+
+    def run_workflow(self, ctx: EpisodeContext, workflow: Workflow) -> tuple[Step, ...]:
+        return run_sync(self.arun_workflow(ctx, workflow))

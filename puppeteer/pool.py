@@ -1,0 +1,133 @@
+"""Agent pools: load ``agents/<pool>.yaml`` into an ordered, immutable pool.
+
+An agent's id is its position. The Terminator is a distinguished member of every
+pool with id ``len(agents)``: in step mode choosing it ends the episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import yaml
+
+from puppeteer.resources import find_yaml
+from puppeteer.types import EMPTY, Agent, ModelSpec
+
+TERMINATOR_NAME = "terminator"
+
+
+class PoolError(ValueError):
+    """A pool file is malformed."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    agents: tuple[Agent, ...]
+    description: str = ""
+    backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: EMPTY)
+
+    def __len__(self) -> int:
+        return len(self.agents)
+
+    @property
+    def terminator_id(self) -> int:
+        return len(self.agents)
+
+    @property
+    def n_actions(self) -> int:
+        return len(self.agents) + 1
+
+    def agent(self, agent_id: int) -> Agent:
+        if not 0 <= agent_id < len(self.agents):
+            raise IndexError(
+                f"agent id {agent_id} out of range 0..{len(self.agents) - 1} for pool {self.name!r}"
+            )
+        return self.agents[agent_id]
+
+    def index(self, name: str) -> int:
+        for i, agent in enumerate(self.agents):
+            if agent.name == name:
+                return i
+        if name == TERMINATOR_NAME:
+            return self.terminator_id
+        raise KeyError(
+            f"no agent named {name!r} in pool {self.name!r}; known: {[a.name for a in self.agents]}"
+        )
+
+    def availability(self, unavailable: Sequence[int] = ()) -> np.ndarray:
+        """Boolean mask over all actions (agents then the Terminator)."""
+        mask = np.ones(self.n_actions, dtype=np.int8)
+        for i in unavailable:
+            mask[i] = 0
+        mask[self.terminator_id] = 1
+        return mask
+
+    def backends(self) -> tuple[str, ...]:
+        return tuple(sorted({a.model.backend for a in self.agents}))
+
+
+def _model(name: str, raw: Mapping[str, Any]) -> ModelSpec:
+    try:
+        return ModelSpec(
+            name=name,
+            backend=str(raw["backend"]),
+            target=str(raw.get("target", name)),
+            params_b=float(raw["params_b"]),
+            price_in=float(raw.get("price_in", 0.0)),
+            price_out=float(raw.get("price_out", 0.0)),
+            options=MappingProxyType(dict(raw.get("options") or {})),
+        )
+    except KeyError as e:
+        raise PoolError(f"model {name!r} lacks field {e.args[0]!r}") from None
+
+
+def pool_from_dict(raw: Mapping[str, Any]) -> Pool:
+    if not isinstance(raw, Mapping) or "agents" not in raw or "models" not in raw:
+        raise PoolError("a pool needs 'models' and 'agents'")
+    models = {name: _model(name, spec) for name, spec in (raw["models"] or {}).items()}
+    agents: list[Agent] = []
+    for i, a in enumerate(raw["agents"] or []):
+        model_name = a.get("model")
+        if model_name not in models:
+            raise PoolError(f"agent #{i} ({a.get('name')!r}) uses unknown model {model_name!r}")
+        name = str(a.get("name") or f"agent{i}")
+        if name == TERMINATOR_NAME:
+            raise PoolError(f"{TERMINATOR_NAME!r} is reserved")
+        agents.append(
+            Agent(
+                name=name,
+                model=models[model_name],
+                pattern=str(a.get("pattern", "cot")),
+                tools=tuple(a.get("tools") or ()),
+                description=str(a.get("description", "")),
+                max_tokens=int(a.get("max_tokens", 512)),
+            )
+        )
+    if not agents:
+        raise PoolError("a pool needs at least one agent")
+    names = [a.name for a in agents]
+    if len(set(names)) != len(names):
+        raise PoolError(f"agent names must be unique: {names}")
+    options = {k: MappingProxyType(dict(v or {})) for k, v in (raw.get("backend_options") or {}).items()}
+    return Pool(
+        name=str(raw.get("name", "pool")),
+        agents=tuple(agents),
+        description=str(raw.get("description", "")),
+        backend_options=MappingProxyType(options),
+    )
+
+
+def load_pool(name_or_path: str | Path) -> Pool:
+    """Load a shipped pool by name (``local``, ``sim-paper``...) or any YAML file by path."""
+    path = Path(name_or_path)
+    if not (path.suffix in {".yaml", ".yml"} and path.exists()):
+        path = find_yaml("agents", str(name_or_path))
+    with path.open() as f:
+        raw = yaml.safe_load(f)
+    return pool_from_dict(raw)

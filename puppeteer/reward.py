@@ -1,0 +1,75 @@
+"""Rewards for both tracks and the cost models behind them.
+
+Conductor: 0 unparsable, 0.5 parsed but wrong, 1 correct, optionally minus lambda*cost.
+Puppeteer: the return satisfies R_T = r - lambda*C_T and R_t = gamma*R_{t+1} - lambda*C_t
+with C_t = F*log(1 + t/phi). The env pays -lambda*C_t at each non-final step and
+r - lambda*C_T at the last one, so the gamma-discounted sum of its rewards from t is R_t.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from puppeteer.types import Completion
+
+CostFn = Callable[[Completion], float]
+
+# F for one call, in units that make lambda ~ 0.1 meaningful: thousands of tokens,
+# TFLOPs (2 * params * tokens / 1e12), or US cents.
+COST_MODELS: Mapping[str, CostFn] = MappingProxyType(
+    {
+        "tokens": lambda c: c.total_tokens / 1000.0,
+        "flops": lambda c: c.flops / 1e12,
+        "usd": lambda c: (c.cost_usd or 0.0) * 100.0,
+    }
+)
+
+
+def cost_model(name: str) -> CostFn:
+    try:
+        return COST_MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown cost model {name!r}; known: {', '.join(COST_MODELS)}") from None
+
+
+def conductor_reward(parsed: bool, correct: bool, cost: float = 0.0, lam: float = 0.0) -> float:
+    base = 0.0 if not parsed else (1.0 if correct else 0.5)
+    return base - lam * cost if parsed else base
+
+
+def step_cost(f: float, t: int, phi: float) -> float:
+    """C_t = F * log(1 + t/phi) for the t-th activation (t starts at 1)."""
+    if phi <= 0:
+        raise ValueError("phi must be positive")
+    return f * math.log1p(t / phi)
+
+
+@dataclass(frozen=True)
+class PuppeteerReward:
+    lam: float = 0.1
+    gamma: float = 0.99
+    phi: float = 5.0
+    correct_reward: float = 1.0
+    wrong_reward: float = 0.0
+
+    def step_reward(self, f: float, t: int) -> float:
+        """Reward paid for a non-final activation."""
+        return -self.lam * step_cost(f, t, self.phi)
+
+    def final_reward(self, correct: bool, f: float, t: int) -> float:
+        """Reward paid at the last step (``f = 0`` when the episode ends by the Terminator)."""
+        r = self.correct_reward if correct else self.wrong_reward
+        return r - self.lam * step_cost(f, t, self.phi)
+
+
+def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """R_t = r_t + gamma * R_{t+1}, computed backwards."""
+    out = [0.0] * len(rewards)
+    acc = 0.0
+    for i in reversed(range(len(rewards))):
+        acc = rewards[i] + gamma * acc
+        out[i] = acc
+    return out

@@ -1,0 +1,170 @@
+"""Core value types shared by every layer: frozen dataclasses, no behaviour beyond small helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Role
+    content: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model behind one backend.
+
+    ``name`` is the pool-local label, ``backend`` a key of the backend registry and
+    ``target`` what that backend needs to find the model (a litellm model string,
+    an embedded model key, or a simulated worker name).
+    Prices are USD per million tokens; ``params_b`` (billions of parameters) feeds
+    the FLOPs proxy ``2 * params * tokens``.
+    """
+
+    name: str
+    backend: str
+    target: str
+    params_b: float
+    price_in: float = 0.0
+    price_out: float = 0.0
+    options: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+
+    def usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.price_in + completion_tokens * self.price_out) / 1e6
+
+    def flops(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return 2.0 * self.params_b * 1e9 * (prompt_tokens + completion_tokens)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent is a name plus (model, reasoning pattern, tools)."""
+
+    name: str
+    model: ModelSpec
+    pattern: str
+    tools: tuple[str, ...] = ()
+    description: str = ""
+    max_tokens: int = 512
+
+
+@dataclass(frozen=True)
+class Task:
+    """One item of a suite. ``domain`` names the skill column the item belongs to."""
+
+    id: str
+    question: str
+    answer: str
+    suite: str
+    domain: str
+    grader: str
+    meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What the executor tells a backend about a call beyond the messages.
+
+    Real backends ignore it; the simulator uses it (``item_key`` to find the item in
+    its answer key, ``pattern`` for the reasoning-pattern effect). It never carries
+    the gold answer.
+    """
+
+    item_key: str = ""
+    pattern: str = ""
+    step_index: int = 0
+    tools: tuple[str, ...] = ()
+    visible_answers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    model: ModelSpec
+    messages: tuple[Message, ...]
+    max_tokens: int = 512
+    temperature: float = 0.0
+    sample_index: int = 0
+    stop: tuple[str, ...] = ()
+    context: CallContext = field(default_factory=CallContext)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    flops: float
+    latency_s: float
+    model: str
+    cached: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Step:
+    """One agent activation inside an episode."""
+
+    index: int
+    agent_id: int
+    agent_name: str
+    subtask: str
+    visible: tuple[int, ...]
+    completion: Completion
+    answer: str | None
+    tool_calls: int = 0
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """The conductor's action: three aligned lists."""
+
+    model_id: tuple[int, ...]
+    subtasks: tuple[str, ...]
+    access_list: tuple[str | tuple[int, ...], ...]
+
+    def __len__(self) -> int:
+        return len(self.model_id)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    task_id: str
+    suite: str
+    mode: str
+    steps: tuple[Step, ...]
+    final_answer: str | None
+    correct: bool
+    reward: float
+    parse_error: str | None = None
+    workflow: Workflow | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(s.completion.prompt_tokens for s in self.steps)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(s.completion.completion_tokens for s in self.steps)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(s.completion.cost_usd or 0.0 for s in self.steps)
+
+    @property
+    def flops(self) -> float:
+        return sum(s.completion.flops for s in self.steps)

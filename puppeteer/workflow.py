@@ -1,0 +1,182 @@
+"""The conductor's action: parse and validate the three lists ``model_id``, ``subtasks``, ``access_list``.
+
+Parsing is literal only (``ast.literal_eval`` on a bracket-matched span, never
+``eval``), bounded in size, and the last well-formed triple in a completion wins,
+so a conductor may reason, draft, and then state its final workflow.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from puppeteer.types import Workflow
+
+NAMES = ("model_id", "subtasks", "access_list")
+MAX_LIST_CHARS = 20_000
+MAX_SUBTASK_CHARS = 4_000
+MAX_TEXT_CHARS = 200_000
+_ASSIGN = re.compile(r"\b(model_id|subtasks|access_list)\b\s*[:=]\s*(?=\[)")
+# What may follow a list literal on its line: nothing, a separator, a comment or a closing fence.
+_AFTER = re.compile(r"[ \t]*(?:[,;]?[ \t]*(?:#[^\n]*)?|`{3})?(?:\n|$)")
+
+
+class WorkflowError(ValueError):
+    """A workflow that cannot be parsed or is not valid for this pool."""
+
+
+@dataclass(frozen=True)
+class WorkflowLimits:
+    max_steps: int = 5
+    max_subtask_chars: int = MAX_SUBTASK_CHARS
+
+
+def _list_span(text: str, start: int) -> int | None:
+    """Index one past the ``]`` matching ``text[start] == '['``, skipping string literals."""
+    depth = 0
+    i, n = start, min(len(text), start + MAX_LIST_CHARS)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else c
+            i += len(quote)
+            while i < n and not text.startswith(quote, i):
+                i += 2 if text[i] == "\\" else 1
+            i += len(quote)
+            continue
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return None
+
+
+def _literal(text: str) -> object:
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
+        raise WorkflowError(f"not a Python literal: {type(e).__name__}") from None
+
+
+def _candidates(text: str) -> list[tuple[int, str, str]]:
+    """Every ``name = [...]`` occurrence as (position, name, literal source)."""
+    found = []
+    for m in _ASSIGN.finditer(text):
+        end = _list_span(text, m.end())
+        if end is not None and _AFTER.match(text, end):
+            found.append((m.start(), m.group(1), text[m.end() : end]))
+    return found
+
+
+def extract_lists(text: str) -> tuple[object, object, object]:
+    """The last complete triple of list literals in ``text``, in (model_id, subtasks, access_list) order.
+
+    A triple is an occurrence of ``model_id`` followed by ``subtasks`` and ``access_list``
+    before the next ``model_id``; the last one whose three literals parse wins.
+    """
+    if len(text) > MAX_TEXT_CHARS:
+        text = text[-MAX_TEXT_CHARS:]
+    cands = _candidates(text)
+    starts = [i for i, (_, name, _) in enumerate(cands) if name == "model_id"]
+    if not starts:
+        raise WorkflowError("no 'model_id = [...]' list found")
+    last_error: WorkflowError | None = None
+    for k in reversed(range(len(starts))):
+        lo = starts[k]
+        hi = starts[k + 1] if k + 1 < len(starts) else len(cands)
+        group: dict[str, str] = {}
+        for _, name, src in cands[lo:hi]:
+            group[name] = src  # later restatements inside the group win
+        missing = [n for n in NAMES if n not in group]
+        if missing:
+            last_error = WorkflowError(f"missing {', '.join(missing)} after model_id")
+            continue
+        try:
+            return tuple(_literal(group[n]) for n in NAMES)  # type: ignore[return-value]
+        except WorkflowError as e:
+            last_error = e
+    assert last_error is not None
+    raise last_error
+
+
+def validate(
+    model_id: object,
+    subtasks: object,
+    access_list: object,
+    n_agents: int,
+    available: Sequence[bool] | None = None,
+    limits: WorkflowLimits = WorkflowLimits(),
+) -> Workflow:
+    """Check types, lengths, ids and access entries; return a normalised :class:`Workflow`."""
+    for name, value in zip(NAMES, (model_id, subtasks, access_list), strict=True):
+        if not isinstance(value, list):
+            raise WorkflowError(f"{name} must be a list, got {type(value).__name__}")
+    assert isinstance(model_id, list) and isinstance(subtasks, list) and isinstance(access_list, list)
+    n = len(model_id)
+    if not (len(subtasks) == n and len(access_list) == n):
+        raise WorkflowError(f"lists differ in length: {n}, {len(subtasks)}, {len(access_list)}")
+    if n == 0:
+        raise WorkflowError("empty workflow")
+    if n > limits.max_steps:
+        raise WorkflowError(f"{n} steps exceed the limit of {limits.max_steps}")
+    ids: list[int] = []
+    for i, m in enumerate(model_id):
+        if isinstance(m, bool) or not isinstance(m, int):
+            raise WorkflowError(f"model_id[{i}] must be an int, got {m!r:.40}")
+        if not 0 <= m < n_agents:
+            raise WorkflowError(f"model_id[{i}] = {m} out of range 0..{n_agents - 1}")
+        if available is not None and not available[m]:
+            raise WorkflowError(f"model_id[{i}] = {m} is not available")
+        ids.append(m)
+    tasks: list[str] = []
+    for i, s in enumerate(subtasks):
+        if not isinstance(s, str) or not s.strip():
+            raise WorkflowError(f"subtasks[{i}] must be a non-empty string")
+        if len(s) > limits.max_subtask_chars:
+            raise WorkflowError(f"subtasks[{i}] is longer than {limits.max_subtask_chars} characters")
+        tasks.append(s.strip())
+    access: list[str | tuple[int, ...]] = []
+    for i, a in enumerate(access_list):
+        if a == "all":
+            access.append("all")
+            continue
+        if not isinstance(a, list | tuple):
+            raise WorkflowError(f"access_list[{i}] must be 'all' or a list of earlier step indices")
+        for j in a:
+            if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < i:
+                raise WorkflowError(f"access_list[{i}] names {j!r}, not an earlier step (0..{i - 1})")
+        access.append(tuple(sorted(set(a))))
+    return Workflow(model_id=tuple(ids), subtasks=tuple(tasks), access_list=tuple(access))
+
+
+def parse_workflow(
+    text: str,
+    n_agents: int,
+    available: Sequence[bool] | None = None,
+    limits: WorkflowLimits = WorkflowLimits(),
+) -> Workflow:
+    """Parse and validate a conductor completion. Raises :class:`WorkflowError` with the reason."""
+    if not isinstance(text, str):
+        raise WorkflowError(f"a workflow action is text, got {type(text).__name__}")
+    return validate(*extract_lists(text), n_agents=n_agents, available=available, limits=limits)
+
+
+def visible_steps(workflow: Workflow, index: int) -> tuple[int, ...]:
+    """Indices of the earlier steps that step ``index`` sees."""
+    access = workflow.access_list[index]
+    return tuple(range(index)) if access == "all" else tuple(access)
+
+
+def format_workflow(workflow: Workflow) -> str:
+    """The canonical text form, which :func:`parse_workflow` reads back to the same workflow."""
+    access = [a if a == "all" else list(a) for a in workflow.access_list]
+    return (
+        f"model_id = {list(workflow.model_id)!r}\n"
+        f"subtasks = {list(workflow.subtasks)!r}\n"
+        f"access_list = {access!r}"
+    )
