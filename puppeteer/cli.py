@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from puppeteer.evaluation import configure_eval, eval_command
+
 Handler = Callable[[argparse.Namespace, Console], int]
 
 
@@ -146,6 +148,8 @@ def commands() -> tuple[Command, ...]:
     return (
         Command("pool", "inspect agent pools", _configure_pool, _pool),
         Command("run", "run one question through a workflow or a chain of agents", _configure_run, _run),
+        Command("eval", "evaluate a policy (baseline spec or trained puppeteer) on a suite", configure_eval,
+                eval_command),
     )
 
 

@@ -1,0 +1,453 @@
+"""Evaluate any policy (baseline spec, baseline object or trained puppeteer) on a suite split.
+
+Every item runs once. Workflow policies plan a workflow per item and the environment runs it
+in ``mode="workflow"``; step policies run the step loop until the Terminator or ``max_steps``.
+Each episode is appended to ``DIR/trajectories.jsonl`` as soon as it ends (readable by
+:func:`puppeteer.trajectories.read_trajectories`; extra keys ``index``, ``policy``, ``error``,
+``gold``, ``wall_s``); an item that raises is recorded with its ``error`` and counts as wrong,
+and the evaluation goes on. ``DIR/results.json`` holds the :class:`EvalResult`; it is written
+also when the run is interrupted (``"completed": false``).
+
+Accuracy counts every item (errors as wrong) with a 95% Wilson interval; the cost means
+(calls, tokens, USD, FLOPs, summed step latency) are over the episodes that finished.
+Per item, the environment is reset with a seed derived from ``(seed, task id)``, so an item
+gets the same sample index under every policy and a response cache shares identical calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import numpy as np
+
+from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
+from puppeteer.pool import Pool, load_pool
+from puppeteer.tasks import load_suite
+from puppeteer.trajectories import trajectory_to_dict
+from puppeteer.types import Task, Trajectory, Workflow
+from puppeteer.workflow import format_workflow
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from puppeteer.backends.base import Backend
+    from puppeteer.env import ConductorEnv
+
+log = logging.getLogger(__name__)
+
+Z95 = 1.959963984540054
+RESPONSE_CACHE_ENV = "PUPPETEER_RESPONSE_CACHE"
+
+
+def default_response_cache() -> Path:
+    """``$PUPPETEER_RESPONSE_CACHE`` or ``~/.cache/puppeteer/responses.sqlite`` (shared by all runs)."""
+    env = os.environ.get(RESPONSE_CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "puppeteer" / "responses.sqlite"
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion; ``(0, 1)`` when ``n == 0``."""
+    if n <= 0:
+        return 0.0, 1.0
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in 0..{n}, got {successes}")
+    p = successes / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    low = 0.0 if successes == 0 else max(0.0, center - half)  # the bounds are exact at 0 and n
+    high = 1.0 if successes == n else min(1.0, center + half)
+    return low, high
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    policy: str
+    pool: str
+    suite: str
+    split: str
+    n: int
+    seed: int
+    mode: str
+    backends: tuple[str, ...]
+    max_steps: int
+    lam: float
+    correct: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    n_errors: int
+    n_parse_errors: int
+    mean_calls: float
+    mean_prompt_tokens: float
+    mean_completion_tokens: float
+    mean_usd: float
+    mean_flops: float
+    mean_latency_s: float
+    mean_reward: float
+    wall_s: float
+    completed: bool = True
+    policy_name: str = ""
+    cache_path: str | None = None
+    cache_hits: int | None = None
+    cache_misses: int | None = None
+    out_dir: str | None = None
+
+    @property
+    def mean_tokens(self) -> float:
+        return self.mean_prompt_tokens + self.mean_completion_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class _Record:
+    correct: bool
+    error: str | None
+    trajectory: Trajectory | None
+
+
+# --------------------------------------------------------------------------- running one item
+
+
+def item_seed(seed: int, task_id: str) -> int:
+    """The reset seed of one item: depends on the run seed and the task id only, not on order or n."""
+    digest = hashlib.blake2b(f"{seed}|{task_id}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _run_workflow(env: ConductorEnv, index: int, seed: int, plan: Workflow) -> Trajectory:
+    env.reset(seed=seed, options={"task_index": index})
+    *_, info = env.step(format_workflow(plan))
+    return info["trajectory"]
+
+
+def _run_steps(env: ConductorEnv, index: int, seed: int, policy: Any, rng: np.random.Generator) -> Trajectory:
+    obs, _ = env.reset(seed=seed, options={"task_index": index})
+    policy.reset(env.task.id)
+    for _ in range(env.config.max_steps + 1):
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, rng))
+        if terminated or truncated:
+            return info["trajectory"]
+    raise RuntimeError("the environment did not end the episode after max_steps + 1 actions")
+
+
+def _record_line(index: int, task: Task, policy: str, record: _Record, mode: str,
+                 wall_s: float) -> dict[str, Any]:
+    if record.trajectory is not None:
+        d = trajectory_to_dict(record.trajectory)
+    else:
+        d = {"task_id": task.id, "suite": task.suite, "mode": mode, "steps": [], "final_answer": None,
+             "correct": False, "reward": 0.0, "parse_error": None, "workflow": None, "prompt_tokens": 0,
+             "completion_tokens": 0, "cost_usd": 0.0, "flops": 0.0}
+    d.update(index=index, policy=policy, error=record.error, gold=task.answer, domain=task.domain,
+             wall_s=round(wall_s, 4))
+    return d
+
+
+# --------------------------------------------------------------------------- cache statistics
+
+
+def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
+    from puppeteer.backends.base import Router
+    from puppeteer.backends.cache import CachedBackend
+
+    backend = env.executor.backend
+    found: list[Any] = []
+    if isinstance(backend, CachedBackend):
+        found.append(backend)
+    elif isinstance(backend, Router):
+        for name in pool.backends():
+            try:
+                inner = backend.backend(name)
+            except Exception:  # a backend that cannot even be created has no cache statistics
+                continue
+            if isinstance(inner, CachedBackend):
+                found.append(inner)
+    return found
+
+
+# --------------------------------------------------------------------------- progress
+
+
+@contextmanager
+def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
+    """Yields ``advance(correct_so_far, done)``; a rich progress bar when enabled."""
+    if not enabled:
+        yield lambda correct, done: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("acc {task.fields[acc]}"), TimeRemainingColumn())
+    with Progress(*columns, transient=False) as bar:
+        task_id = bar.add_task(label, total=total, acc="-")
+
+        def advance(correct: int, done: int) -> None:
+            bar.update(task_id, advance=1, acc=f"{correct / done:.3f}" if done else "-")
+
+        yield advance
+
+
+# --------------------------------------------------------------------------- the evaluation
+
+
+def _summary(records: Sequence[_Record], n: int, **fields: Any) -> EvalResult:
+    done = [r.trajectory for r in records if r.trajectory is not None]
+    correct = sum(r.correct for r in records)
+    lo, hi = wilson_interval(correct, n)
+
+    def mean(values: Sequence[float]) -> float:
+        return float(np.mean(values)) if values else 0.0
+
+    return EvalResult(
+        n=n, correct=correct, accuracy=correct / n if n else 0.0, ci_low=lo, ci_high=hi,
+        n_errors=sum(r.error is not None for r in records),
+        n_parse_errors=sum(t.parse_error is not None for t in done),
+        mean_calls=mean([len(t.steps) for t in done]),
+        mean_prompt_tokens=mean([t.prompt_tokens for t in done]),
+        mean_completion_tokens=mean([t.completion_tokens for t in done]),
+        mean_usd=mean([t.cost_usd for t in done]),
+        mean_flops=mean([t.flops for t in done]),
+        mean_latency_s=mean([sum(s.completion.latency_s for s in t.steps) for t in done]),
+        mean_reward=mean([t.reward for t in done]),
+        **fields,
+    )
+
+
+def _write_results(out: Path | None, result: EvalResult) -> None:
+    if out is not None:
+        (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+
+
+def evaluate_policy(
+    spec_or_policy: str | Policy,
+    pool: str | Path | Pool,
+    suite: str,
+    split: str = "test",
+    n: int | None = None,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    cache: str | Path | None = None,
+    max_steps: int = 5,
+    lam: float = 0.1,
+    progress: bool = True,
+    *,
+    tasks: Sequence[Task] | None = None,
+    backend: Backend | None = None,
+) -> EvalResult:
+    """Run every item of ``suite``/``split`` (first ``n``) once under a policy and summarise.
+
+    ``tasks`` replaces the suite's items (``suite`` is then only a label); ``backend`` replaces
+    the pool's backends (a test double or a custom router). ``cache`` is a SQLite response
+    cache for model-calling backends. Workflow policies whose plans are longer than
+    ``max_steps`` raise the limit for this run (the result records the limit used).
+    """
+    pool = pool if isinstance(pool, Pool) else load_pool(pool)
+    if isinstance(spec_or_policy, str):
+        spec, policy = spec_or_policy, make_policy(spec_or_policy, pool, max_steps)
+    else:
+        policy = spec_or_policy
+        spec = policy.name
+    items = tuple(tasks) if tasks is not None else load_suite(suite, split, n=n, seed=seed)
+    if tasks is not None and n is not None:
+        items = items[:n]
+    if not items:
+        raise ValueError(f"no items to evaluate in {suite}/{split}")
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+
+    from puppeteer.env import ConductorEnv
+
+    seeds = [item_seed(seed, t.id) for t in items]
+    workflow = is_workflow_policy(policy)
+    plans: list[Workflow | BaseException] = []
+    env_kwargs: dict[str, Any] = dict(pool=pool, tasks=items, lam=lam, cache=cache, backend=backend)
+    if workflow:
+        for t, s in zip(items, seeds, strict=True):
+            try:
+                plans.append(policy.plan(t, pool, np.random.default_rng(s)))  # type: ignore[union-attr]
+            except Exception as e:  # recorded per item below
+                plans.append(e)
+        longest = max((len(p) for p in plans if isinstance(p, Workflow)), default=1)
+        max_steps = max(max_steps, longest)
+        env = ConductorEnv(mode="workflow", aggregate=policy.aggregate, workflow_lam=lam,  # type: ignore[union-attr]
+                           max_steps=max_steps, **env_kwargs)
+    else:
+        env = ConductorEnv(mode="step", aggregate=getattr(policy, "aggregate", None), max_steps=max_steps,
+                           **env_kwargs)
+    mode = env.config.mode
+    fields: dict[str, Any] = dict(
+        policy=spec, policy_name=policy.name, pool=pool.name, suite=suite, split=split, seed=seed, mode=mode,
+        backends=pool.backends(),
+        max_steps=max_steps, lam=lam, cache_path=str(cache) if cache is not None else None,
+        out_dir=str(out) if out is not None else None,
+    )
+
+    records: list[_Record] = []
+    start = time.perf_counter()
+    sink: TextIO | None = (out / "trajectories.jsonl").open("w") if out is not None else None
+    try:
+        with _progress(progress, len(items), f"{spec} on {suite}/{split}") as advance:
+            for i, task in enumerate(items):
+                t0 = time.perf_counter()
+                try:
+                    if workflow:
+                        plan = plans[i]
+                        if isinstance(plan, BaseException):
+                            raise plan
+                        traj = _run_workflow(env, i, seeds[i], plan)
+                    else:
+                        traj = _run_steps(env, i, seeds[i], policy, np.random.default_rng(seeds[i]))
+                    record = _Record(traj.correct, None, traj)
+                except Exception as e:
+                    log.warning("item %d (%s) failed: %s: %s", i, task.id, type(e).__name__, e)
+                    record = _Record(False, f"{type(e).__name__}: {e}", None)
+                records.append(record)
+                if sink is not None:
+                    line = _record_line(i, task, spec, record, mode, time.perf_counter() - t0)
+                    sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+                    sink.flush()
+                advance(sum(r.correct for r in records), len(records))
+    finally:
+        if sink is not None:
+            sink.close()
+        cached = _cached_backends(env, pool)
+        if cached:
+            fields.update(cache_hits=sum(c.stats.hits for c in cached),
+                          cache_misses=sum(c.stats.misses for c in cached))
+        if backend is None:  # the caches were opened here: close their SQLite connections
+            for c in cached:
+                c.close()
+        result = _summary(records, len(items), wall_s=time.perf_counter() - start,
+                          completed=len(records) == len(items), **fields)
+        _write_results(out, result)
+    return result
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _fmt_num(x: float) -> str:
+    if x == 0:
+        return "0"
+    if abs(x) >= 1e6 or abs(x) < 1e-3:
+        return f"{x:.2e}"
+    return f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
+    """(label, value) pairs for a one-run summary."""
+    rows = [
+        ("policy", result.policy),
+        ("pool / backends", f"{result.pool} / {', '.join(result.backends)}"),
+        ("suite / split", f"{result.suite} / {result.split}  (n={result.n}, seed={result.seed})"),
+        ("accuracy", f"{result.accuracy:.3f}  [{result.ci_low:.3f}, {result.ci_high:.3f}] 95% Wilson"
+                     f"  ({result.correct}/{result.n})"),
+        ("errors / unparsable", f"{result.n_errors} / {result.n_parse_errors}"),
+        ("mean calls", f"{result.mean_calls:.2f}"),
+        ("mean tokens (prompt + completion)",
+         f"{result.mean_prompt_tokens:.0f} + {result.mean_completion_tokens:.0f}"),
+        ("mean USD", f"{result.mean_usd:.5f}"),
+        ("mean FLOPs", _fmt_num(result.mean_flops)),
+        ("wall time", f"{result.wall_s:.1f} s"),
+    ]
+    if result.cache_hits is not None:
+        rows.append(("cache hits / misses", f"{result.cache_hits} / {result.cache_misses}"))
+    if not result.completed:
+        rows.append(("completed", "NO (interrupted)"))
+    return rows
+
+
+MARKDOWN_HEADER = ("| policy | suite | n | accuracy (95% CI) | calls | tokens (prompt+completion) | USD | "
+                   "wall s | backend | cache hits/misses |\n"
+                   "|---|---|---:|---|---:|---:|---:|---:|---|---|")
+
+
+def markdown_row(r: EvalResult) -> str:
+    cache = f"{r.cache_hits}/{r.cache_misses}" if r.cache_hits is not None else "-"
+    errors = f" ({r.n_errors} errors)" if r.n_errors else ""
+    policy = r.policy.replace("|", "\\|")  # a pipe would end the table cell, even inside backticks
+    return (f"| `{policy}` | {r.suite}/{r.split} | {r.n} | {r.accuracy:.3f} "
+            f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{errors} | {r.mean_calls:.2f} | "
+            f"{r.mean_prompt_tokens:.0f}+{r.mean_completion_tokens:.0f} | {r.mean_usd:.5f} | "
+            f"{r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |")
+
+
+def markdown_table(results: Sequence[EvalResult]) -> str:
+    return "\n".join([MARKDOWN_HEADER, *(markdown_row(r) for r in results)])
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a policy spec."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "policy"
+
+
+# --------------------------------------------------------------------------- the CLI sub-command
+
+
+def configure_eval(p: argparse.ArgumentParser) -> None:
+    from puppeteer.policies.baselines import SPEC_FORMS
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "policy specs:\n  " + "\n  ".join(SPEC_FORMS)
+    p.add_argument("--pool", required=True, help="pool name (agents/<name>.yaml) or a YAML path")
+    p.add_argument("--suite", required=True, help="suite name (envs/<name>.yaml)")
+    p.add_argument("--policy", required=True, help="policy spec, see below")
+    p.add_argument("--n", type=int, default=None, help="first N items of the split (default: all)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=5)
+    p.add_argument("--lam", type=float, default=0.1, help="cost weight in the reward")
+    p.add_argument("--cache", default=None,
+                   help=f"SQLite response cache for model-calling backends (default: ${RESPONSE_CACHE_ENV} "
+                        "or ~/.cache/puppeteer/responses.sqlite)")
+    p.add_argument("--no-cache", action="store_true", help="call the models every time")
+    p.add_argument("--out", default=None,
+                   help="output directory for results.json and trajectories.jsonl "
+                        "(default: runs/eval/<pool>_<suite>_<split>_<policy>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def resolve_cache(pool: Pool, cache: str | None, no_cache: bool) -> Path | None:
+    """The cache the CLI uses: none with --no-cache or for pools without model-calling backends."""
+    from puppeteer.backends import CACHEABLE
+
+    if no_cache or not set(pool.backends()) & CACHEABLE:
+        return None
+    return Path(cache).expanduser() if cache else default_response_cache()
+
+
+def eval_command(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    pool = load_pool(args.pool)
+    cache = resolve_cache(pool, args.cache, args.no_cache)
+    out = Path(args.out) if args.out else Path("runs") / "eval" / slug(
+        f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
+    result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
+                             out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
+                             progress=not args.quiet)
+    table = Table(title="evaluation", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    for label, value in summary_rows(result):
+        table.add_row(label, value)
+    console.print(table)
+    console.print(f"results: {out / 'results.json'}\ntrajectories: {out / 'trajectories.jsonl'}")
+    return 0

@@ -1,0 +1,98 @@
+"""Run a list of baselines on a pool and suites, write a markdown table to docs/baselines-<pool>.md.
+
+Default: the local pool, gsm8k and mmlu test splits, n=50, every baseline of
+``puppeteer.policies.baselines.default_baseline_specs`` (each single agent, random, chain,
+vote:3, moa, reflect), through the shared response cache so that calls common to several
+baselines (every solver's first call) run once. Trajectories and results.json of each run go
+to ``runs/baselines/<pool>/<suite>/<spec>/``.
+
+    python scripts/baselines_table.py                                  # real models: slow
+    python scripts/baselines_table.py --pool sim-paper --suites arith mix-math-mmlu --n 100
+    python scripts/baselines_table.py --pool sim-paper --specs vote:3 oracle single:gpt5-cot
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from puppeteer.evaluation import EvalResult, evaluate_policy, markdown_table, resolve_cache, slug
+from puppeteer.policies.baselines import default_baseline_specs
+from puppeteer.pool import load_pool
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pool", default="local")
+    p.add_argument("--suites", nargs="+", default=["gsm8k", "mmlu"])
+    p.add_argument("--split", default="test")
+    p.add_argument("--n", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=5)
+    p.add_argument("--specs", nargs="+", default=None,
+                   help="policy specs (default: all baselines for the pool)")
+    p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
+    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--runs-dir", default="runs/baselines")
+    p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p.parse_args(argv)
+
+
+def render(results: list[EvalResult], command: str, cache: Path | None) -> str:
+    first = results[0]
+    lines = [
+        f"# Baselines on the `{first.pool}` pool",
+        "",
+        f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by:",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        f"Split `{first.split}`, first n={first.n} items per suite (seed {first.seed}), each item run "
+        "once; accuracy with its 95% Wilson interval (errors count as wrong); calls, tokens "
+        "(prompt+completion) and USD are means per item; wall s is the whole run's wall time (calls "
+        "served by the response cache are nearly free, so later rows can be faster than their cost "
+        "suggests).",
+        f"Response cache: `{cache}`." if cache else "No response cache.",
+        "",
+    ]
+    for suite in dict.fromkeys(r.suite for r in results):
+        lines += [f"## {suite}", "", markdown_table([r for r in results if r.suite == suite]), ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    pool = load_pool(args.pool)
+    specs = args.specs or list(default_baseline_specs(pool))
+    cache = resolve_cache(pool, args.cache, args.no_cache)
+    results = []
+    for suite in args.suites:
+        for spec in specs:
+            out = Path(args.runs_dir) / pool.name / suite / slug(spec)
+            results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
+                                           out_dir=out, cache=cache, max_steps=args.max_steps,
+                                           progress=not args.quiet))
+    command = shlex.join(["python", "scripts/baselines_table.py", *argv])
+    md_path = Path(args.out) if args.out else ROOT / "docs" / f"baselines-{pool.name}.md"
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(render(results, command, cache))
+    sys.stdout.write(f"wrote {md_path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
