@@ -104,6 +104,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ValueError("max_steps must be >= 1")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        self._init_kwargs: dict[str, Any] = {
+            k: v for k, v in locals().items() if k not in ("self", "__class__", "seed")
+        }
         self.config = EnvConfig(
             mode=mode,
             lam=lam,
@@ -167,6 +170,12 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._sample_index = 0
         if seed is not None:
             self.reset(seed=seed)
+
+    def clone(self) -> ConductorEnv:
+        """A fresh env with the same settings, tasks, pool and backend (models are not loaded twice)."""
+        kwargs = {**self._init_kwargs, "pool": self.pool, "tasks": self.tasks}
+        kwargs["backend"] = self.executor.backend
+        return ConductorEnv(**kwargs)
 
     # ----------------------------------------------------------------- helpers
     @property

@@ -1,0 +1,65 @@
+"""Plots people would rather look at than read. Every figure names the backend that produced it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from puppeteer.types import Trajectory
+
+
+def learning_curve(
+    history: Sequence[Mapping[str, float]],
+    path: str | Path,
+    title: str,
+    references: Mapping[str, float] | None = None,
+) -> Path:
+    """Train (per batch) and held-out (per evaluation) mean return against episodes."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = [h["episodes"] for h in history]
+    ax.plot(xs, [h["train/return"] for h in history], alpha=0.4, label="train return (batch)")
+    ev = [(h["episodes"], h["eval/return"]) for h in history if "eval/return" in h]
+    if ev:
+        ax.plot(*zip(*ev, strict=True), marker="o", label="held-out return (greedy)")
+    for name, value in (references or {}).items():
+        ax.axhline(value, linestyle="--", linewidth=1, label=name)
+    ax.set_xlabel("episodes")
+    ax.set_ylabel("mean return")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def agent_usage(
+    trajectories: Sequence[Trajectory], agent_names: Sequence[str], path: str | Path, title: str
+) -> Path:
+    """How often each agent is activated, per step position."""
+    by_pos: dict[int, Counter[int]] = {}
+    for t in trajectories:
+        for s in t.steps:
+            by_pos.setdefault(s.index, Counter())[s.agent_id] += 1
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(agent_names)
+    for pos in sorted(by_pos):
+        vals = [by_pos[pos][i] / max(len(trajectories), 1) for i in range(len(agent_names))]
+        ax.bar(agent_names, vals, bottom=bottom, label=f"step {pos + 1}")
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.set_ylabel("activations per episode")
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(axis="x", rotation=45)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -1,0 +1,75 @@
+"""Reference policies with known value on a step-mode env: fixed sequences and the oracle router."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from puppeteer.backends.sim import oracle_agent
+from puppeteer.env import ConductorEnv
+from puppeteer.types import Task
+
+
+@dataclass(frozen=True)
+class Reference:
+    name: str
+    accuracy: float
+    ret: float
+    cost: float
+    calls: float
+
+
+def run_plan(
+    env: ConductorEnv, plan: Callable[[Task], Sequence[int]], name: str, seed: int = 10_000
+) -> Reference:
+    """Every task of ``env`` once: activate ``plan(task)`` in order, then the Terminator."""
+    rets, accs, costs, calls = [], [], [], []
+    for i in range(len(env.tasks)):
+        env.reset(seed=seed + i, options={"task_index": i})
+        actions = [*plan(env.task), env.pool.terminator_id]
+        total, disc, cost = 0.0, 1.0, 0.0
+        for a in actions:
+            _, r, terminated, _, info = env.step(a)
+            total += disc * r
+            disc *= env.config.gamma
+            cost += info.get("cost", 0.0)
+            if terminated:
+                break
+        rets.append(total)
+        accs.append(info["correct"])
+        costs.append(cost)
+        calls.append(len(info["trajectory"].steps))
+    return Reference(
+        name, float(np.mean(accs)), float(np.mean(rets)), float(np.mean(costs)), float(np.mean(calls))
+    )
+
+
+def oracle_router(env: ConductorEnv) -> Reference:
+    """Best single agent per task domain from the simulator's skill table, then the Terminator."""
+    opts = env.pool.backend_options.get("sim", {})
+    columns = dict(opts.get("columns", {}))
+    default = opts.get("default_column")
+    agents = env.pool.agents
+    best = {}
+
+    def plan(task: Task) -> list[int]:
+        column = columns.get(task.domain, default or task.domain)
+        if column not in best:
+            best[column] = oracle_agent(agents, column)
+        return [best[column]]
+
+    return run_plan(env, plan, "oracle router")
+
+
+def best_fixed_sequence(env: ConductorEnv, max_len: int = 2) -> tuple[Reference, list[Reference]]:
+    """Brute force over every sequence of 1..max_len agents followed by the Terminator."""
+    n = len(env.pool)
+    refs = []
+    for length in range(1, max_len + 1):
+        for seq in itertools.product(range(n), repeat=length):
+            names = " -> ".join(env.pool.agent(a).name for a in seq)
+            refs.append(run_plan(env, lambda _t, s=seq: list(s), names))
+    return max(refs, key=lambda r: r.ret), refs

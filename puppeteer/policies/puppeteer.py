@@ -1,0 +1,184 @@
+"""The step-wise orchestrator: a frozen sentence encoder plus a small trained scorer.
+
+logit(s, a) = MLP([h(s), g(e_a), h(s) * g(e_a)]) where h encodes the task text, the
+transcript so far, the step number and who has acted, and e_a is a trainable
+embedding of agent a initialised from its description. Unavailable agents are masked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from puppeteer.encoders import CachedEncoder, make_encoder
+from puppeteer.pool import Pool
+
+TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority answer."
+STATE_WINDOW = 1200  # sentence encoders read ~256 tokens: keep the latest part of the transcript
+
+
+def state_window(state: str) -> str:
+    return state[-STATE_WINDOW:] if state else "(nothing yet)"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    encoder: str = "minilm"
+    encoder_options: tuple[tuple[str, Any], ...] = ()
+    hidden: int = 128
+    max_steps: int = 5
+    greedy: bool = False
+
+
+def agent_text(pool: Pool, i: int) -> str:
+    a = pool.agent(i)
+    tools = ", ".join(a.tools) or "no tools"
+    return f"{a.name}: {a.description} (model {a.model.name}, pattern {a.pattern}, {tools})"
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the scorer needs from one observation (the encoder's work already done)."""
+
+    task: np.ndarray
+    state: np.ndarray
+    step: int
+    counts: np.ndarray
+    mask: np.ndarray
+
+
+class Scorer(nn.Module):
+    def __init__(self, dim: int, n_actions: int, max_steps: int, hidden: int, agent_init: np.ndarray) -> None:
+        super().__init__()
+        self.max_steps = max_steps
+        self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
+        state_in = 2 * dim + (max_steps + 1) + n_actions
+        self.state_net = nn.Sequential(nn.Linear(state_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
+        self.agent_net = nn.Linear(dim, hidden)
+        self.head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+    def forward(
+        self,
+        task: torch.Tensor,
+        state: torch.Tensor,
+        step: torch.Tensor,
+        counts: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Masked logits, shape (batch, n_actions)."""
+        onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
+        h = self.state_net(torch.cat([task, state, onehot, counts.float() / self.max_steps], dim=-1))
+        g = self.agent_net(self.agent_emb)  # (A, hidden)
+        hb = h[:, None, :].expand(-1, g.shape[0], -1)
+        gb = g[None, :, :].expand(h.shape[0], -1, -1)
+        logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
+        return logits.masked_fill(~mask.bool(), float("-inf"))
+
+
+class PuppeteerPolicy:
+    """Step-mode policy. ``act`` samples (or argmaxes) an action; ``log_probs`` re-scores for training."""
+
+    name = "puppeteer"
+
+    def __init__(
+        self,
+        pool: Pool,
+        config: PolicyConfig = PolicyConfig(),
+        encoder: CachedEncoder | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.pool = pool
+        self.config = config
+        self.encoder = encoder or make_encoder(config.encoder, **dict(config.encoder_options))
+        texts = [agent_text(pool, i) for i in range(len(pool))] + [TERMINATOR_TEXT]
+        torch.manual_seed(seed)
+        self.scorer = Scorer(
+            self.encoder.dim, pool.n_actions, config.max_steps, config.hidden, self.encoder.encode(texts)
+        )
+
+    # ------------------------------------------------------------------ features
+    def features(self, obs: dict[str, Any]) -> Features:
+        return self.features_batch([obs])[0]
+
+    def features_batch(self, observations: Sequence[dict[str, Any]]) -> list[Features]:
+        """Encode many observations with one encoder call (much faster than one by one)."""
+        texts = [t for o in observations for t in (o["task"], state_window(o["state"]))]
+        emb = self.encoder.encode(texts)
+        return [
+            Features(
+                task=emb[2 * i],
+                state=emb[2 * i + 1],
+                step=int(o["step"]),
+                counts=np.asarray(o["counts"], dtype=np.int64),
+                mask=np.asarray(o["mask"], dtype=bool),
+            )
+            for i, o in enumerate(observations)
+        ]
+
+    @staticmethod
+    def batch(feats: Sequence[Features]) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.as_tensor(np.stack([f.task for f in feats])),
+            torch.as_tensor(np.stack([f.state for f in feats])),
+            torch.as_tensor([f.step for f in feats], dtype=torch.long),
+            torch.as_tensor(np.stack([f.counts for f in feats])),
+            torch.as_tensor(np.stack([f.mask for f in feats])),
+        )
+
+    def logits(self, feats: Sequence[Features]) -> torch.Tensor:
+        return self.scorer(*self.batch(feats))
+
+    # ------------------------------------------------------------------ acting
+    def reset(self, task_id: str) -> None:  # stateless between steps: the observation carries the state
+        return None
+
+    def choose(
+        self, feats: Features, generator: torch.Generator | None = None, greedy: bool | None = None
+    ) -> int:
+        return self.choose_batch([feats], generator, greedy)[0]
+
+    def choose_batch(
+        self, feats: Sequence[Features], generator: torch.Generator | None = None, greedy: bool | None = None
+    ) -> list[int]:
+        with torch.no_grad():
+            logits = self.logits(feats)
+        if self.config.greedy if greedy is None else greedy:
+            return [int(a) for a in torch.argmax(logits, dim=-1)]
+        probs = torch.softmax(logits, dim=-1)
+        return [int(a) for a in torch.multinomial(probs, 1, generator=generator)[:, 0]]
+
+    def act(self, obs: dict[str, Any], rng: np.random.Generator) -> int:
+        gen = torch.Generator().manual_seed(int(rng.integers(2**31)))
+        return self.choose(self.features(obs), gen)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, directory: str | Path) -> Path:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        torch.save(self.scorer.state_dict(), d / "policy.pt")
+        meta = {
+            "config": asdict(self.config),
+            "pool": self.pool.name,
+            "agents": [a.name for a in self.pool.agents],
+        }
+        (d / "policy.json").write_text(json.dumps(meta, indent=2))
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path, pool: Pool, encoder: CachedEncoder | None = None) -> PuppeteerPolicy:
+        d = Path(directory)
+        meta = json.loads((d / "policy.json").read_text())
+        if meta["agents"] != [a.name for a in pool.agents]:
+            raise ValueError(f"policy was trained on agents {meta['agents']}, pool {pool.name!r} differs")
+        raw = meta["config"]
+        raw["encoder_options"] = tuple(tuple(x) for x in raw.get("encoder_options", ()))
+        policy = cls(pool, PolicyConfig(**raw), encoder=encoder)
+        policy.scorer.load_state_dict(torch.load(d / "policy.pt", weights_only=True))
+        return policy

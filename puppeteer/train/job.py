@@ -1,0 +1,135 @@
+"""The training job behind ``scripts/train.py`` and ``puppeteer train``: config in, run directory out."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from puppeteer.env import ConductorEnv
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.pool import load_pool
+from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
+from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
+
+log = logging.getLogger(__name__)
+
+
+def _get(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    value = cfg.get(key, default)
+    return default if value is None else value
+
+
+def env_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "mode": "step",
+        "lam": float(cfg["lam"]),
+        "gamma": float(cfg["gamma"]),
+        "phi": cfg.get("phi"),
+        "max_steps": int(cfg["max_steps"]),
+        "cost_model": str(cfg["cost_model"]),
+        "temperature": float(_get(cfg, "temperature", 0.0)),
+        "samples_per_item": cfg.get("samples_per_item"),
+        "cache": cfg.get("cache"),
+    }
+
+
+def build(cfg: Mapping[str, Any]) -> tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig]:
+    pool = load_pool(cfg["pool"]["name"])
+    suite = cfg["suite"]
+    kw = env_kwargs(cfg)
+    env = ConductorEnv(
+        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=suite.get("n_train"), **kw
+    )
+    eval_env = ConductorEnv(
+        pool=pool, suite=suite["name"], split=suite["eval_split"], n_tasks=suite.get("n_eval"), **kw
+    )
+    pc = cfg["policy"]
+    policy = PuppeteerPolicy(
+        pool,
+        PolicyConfig(
+            encoder=pc["encoder"],
+            encoder_options=tuple(dict(pc.get("encoder_options") or {}).items()),
+            hidden=int(pc["hidden"]),
+            max_steps=int(cfg["max_steps"]),
+        ),
+        seed=int(cfg["seed"]),
+    )
+    tcfg = ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])})
+    return env, eval_env, policy, tcfg
+
+
+def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | None = None) -> dict[str, Any]:
+    """Train, evaluate on held-out items; write ``results.json``, curves and the policy."""
+    from puppeteer.analytics.plots import learning_curve
+
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+    env, eval_env, policy, tcfg = build(cfg)
+    loggers: list[MetricLogger] = [JsonlLogger(run / "metrics.jsonl")]
+    wb = cfg.get("wandb") or {}
+    if wb.get("enabled"):
+        loggers.append(WandbLogger(run, wb.get("project", "puppeteer"), cfg, mode=wb.get("mode")))
+    logger = MultiLogger(*loggers)
+    start = time.perf_counter()
+    progress_cb, stop = _progress(console, tcfg.episodes) if cfg.get("progress", True) else (None, None)
+    try:
+        state = train(env, policy, tcfg, run, eval_env=eval_env, logger=logger, progress=progress_cb)
+    finally:
+        if stop:
+            stop()
+        logger.close()
+    final = evaluate([eval_env, *(eval_env.clone() for _ in range(tcfg.parallel_envs - 1))], policy)
+    backend = ",".join(env.pool.backends())
+    results = {
+        "heldout": final,
+        "best_update": state.best_update,
+        "best_heldout_return": state.best,
+        "episodes": state.episodes,
+        "updates": state.update,
+        "wall_s": time.perf_counter() - start,
+        "backend": backend,
+        "pool": env.pool.name,
+        "suite": cfg["suite"]["name"],
+        "n_train": len(env.tasks),
+        "n_eval": len(eval_env.tasks),
+        "lam": cfg["lam"],
+        "baseline": tcfg.baseline,
+        "seed": cfg["seed"],
+    }
+    (run / "results.json").write_text(json.dumps(results, indent=2))
+    learning_curve(
+        state.history,
+        run / "learning_curve.png",
+        f"puppeteer REINFORCE ({tcfg.baseline} baseline) on {results['suite']}, pool {env.pool.name} "
+        f"[backend: {backend}]",
+    )
+    return results
+
+
+def _progress(console: Any | None, total: int):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+        transient=False,
+    )
+    task = progress.add_task("train", total=total, info="")
+    progress.start()
+
+    def update(done: int, total_: int, metrics: Mapping[str, float]) -> None:
+        info = f"return {metrics['train/return']:.3f} acc {metrics['train/accuracy']:.2f}"
+        if "eval/return" in metrics:
+            info += f" | held-out return {metrics['eval/return']:.3f} acc {metrics['eval/accuracy']:.2f}"
+        progress.update(task, completed=done, info=info)
+
+    return update, progress.stop

@@ -1,0 +1,6 @@
+"""Train the step-wise puppeteer (Hydra): python scripts/train.py pool=sim-paper suite=mix-paper lam=0.2"""
+
+from puppeteer.train.hydra_entry import hydra_main
+
+if __name__ == "__main__":
+    hydra_main()

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from puppeteer.env import ConductorEnv
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.train.reinforce import BASELINES, Episode, ReinforceConfig, evaluate, run_episodes, train
+
+FAST = PolicyConfig(encoder="hashing", hidden=32, max_steps=3)
+
+
+def _env(split: str = "train", **kw) -> ConductorEnv:
+    return ConductorEnv(mode="step", pool="sim-paper", suite="arith", split=split, max_steps=3, **kw)
+
+
+def test_unavailable_agents_are_never_chosen() -> None:
+    env = _env(unavailable=[0, 1, 2])
+    policy = PuppeteerPolicy(env.pool, FAST)
+    gen = torch.Generator().manual_seed(0)
+    eps = run_episodes([env, env.clone()], policy, [(s, None) for s in range(40)], generator=gen)
+    used = {a for e in eps for a in e.actions}
+    assert used.isdisjoint({0, 1, 2})
+    assert len(used) > 3  # the untrained policy explores the rest
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    env = _env()
+    policy = PuppeteerPolicy(env.pool, FAST, seed=3)
+    obs, _ = env.reset(seed=0)
+    feats = policy.features(obs)
+    policy.save(tmp_path / "p")
+    loaded = PuppeteerPolicy.load(tmp_path / "p", env.pool)
+    assert torch.equal(policy.logits([feats]), loaded.logits([feats]))
+    assert loaded.config == policy.config
+    other = ConductorEnv(mode="step", pool="local", suite="arith")
+    with pytest.raises(ValueError, match="differs"):
+        PuppeteerPolicy.load(tmp_path / "p", other.pool)
+
+
+def test_encoder_cache_hits_repeated_texts() -> None:
+    env = _env()
+    policy = PuppeteerPolicy(env.pool, FAST)
+    obs, _ = env.reset(seed=0)
+    policy.features(obs)
+    misses = policy.encoder.misses
+    policy.features(obs)
+    assert policy.encoder.misses == misses and policy.encoder.hits >= 2
+
+
+def _ep(ret: float) -> Episode:
+    return Episode(task_id="t", feats=[], actions=[], rewards=[ret], returns=[ret])
+
+
+def test_baselines_by_hand() -> None:
+    groups = [[_ep(1.0), _ep(0.0), _ep(0.5)], [_ep(0.2)]]
+    cfg = ReinforceConfig(ema_decay=0.5)
+    assert BASELINES["none"](groups, {}, cfg) == [[0, 0, 0], [0]]
+    assert BASELINES["group"](groups, {}, cfg) == [[0.25, 0.75, 0.5], [0.0]]  # leave-one-out means
+    state: dict[str, float] = {}
+    assert BASELINES["ema"](groups, state, cfg) == [[0, 0, 0], [0]]
+    assert state["ema"] == pytest.approx(1.7 / 4)
+    assert BASELINES["ema"](groups, state, cfg)[0][0] == pytest.approx(1.7 / 4)
+    assert state["ema"] == pytest.approx(1.7 / 4)
+
+
+def test_training_approaches_the_best_single_agent(tmp_path: Path) -> None:
+    from puppeteer.analytics.references import best_fixed_sequence
+
+    env, test_env = _env("train"), _env("test", n_tasks=60)
+    best, _ = best_fixed_sequence(test_env, max_len=1)
+    policy = PuppeteerPolicy(env.pool, FAST, seed=0)
+    before = evaluate(test_env, policy)
+    cfg = ReinforceConfig(episodes=1536, batch_episodes=64, group_size=4, lr=0.01, eval_every=1000, seed=0)
+    train(env, policy, cfg, tmp_path)
+    after = evaluate(test_env, policy)
+    assert after["return"] > before["return"] + 0.3
+    assert after["return"] >= 0.8 * best.ret
+    assert after["accuracy"] >= 0.85
+    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 1536 and json.loads(lines[0])["mode"] == "step"
+    assert (tmp_path / "final" / "policy.pt").exists()
+
+
+class Killed(Exception):
+    pass
+
+
+def test_killed_run_resumes_to_the_same_result(tmp_path: Path) -> None:
+    cfg = ReinforceConfig(
+        episodes=384, batch_episodes=32, group_size=4, checkpoint_every=2, eval_every=1000, seed=5
+    )
+
+    def fresh() -> tuple[ConductorEnv, PuppeteerPolicy]:
+        env = _env()
+        return env, PuppeteerPolicy(env.pool, FAST, seed=1)
+
+    env, full = fresh()
+    train(env, full, cfg, tmp_path / "full")
+
+    env, part = fresh()
+
+    def kill_after_update_5(done: int, total: int, metrics: dict) -> None:
+        if done == 5 * 32:
+            raise Killed  # dies after update 5, before the checkpoint of update 6: loses that batch
+
+    with pytest.raises(Killed):
+        train(env, part, cfg, tmp_path / "resumed", progress=kill_after_update_5)
+    env, resumed = fresh()  # a new process would start from scratch objects
+    state = train(env, resumed, cfg, tmp_path / "resumed")
+    assert state.episodes == 384
+    for a, b in zip(full.scorer.parameters(), resumed.scorer.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    full_lines = (tmp_path / "full" / "trajectories.jsonl").read_text().splitlines()
+    res_lines = (tmp_path / "resumed" / "trajectories.jsonl").read_text().splitlines()
+    assert len(res_lines) == len(full_lines) == 384
+    assert res_lines == full_lines
+
+
+def test_greedy_evaluation_is_deterministic() -> None:
+    env = _env("test", n_tasks=20)
+    policy = PuppeteerPolicy(env.pool, FAST, seed=2)
+    assert evaluate(env, policy) == evaluate(env, policy)
+    assert np.isfinite(evaluate(env, policy)["return"])
