@@ -78,7 +78,15 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
     start = time.perf_counter()
     progress_cb, stop = _progress(console, tcfg.episodes) if cfg.get("progress", True) else (None, None)
     try:
-        state = train(env, policy, tcfg, run, eval_env=eval_env, logger=logger, progress=progress_cb)
+        # model selection ("best/") on the validation split; the reported numbers come from the test split
+        val_env = ConductorEnv(
+            pool=env.pool,
+            suite=cfg["suite"]["name"],
+            split=cfg["suite"].get("val_split", "validation"),
+            n_tasks=cfg["suite"].get("n_val"),
+            **env_kwargs(cfg),
+        )
+        state = train(env, policy, tcfg, run, eval_env=val_env, logger=logger, progress=progress_cb)
     finally:
         if stop:
             stop()
@@ -88,7 +96,7 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
     results = {
         "heldout": final,
         "best_update": state.best_update,
-        "best_heldout_return": state.best,
+        "best_validation_return": state.best,
         "episodes": state.episodes,
         "updates": state.update,
         "wall_s": time.perf_counter() - start,
@@ -129,7 +137,7 @@ def _progress(console: Any | None, total: int):
     def update(done: int, total_: int, metrics: Mapping[str, float]) -> None:
         info = f"return {metrics['train/return']:.3f} acc {metrics['train/accuracy']:.2f}"
         if "eval/return" in metrics:
-            info += f" | held-out return {metrics['eval/return']:.3f} acc {metrics['eval/accuracy']:.2f}"
+            info += f" | validation return {metrics['eval/return']:.3f}"
         progress.update(task, completed=done, info=info)
 
     return update, progress.stop
