@@ -126,7 +126,8 @@ class SandboxResult:
 
     ``stdout`` + ``stderr`` hold at most ``max_output_bytes`` bytes (``truncated`` says
     whether more was printed). ``cpu_s`` and ``max_rss_mb`` come from the reaped process
-    tree (they can undercount processes killed on a timeout). ``protections`` lists the
+    tree (they can undercount processes killed on a timeout; ``max_rss_mb`` can include the
+    parent's own RSS, which Linux carries into a forked child). ``protections`` lists the
     layers that took effect; ``pid`` is the sandbox's process (and process group) id.
     """
 

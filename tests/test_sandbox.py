@@ -183,7 +183,7 @@ def test_memory_bomb(env_before: dict[str, str]) -> None:
     result = run_python(grow, limits=FAST)
     assert result.status == "memory", result.stderr
     assert "MemoryError" in result.stderr
-    assert result.max_rss_mb < 300
+    # (max_rss_mb is not checked: Linux carries the parent's RSS high-water mark into a forked child)
     assert run_python("x = 'a' * 10**11", limits=FAST).status == "memory"
     assert_parent_unharmed(result, env_before)
 
