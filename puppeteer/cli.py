@@ -144,12 +144,69 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- train / quickstart
+def _configure_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "overrides", nargs="*", help="Hydra overrides, e.g. pool=sim-paper suite=mix-paper lam=0.2"
+    )
+    p.add_argument("-m", "--multirun", action="store_true", help="Hydra multirun (sweeps like lam=0,0.1,0.2)")
+
+
+def _train(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.train.hydra_entry import hydra_main
+
+    hydra_main([*(["-m"] if args.multirun else []), *args.overrides])
+    return 0
+
+
+def _configure_quickstart(p: argparse.ArgumentParser) -> None:
+    from puppeteer.quickstart import QuickstartConfig
+
+    d = QuickstartConfig()
+    p.add_argument("--out", default="runs/quickstart", help="run directory (report.md, results.json, plots)")
+    p.add_argument(
+        "--cache", default=None, help="SQLite response cache (default ~/.cache/puppeteer/responses.sqlite)"
+    )
+    p.add_argument("--n-train", type=int, default=d.n_train)
+    p.add_argument("--n-eval", type=int, default=d.n_eval)
+    p.add_argument("--episodes", type=int, default=d.episodes)
+    p.add_argument("--lam", type=float, default=d.lam)
+    p.add_argument("--encoder", default=d.encoder)
+    p.add_argument("--seed", type=int, default=d.seed)
+
+
+def _quickstart(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.quickstart import QuickstartConfig, run_quickstart
+
+    cfg = QuickstartConfig(
+        n_train=args.n_train,
+        n_eval=args.n_eval,
+        episodes=args.episodes,
+        lam=args.lam,
+        encoder=args.encoder,
+        seed=args.seed,
+    )
+    run_quickstart(cfg, args.out, cache=args.cache, console=console)
+    return 0
+
+
 def commands() -> tuple[Command, ...]:
     return (
         Command("pool", "inspect agent pools", _configure_pool, _pool),
         Command("run", "run one question through a workflow or a chain of agents", _configure_run, _run),
-        Command("eval", "evaluate a policy (baseline spec or trained puppeteer) on a suite", configure_eval,
-                eval_command),
+        Command(
+            "eval",
+            "evaluate a policy (baseline spec or trained puppeteer) on a suite",
+            configure_eval,
+            eval_command,
+        ),
+        Command("train", "train the step-wise puppeteer (Hydra overrides)", _configure_train, _train),
+        Command(
+            "quickstart",
+            "train and evaluate on real local models, write a report",
+            _configure_quickstart,
+            _quickstart,
+        ),
     )
 
 

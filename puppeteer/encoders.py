@@ -85,7 +85,8 @@ def sentence_encoder(model: str | None = None, device: str = "cpu", batch_size: 
             show_progress_bar=False,
         )
 
-    return CachedEncoder(fn, int(st.get_sentence_embedding_dimension() or 384))
+    dim_fn = getattr(st, "get_embedding_dimension", None) or st.get_sentence_embedding_dimension
+    return CachedEncoder(fn, int(dim_fn() or 384))
 
 
 _TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")

@@ -16,8 +16,8 @@ from puppeteer.backends.base import Backend
 from puppeteer.pool import Pool
 from puppeteer.reasoning import DEFAULT_FORMAT, Turn, worker_messages
 from puppeteer.tools import Tool, tool_prompt
-from puppeteer.tools.loop import arun_with_tools
-from puppeteer.types import CallContext, CompletionRequest, Step, Workflow
+from puppeteer.tools.loop import arun_with_tools, run_with_tools
+from puppeteer.types import CallContext, Completion, CompletionRequest, Step, Workflow
 from puppeteer.workflow import visible_steps
 
 T = TypeVar("T")
@@ -54,9 +54,9 @@ class Executor:
     max_tool_rounds: int = 3
     show_question: bool = True
 
-    async def arun_step(
+    def _request(
         self, ctx: EpisodeContext, index: int, agent_id: int, subtask: str, visible: Sequence[Step]
-    ) -> Step:
+    ) -> tuple[Mapping[str, Tool], CompletionRequest]:
         agent = self.pool.agent(agent_id)
         agent_tools = {name: self.tools[name] for name in agent.tools if name in self.tools}
         messages = worker_messages(
@@ -82,18 +82,22 @@ class Executor:
                 visible_answers=tuple(s.answer for s in visible if s.answer is not None),
             ),
         )
-        tool_calls = 0
-        if agent_tools:
-            result = await arun_with_tools(
-                self.backend, request, agent_tools, max_rounds=self.max_tool_rounds
-            )
-            completion, tool_calls = result.completion, result.tool_calls
-        else:
-            completion = await self.backend.acomplete(request)
+        return agent_tools, request
+
+    def _step(
+        self,
+        ctx: EpisodeContext,
+        index: int,
+        agent_id: int,
+        subtask: str,
+        visible: Sequence[Step],
+        completion: Completion,
+        tool_calls: int,
+    ) -> Step:
         return Step(
             index=index,
             agent_id=agent_id,
-            agent_name=agent.name,
+            agent_name=self.pool.agent(agent_id).name,
             subtask=subtask,
             visible=tuple(s.index for s in visible),
             completion=completion,
@@ -101,10 +105,28 @@ class Executor:
             tool_calls=tool_calls,
         )
 
+    async def arun_step(
+        self, ctx: EpisodeContext, index: int, agent_id: int, subtask: str, visible: Sequence[Step]
+    ) -> Step:
+        tools, request = self._request(ctx, index, agent_id, subtask, visible)
+        if tools:
+            result = await arun_with_tools(self.backend, request, tools, max_rounds=self.max_tool_rounds)
+            completion, calls = result.completion, result.tool_calls
+        else:
+            completion, calls = await self.backend.acomplete(request), 0
+        return self._step(ctx, index, agent_id, subtask, visible, completion, calls)
+
     def run_step(
         self, ctx: EpisodeContext, index: int, agent_id: int, subtask: str, visible: Sequence[Step]
     ) -> Step:
-        return run_sync(self.arun_step(ctx, index, agent_id, subtask, visible))
+        """One activation from sync code, without an event loop (step mode's hot path)."""
+        tools, request = self._request(ctx, index, agent_id, subtask, visible)
+        if tools:
+            result = run_with_tools(self.backend, request, tools, max_rounds=self.max_tool_rounds)
+            completion, calls = result.completion, result.tool_calls
+        else:
+            completion, calls = self.backend.complete(request), 0
+        return self._step(ctx, index, agent_id, subtask, visible, completion, calls)
 
     async def arun_workflow(self, ctx: EpisodeContext, workflow: Workflow) -> tuple[Step, ...]:
         futures: dict[int, Awaitable[Step]] = {}

@@ -68,6 +68,16 @@ class Pool:
         mask[self.terminator_id] = 1
         return mask
 
+    def subset(self, names: Sequence[str]) -> Pool:
+        """A pool of the named agents only, in the given order (ids are positions in the subset)."""
+        agents = tuple(self.agent(self.index(n)) for n in names)
+        return Pool(
+            name=f"{self.name}[{','.join(names)}]",
+            agents=agents,
+            description=self.description,
+            backend_options=self.backend_options,
+        )
+
     def backends(self) -> tuple[str, ...]:
         return tuple(sorted({a.model.backend for a in self.agents}))
 

@@ -38,7 +38,7 @@ class StudyConfig:
     baselines: tuple[str, ...] = ("group", "none")
     lams: tuple[float, ...] = (0.0, 0.1, 0.3, 1.0)
     encoder: str = "minilm"
-    eval_every: int = 2
+    eval_every: int = 4
     trainer: Mapping[str, Any] | None = None
 
 
@@ -105,7 +105,16 @@ def run_study(
     for lam in cfg.lams:
         _, lam_env = _envs(cfg, lam)
         say(f"lambda sweep lam={lam}")
-        r = train_one(cfg, lam, cfg.baselines[0], cfg.seeds[0], out / f"lam{lam}", encoder)
+        same = [
+            x
+            for x in runs
+            if x["lam"] == lam and x["baseline"] == cfg.baselines[0] and x["seed"] == cfg.seeds[0]
+        ]
+        r = (
+            dict(same[0])
+            if same
+            else train_one(cfg, lam, cfg.baselines[0], cfg.seeds[0], out / f"lam{lam}", encoder)
+        )
         r["oracle"] = asdict(oracle_router(lam_env))
         sweep.append(r)
 

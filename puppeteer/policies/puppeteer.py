@@ -21,7 +21,7 @@ from puppeteer.encoders import CachedEncoder, make_encoder
 from puppeteer.pool import Pool
 
 TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority answer."
-STATE_WINDOW = 1200  # sentence encoders read ~256 tokens: keep the latest part of the transcript
+STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
 
 
 def state_window(state: str) -> str:

@@ -67,6 +67,7 @@ def run_episodes(
     specs: Sequence[tuple[int, int | None]],
     generator: torch.Generator | None = None,
     greedy: bool = False,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> list[Episode]:
     """Run one episode per (reset seed, task index) spec, ``len(envs)`` at a time in lockstep.
 
@@ -97,6 +98,8 @@ def run_episodes(
                     ep.returns = discounted_returns(ep.rewards, envs[k].config.gamma)
                     ep.correct = bool(info["correct"])
                     ep.trajectory = trajectory_to_dict(info["trajectory"])
+                    if on_episode is not None:
+                        on_episode(ep)
                 else:
                     still.append(k)
             active = still
@@ -209,6 +212,7 @@ def train(
     logger: MetricLogger | None = None,
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
     eval_n: int | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
 ) -> TrainState:
     """Train ``policy`` on ``env``; resumes from ``run_dir/checkpoint.pt`` when it exists."""
     if config.baseline not in BASELINES:
@@ -245,7 +249,7 @@ def train(
         for _ in range(n_groups):
             task_index = int(rng.integers(len(env.tasks)))
             specs += [(int(rng.integers(2**31)), task_index) for _ in range(config.group_size)]
-        flat = run_episodes(envs, policy, specs, generator=gen)
+        flat = run_episodes(envs, policy, specs, generator=gen, on_episode=on_episode)
         groups = [flat[i : i + config.group_size] for i in range(0, len(flat), config.group_size)]
         baselines = baseline_fn(groups, state.baseline, config)
         feats, actions, advs = [], [], []

@@ -1,0 +1,257 @@
+"""A persistent response cache in front of any backend (SQLite, WAL mode).
+
+The key is the sha256 of the canonical JSON of what decides a completion:
+``(model.backend, model.target, messages, max_tokens, temperature, sample_index, stop)``.
+The :class:`~puppeteer.types.CallContext` is deliberately not part of it, nor are
+``ModelSpec.options`` (keep options that change outputs out of shared caches, or
+give such models distinct targets). A hit returns the stored completion with
+``cached=True`` and the original ``latency_s``.
+
+Every thread gets its own SQLite connection; async calls reach SQLite through
+``asyncio.to_thread``. Identical concurrent misses call the inner backend once (the
+others wait and count as hits). A database that is not SQLite raises
+:class:`CacheError` at open time and is left untouched. A write that fails (for
+example, the database stayed locked past ``timeout``) still returns the fresh
+completion, logs a warning and counts in ``stats.write_errors``; pass
+``on_write_error="raise"`` to fail instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from puppeteer.backends.base import Backend
+from puppeteer.types import Completion, CompletionRequest
+
+log = logging.getLogger(__name__)
+
+KEY_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS completions (
+    key TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    cost_usd REAL,
+    flops REAL NOT NULL,
+    latency_s REAL NOT NULL,
+    model TEXT NOT NULL,
+    created REAL NOT NULL,
+    request TEXT NOT NULL
+)
+"""
+_COLUMNS = "text, prompt_tokens, completion_tokens, cost_usd, flops, latency_s, model"
+
+
+class CacheError(RuntimeError):
+    """The cache database cannot be used (not SQLite, corrupt, unreadable)."""
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    write_errors: int = 0
+    read_errors: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+def request_payload(request: CompletionRequest) -> dict[str, Any]:
+    """The fields of a request that decide its completion (the cache key's content)."""
+    return {
+        "v": KEY_VERSION,
+        "backend": request.model.backend,
+        "target": request.model.target,
+        "messages": [[m.role, m.content] for m in request.messages],
+        "max_tokens": int(request.max_tokens),
+        "temperature": float(request.temperature),
+        "sample_index": int(request.sample_index),
+        "stop": list(request.stop),
+    }
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def request_key(request: CompletionRequest) -> str:
+    return hashlib.sha256(canonical_json(request_payload(request)).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class _Flight:
+    """An in-progress miss for one key: later identical requests wait on ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    users: int = 0
+
+
+class CachedBackend:
+    """Wraps ``inner`` with a SQLite cache at ``path``. ``name`` is the inner backend's name."""
+
+    def __init__(self, inner: Backend, path: Path | str, timeout: float = 30.0,
+                 on_write_error: Literal["warn", "raise"] = "warn") -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.path = Path(path)
+        self.timeout = timeout
+        self.on_write_error = on_write_error
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        self._counts = {"hits": 0, "misses": 0, "write_errors": 0, "read_errors": 0}
+        self._flights: dict[str, _Flight] = {}
+        self._afutures: dict[tuple[int, str], asyncio.Future[Completion]] = {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = self._conn()
+            conn.execute(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise CacheError(f"cache database {self.path} is unusable ({exc}); it was left untouched — "
+                             "move it away or point the cache elsewhere") from exc
+
+    # ------------------------------------------------------------------ sqlite
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            with self._guard:
+                self._connections.append(conn)
+        return conn
+
+    def _count(self, name: str) -> None:
+        with self._guard:
+            self._counts[name] += 1
+
+    def lookup(self, key: str) -> Completion | None:
+        try:
+            row = self._conn().execute(f"SELECT {_COLUMNS} FROM completions WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            self._count("read_errors")
+            log.warning("cache read from %s failed (%s); treating as a miss", self.path, exc)
+            return None
+        if row is None:
+            return None
+        text, pt, ct, cost, flops, latency, model = row
+        return Completion(text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost, flops=flops,
+                          latency_s=latency, model=model, cached=True)
+
+    def store(self, key: str, request: CompletionRequest, completion: Completion) -> bool:
+        """Persist ``completion`` under ``key`` (first writer wins). False if the write failed."""
+        try:
+            self._conn().execute(
+                "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, completion.text, completion.prompt_tokens, completion.completion_tokens,
+                 completion.cost_usd, completion.flops, completion.latency_s, completion.model, time.time(),
+                 canonical_json(request_payload(request))),
+            )
+        except sqlite3.Error as exc:
+            self._count("write_errors")
+            if self.on_write_error == "raise":
+                raise CacheError(f"cache write to {self.path} failed: {exc}") from exc
+            log.warning("cache write to %s failed (%s); the completion is returned but not cached",
+                        self.path, exc)
+            return False
+        return True
+
+    def __len__(self) -> int:
+        return int(self._conn().execute("SELECT count(*) FROM completions").fetchone()[0])
+
+    @property
+    def stats(self) -> CacheStats:
+        with self._guard:
+            return CacheStats(**self._counts)
+
+    def close(self) -> None:
+        with self._guard:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()
+
+    def __enter__(self) -> CachedBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ calls
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        key = request_key(request)
+        hit = self.lookup(key)
+        if hit is not None:
+            self._count("hits")
+            return hit
+        with self._guard:
+            flight = self._flights.setdefault(key, _Flight())
+            flight.users += 1
+        try:
+            with flight.lock:
+                hit = self.lookup(key)  # a concurrent identical miss may have filled it
+                if hit is not None:
+                    self._count("hits")
+                    return hit
+                self._count("misses")
+                completion = self.inner.complete(request)
+                self.store(key, request, completion)
+                return completion
+        finally:
+            with self._guard:
+                flight.users -= 1
+                if flight.users == 0:
+                    del self._flights[key]
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        key = request_key(request)
+        hit = await asyncio.to_thread(self.lookup, key)
+        if hit is not None:
+            self._count("hits")
+            return hit
+        fkey = (id(asyncio.get_running_loop()), key)
+        with self._guard:
+            pending = self._afutures.get(fkey)
+            if pending is None:
+                future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+                self._afutures[fkey] = future
+        if pending is not None:
+            shared = await asyncio.shield(pending)
+            self._count("hits")
+            return replace(shared, cached=True)
+        try:
+            self._count("misses")
+            completion = await self.inner.acomplete(request)
+            await asyncio.to_thread(self.store, key, request, completion)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it, no "never retrieved" warning
+            raise
+        else:
+            future.set_result(completion)
+            return completion
+        finally:
+            with self._guard:
+                del self._afutures[fkey]

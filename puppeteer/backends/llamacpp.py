@@ -1,0 +1,217 @@
+"""Embedded llama.cpp backend: runs the GGUF models of :mod:`puppeteer.backends.models` on CPU.
+
+``request.model.target`` is an embedded model key (``qwen2.5-coder-1.5b`` ...). Each
+model is loaded lazily, once per backend instance, and shared by every agent that
+uses it. A ``Llama`` object is not thread-safe, so calls are serialised per model;
+calls to different models run concurrently. Because one ``Llama`` object keeps its
+KV cache between calls, a prompt that shares a prefix with the previous prompt on
+the same model (a long common system prompt) only evaluates the new suffix.
+
+Options worth knowing:
+
+- ``seed``: sampling uses ``seed + request.sample_index``; greedy decoding
+  (``temperature=0``) ignores it.
+- ``reuse_prefix`` (default True): keep the KV cache between calls. A reused prefix
+  is evaluated in a different batch shape than a fresh prefill, which changes logits
+  in the last bits; at ``temperature > 0`` that can change the sampled text. Pass
+  ``reuse_prefix=False`` for samples that are bit-reproducible from the seed alone.
+- ``extra_buffers``: llama.cpp's extra weight buffer types (AMX, CPU repack). The
+  ggml in llama-cpp-python 0.3.36 compiled with ``-march=native`` on an AMX CPU
+  crashes with SIGILL in its AMX matmul (tile config bug, ggml-org/llama.cpp PR
+  26954), so ``None`` (auto) turns them off when the build reports ``AMX_INT8 = 1``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from puppeteer.backends.base import SyncBackend
+from puppeteer.backends.models import EMBEDDED_MODELS, EmbeddedModel, get_model, model_path
+from puppeteer.types import Completion, CompletionRequest
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+log = logging.getLogger(__name__)
+
+# ModelSpec.options keys forwarded to ``create_chat_completion``.
+SAMPLING_OPTIONS = frozenset(
+    {"top_p", "top_k", "min_p", "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty"}
+)
+
+
+# llama-cpp-python builds its model parameters inside ``Llama.__init__`` and exposes no
+# ``use_extra_bufts`` argument, so the one way to set it is to wrap the defaults factory
+# for the duration of a load. This lock makes that window exclusive within the process.
+_PARAMS_PATCH_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _extra_buffers_disabled() -> Iterator[None]:
+    import llama_cpp.llama as llama_module
+
+    low = llama_module.llama_cpp
+    with _PARAMS_PATCH_LOCK:
+        original = low.llama_model_default_params
+
+        def defaults() -> object:
+            params = original()
+            params.use_extra_bufts = False
+            return params
+
+        low.llama_model_default_params = defaults
+        try:
+            yield
+        finally:
+            low.llama_model_default_params = original
+
+
+def build_has_amx() -> bool:
+    """True when the installed llama.cpp was compiled with AMX kernels (``-march=native`` on AMX CPUs)."""
+    import llama_cpp
+
+    return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode(errors="replace")
+
+
+def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int = 512, seed: int = 0,
+               verbose: bool = False, extra_buffers: bool | None = None) -> Llama:
+    """A ``llama_cpp.Llama`` for ``path`` with the settings the backend uses (see module notes)."""
+    from llama_cpp import Llama  # heavy import, only when a model is actually used
+
+    if extra_buffers is None:
+        extra_buffers = not build_has_amx()
+        if not extra_buffers:
+            log.info("llama.cpp was built with AMX kernels, which crash (SIGILL) in this ggml version; "
+                     "loading %s without extra buffer types (pass extra_buffers=True to override)", path.name)
+    with contextlib.nullcontext() if extra_buffers else _extra_buffers_disabled():
+        return Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
+                     n_batch=n_batch, seed=seed, verbose=verbose)
+
+
+def available_cpus() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class _Slot:
+    """One model's state: the lock serialising its calls and, once loaded, the Llama."""
+
+    lock: threading.Lock
+    llama: Llama | None = None
+
+
+class LlamaCppBackend(SyncBackend):
+    """Backend ``llamacpp``: local GGUF models through ``llama_cpp.Llama.create_chat_completion``."""
+
+    name = "llamacpp"
+
+    def __init__(self, n_threads: int | None = None, n_ctx: int = 4096, cache_dir: Path | str | None = None,
+                 seed: int = 0, verbose: bool = False, n_batch: int = 512,
+                 extra_buffers: bool | None = None, reuse_prefix: bool = True,
+                 models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS) -> None:
+        self.n_threads = n_threads or available_cpus()
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.seed = seed
+        self.verbose = verbose
+        self.extra_buffers = extra_buffers
+        self.reuse_prefix = reuse_prefix
+        self._models = models
+        self._slots: dict[str, _Slot] = {}
+        self._slots_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ models
+
+    def _slot(self, key: str) -> _Slot:
+        get_model(key, self._models)  # unknown keys fail here, before any lock or load
+        with self._slots_lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = _Slot(threading.Lock())
+            return slot
+
+    def _load(self, key: str) -> Llama:
+        path = model_path(key, self.cache_dir, self._models)
+        start = time.perf_counter()
+        llama = load_llama(path, n_ctx=self.n_ctx, n_threads=self.n_threads, n_batch=self.n_batch,
+                           seed=self.seed, verbose=self.verbose, extra_buffers=self.extra_buffers)
+        log.info("loaded %s from %s in %.1fs (%d threads, n_ctx=%d)", key, path,
+                 time.perf_counter() - start, self.n_threads, self.n_ctx)
+        return llama
+
+    def llama(self, key: str) -> Llama:
+        """The shared ``Llama`` for ``key``, loaded on first use. Use it under :meth:`lock`."""
+        slot = self._slot(key)
+        with slot.lock:
+            if slot.llama is None:
+                slot.llama = self._load(key)
+            return slot.llama
+
+    def lock(self, key: str) -> threading.Lock:
+        """The lock that serialises calls on model ``key``."""
+        return self._slot(key).lock
+
+    def loaded(self) -> tuple[str, ...]:
+        with self._slots_lock:
+            return tuple(k for k, s in self._slots.items() if s.llama is not None)
+
+    def close(self) -> None:
+        with self._slots_lock:
+            slots = list(self._slots.values())
+            self._slots.clear()
+        for slot in slots:
+            with slot.lock:
+                if slot.llama is not None:
+                    slot.llama.close()
+                    slot.llama = None
+
+    # ------------------------------------------------------------------ calls
+
+    def _call_kwargs(self, request: CompletionRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "messages": [m.as_dict() for m in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "seed": self.seed + request.sample_index,
+            "stop": list(request.stop) or None,
+        }
+        kwargs.update({k: v for k, v in request.model.options.items() if k in SAMPLING_OPTIONS})
+        return kwargs
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        key = request.model.target
+        slot = self._slot(key)
+        kwargs = self._call_kwargs(request)
+        with slot.lock:
+            if slot.llama is None:
+                slot.llama = self._load(key)
+            if not self.reuse_prefix:
+                slot.llama.reset()  # full prefill every call: bit-reproducible samples, slower
+            start = time.perf_counter()
+            response = slot.llama.create_chat_completion(**kwargs)
+            latency = time.perf_counter() - start
+        text = response["choices"][0]["message"].get("content") or ""
+        usage = response.get("usage") or {}
+        prompt_tokens = int(usage.get("prompt_tokens", 0))
+        completion_tokens = int(usage.get("completion_tokens", 0))
+        return Completion(
+            text=text,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=request.model.usd(prompt_tokens, completion_tokens),
+            flops=request.model.flops(prompt_tokens, completion_tokens),
+            latency_s=latency,
+            model=key,
+        )
