@@ -38,7 +38,7 @@ class StudyConfig:
     baselines: tuple[str, ...] = ("group", "none")
     lams: tuple[float, ...] = (0.0, 0.1, 0.3, 1.0)
     encoder: str = "minilm"
-    eval_every: int = 4
+    eval_every: int = 1
     trainer: Mapping[str, Any] | None = None
 
 
@@ -178,7 +178,7 @@ def _plot_sweep(sweep: list[dict[str, Any]], path: Path, cfg: StudyConfig) -> No
     )
     ax2.set_ylabel("calls / cost per episode")
     ax1.set_xscale("symlog", linthresh=0.1)
-    fig.legend(fontsize=8, loc="upper center")
+    fig.legend(fontsize=8, loc="center left", bbox_to_anchor=(0.12, 0.45))
     ax1.set_title(f"lambda sweep on {cfg.suite}, pool {cfg.pool} [backend: sim]", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
