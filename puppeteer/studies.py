@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from puppeteer.analytics.plots import save
 from puppeteer.analytics.references import Reference, best_fixed_sequence, oracle_router
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
@@ -160,9 +161,7 @@ def _plot_curves(
         fontsize=9,
     )
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def _plot_sweep(sweep: list[dict[str, Any]], path: Path, cfg: StudyConfig) -> None:
@@ -180,9 +179,7 @@ def _plot_sweep(sweep: list[dict[str, Any]], path: Path, cfg: StudyConfig) -> No
     ax1.set_xscale("symlog", linthresh=0.1)
     fig.legend(fontsize=8, loc="center left", bbox_to_anchor=(0.12, 0.45))
     ax1.set_title(f"lambda sweep on {cfg.suite}, pool {cfg.pool} [backend: sim]", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save(fig, path)
 
 
 def report(results: Mapping[str, Any]) -> str:

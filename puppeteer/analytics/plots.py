@@ -10,8 +10,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from puppeteer.types import Trajectory
+
+
+def save(fig: Figure, path: str | Path) -> Path:
+    """Write a figure as PNG and free it."""
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
 
 
 def learning_curve(
@@ -33,11 +43,7 @@ def learning_curve(
     ax.set_ylabel("mean return")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save(fig, path)
 
 
 def agent_usage(
@@ -58,8 +64,4 @@ def agent_usage(
     ax.set_title(title, fontsize=10)
     ax.tick_params(axis="x", rotation=45)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save(fig, path)
