@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.analytics.plots import agent_usage, learning_curve
+from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import EvalResult, default_response_cache, evaluate_policy
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
@@ -48,6 +49,7 @@ class QuickstartConfig:
         "vote:3",
     )
     seed: int = 0
+    n_threads: int | None = None  # llama.cpp threads; None = all available CPUs
 
 
 def _row(name: str, r: EvalResult) -> dict[str, Any]:
@@ -88,6 +90,8 @@ def run_quickstart(
         cost_model=cfg.cost_model,
         samples_per_item=1,
         cache=cache,
+        # one model call at a time, so llama.cpp may use every core
+        backend_options={"llamacpp": {"n_threads": cfg.n_threads or available_cpus()}},
     )
     backend = env.executor.backend  # one set of loaded models for training, evaluation and baselines
     console.print(
