@@ -103,6 +103,17 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def default_threads() -> int:
+    """Half the available CPUs (llama-cpp-python's own default), at least one.
+
+    llama.cpp's OpenMP threads spin at barriers: when more threads run than cores are
+    free (another process, or two models of this backend generating at once) a
+    preempted thread stalls all others and throughput can collapse 10-70x. Half the
+    CPUs leaves room; pass ``n_threads`` explicitly on a dedicated machine.
+    """
+    return max(1, available_cpus() // 2)
+
+
 @dataclass
 class _Slot:
     """One model's state: the lock serialising its calls and, once loaded, the Llama."""
@@ -120,7 +131,7 @@ class LlamaCppBackend(SyncBackend):
                  seed: int = 0, verbose: bool = False, n_batch: int = 512,
                  extra_buffers: bool | None = None, reuse_prefix: bool = True,
                  models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS) -> None:
-        self.n_threads = n_threads or available_cpus()
+        self.n_threads = n_threads or default_threads()
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
