@@ -64,6 +64,18 @@ EXAMPLES: tuple[Example, ...] = (
 )
 
 
+# Task domains (suite names) -> the example family they belong to, so that few-shot
+# examples never come from the question's own kind of task.
+DOMAIN_FAMILIES: dict[str, str] = {
+    **dict.fromkeys(
+        ("arith", "gsm8k", "math500", "aime25", "rg-basic_arithmetic", "rg-gsm_symbolic"), "math"
+    ),
+    **dict.fromkeys(("mmlu", "gpqa-diamond"), "mmlu"),
+    **dict.fromkeys(("humaneval",), "code"),
+    **dict.fromkeys(("rg-knights_knaves",), "logic"),
+}
+
+
 def _pick(pool: Pool, pattern: str, fallback: int) -> int:
     for i, a in enumerate(pool.agents):
         if a.pattern == pattern:
@@ -93,7 +105,8 @@ def pool_table(pool: Pool) -> str:
 
 def conductor_prompt(pool: Pool, question: str, domain: str, max_steps: int = 5, n_examples: int = 2) -> str:
     """The ready-to-use conductor prompt; few-shot examples come from domains other than ``domain``."""
-    examples = [e for e in EXAMPLES if e.domain != domain][:n_examples]
+    family = DOMAIN_FAMILIES.get(domain, domain)
+    examples = [e for e in EXAMPLES if e.domain != family][:n_examples]
     shots = "\n\n".join(
         f"Question: {e.question}\nThinking: {e.thought}\n{format_workflow(example_workflow(pool, e))}"
         for e in examples

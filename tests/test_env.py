@@ -166,3 +166,21 @@ def test_workflow_accuracy_tracks_the_skill_table() -> None:
     p_weak = p_weak / 100 if p_weak > 1 else p_weak
     assert abs(acc[strong] - p_strong) < 0.07
     assert abs(acc[weak] - p_weak) < 0.09
+
+
+@pytest.mark.parametrize(
+    ("domain", "forbidden"),
+    [
+        ("gsm8k", "train travels"),
+        ("arith", "train travels"),
+        ("mmlu", "organelle"),
+        ("humaneval", "is_palindrome"),
+    ],
+)
+def test_conductor_prompt_few_shots_come_from_other_domains(domain: str, forbidden: str) -> None:
+    from puppeteer.conductor_prompt import conductor_prompt
+    from puppeteer.pool import load_pool
+
+    prompt = conductor_prompt(load_pool("sim-paper"), "Q?", domain)
+    assert forbidden not in prompt
+    assert prompt.count("model_id = [") == 3  # the format line and two examples
