@@ -32,10 +32,12 @@ class QuickstartConfig:
     pool: str = "local"
     agents: tuple[str, ...] = ("qwen1.5b-cot", "qwen0.5b-cot", "qwen0.5b-direct", "smollm2-direct")
     suite: str = "mix-math-mmlu"
-    n_train: int = 16
-    n_eval: int = 12
-    episodes: int = 192
-    batch_episodes: int = 32
+    # Sized from a measured run on 2 idle cores (docs/quickstart.md): 16 items / 192 episodes took
+    # 27 min for training alone, so the defaults train on 12 items for 96 episodes.
+    n_train: int = 12
+    n_eval: int = 10
+    episodes: int = 96
+    batch_episodes: int = 16
     group_size: int = 4
     max_steps: int = 2
     lam: float = 0.1
