@@ -305,7 +305,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         answer = self._aggregate([s.answer for s in self._steps])
         correct = self._grader().grade(answer, self.task)
         reward = self._reward.final_reward(correct, f, max(t, 1))
-        returns = self._returns_with(reward)
+        returns = discounted_returns([*self._rewards, reward], self.config.gamma)
         traj = self._trajectory(answer, correct, returns[0] if returns else reward)
         return self._finish(
             reward,
@@ -316,9 +316,6 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             returns=returns,
             cost=f,
         )
-
-    def _returns_with(self, final: float) -> list[float]:
-        return discounted_returns([*self._rewards, final], self.config.gamma)
 
     def _step_workflow(self, action: Any):
         text = action if isinstance(action, str) else None

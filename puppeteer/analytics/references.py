@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from puppeteer.backends.sim import oracle_agent
 from puppeteer.env import ConductorEnv
 from puppeteer.types import Task
 
@@ -49,19 +48,11 @@ def run_plan(
 
 def oracle_router(env: ConductorEnv) -> Reference:
     """Best single agent per task domain from the simulator's skill table, then the Terminator."""
-    opts = env.pool.backend_options.get("sim", {})
-    columns = dict(opts.get("columns", {}))
-    default = opts.get("default_column")
-    agents = env.pool.agents
-    best = {}
+    from puppeteer.policies.baselines import OracleRouter
 
-    def plan(task: Task) -> list[int]:
-        column = columns.get(task.domain, default or task.domain)
-        if column not in best:
-            best[column] = oracle_agent(agents, column)
-        return [best[column]]
-
-    return run_plan(env, plan, "oracle router")
+    router = OracleRouter.from_pool(env.pool)
+    rng = np.random.default_rng(0)  # the oracle's plan is deterministic; the generator is unused
+    return run_plan(env, lambda task: router.plan(task, env.pool, rng).model_id, "oracle router")
 
 
 def best_fixed_sequence(env: ConductorEnv, max_len: int = 2) -> tuple[Reference, list[Reference]]:

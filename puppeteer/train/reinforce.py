@@ -107,18 +107,6 @@ def run_episodes(
     return out
 
 
-def run_episode(
-    env: ConductorEnv,
-    policy: PuppeteerPolicy,
-    *,
-    seed: int,
-    task_index: int | None = None,
-    generator: torch.Generator | None = None,
-    greedy: bool = False,
-) -> Episode:
-    return run_episodes([env], policy, [(seed, task_index)], generator, greedy)[0]
-
-
 # --------------------------------------------------------------------------- baselines
 def _baseline_none(
     groups: list[list[Episode]], state: dict[str, float], cfg: ReinforceConfig
