@@ -43,16 +43,16 @@ class StudyConfig:
     trainer: Mapping[str, Any] | None = None
 
 
-def _envs(cfg: StudyConfig, lam: float) -> tuple[ConductorEnv, ConductorEnv]:
-    pool = load_pool(cfg.pool)
-    kw = {"mode": "step", "pool": pool, "suite": cfg.suite, "lam": lam, "max_steps": cfg.max_steps}
-    return ConductorEnv(split="train", **kw), ConductorEnv(split="test", **kw)
+def _env(cfg: StudyConfig, lam: float, split: str) -> ConductorEnv:
+    return ConductorEnv(
+        mode="step", pool=load_pool(cfg.pool), suite=cfg.suite, split=split, lam=lam, max_steps=cfg.max_steps
+    )
 
 
 def train_one(
     cfg: StudyConfig, lam: float, baseline: str, seed: int, run_dir: Path, encoder: Any = None
 ) -> dict[str, Any]:
-    env, test_env = _envs(cfg, lam)
+    env, test_env = _env(cfg, lam, "train"), _env(cfg, lam, "test")
     policy = PuppeteerPolicy(
         env.pool, PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps), encoder=encoder, seed=seed
     )
@@ -91,7 +91,7 @@ def run_study(
 
         encoder = make_encoder(cfg.encoder)  # load once, share its cache across runs
 
-    _, test_env = _envs(cfg, cfg.lam)
+    test_env = _env(cfg, cfg.lam, "test")
     say("references: oracle router and brute-force sequences")
     oracle = oracle_router(test_env)
     best_seq, _ = best_fixed_sequence(test_env, max_len=2)
@@ -104,7 +104,7 @@ def run_study(
             runs.append(train_one(cfg, cfg.lam, baseline, seed, out / f"{baseline}-s{seed}", encoder))
     sweep = []
     for lam in cfg.lams:
-        _, lam_env = _envs(cfg, lam)
+        lam_env = _env(cfg, lam, "test")
         say(f"lambda sweep lam={lam}")
         same = [
             x
