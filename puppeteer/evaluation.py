@@ -300,6 +300,9 @@ def evaluate_policy(
     )
 
     records: list[_Record] = []
+    cached = _cached_backends(env, pool)
+    # a shared backend (``backend=``) keeps counting across runs: report this run's share only
+    hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
     start = time.perf_counter()
     sink: TextIO | None = (out / "trajectories.jsonl").open("w") if out is not None else None
     try:
@@ -327,10 +330,9 @@ def evaluate_policy(
     finally:
         if sink is not None:
             sink.close()
-        cached = _cached_backends(env, pool)
         if cached:
-            fields.update(cache_hits=sum(c.stats.hits for c in cached),
-                          cache_misses=sum(c.stats.misses for c in cached))
+            fields.update(cache_hits=sum(c.stats.hits for c in cached) - hits0,
+                          cache_misses=sum(c.stats.misses for c in cached) - misses0)
         if backend is None:  # the caches were opened here: close their SQLite connections
             for c in cached:
                 c.close()

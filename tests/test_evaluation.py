@@ -157,6 +157,11 @@ def test_cache_statistics_and_shared_first_calls(tmp_path: Path, pool: Pool, tas
     assert (single.cache_hits, single.cache_misses) == (40, 0)
     uncached = evaluate_policy("single:gpt5-cot", pool, "arith", tasks=tasks, progress=False)
     assert single.correct == uncached.correct and uncached.cache_hits is None
+    # one backend shared by several runs: each run reports its own hits and misses, not the running total
+    shared = cached_router()
+    runs = [evaluate_policy(spec, pool, "arith", tasks=tasks, backend=shared, progress=False)
+            for spec in ("single:gpt5-cot", "single:gpt5-cot", "vote:3")]
+    assert [(r.cache_hits, r.cache_misses) for r in runs] == [(40, 0), (40, 0), (120, 0)]
 
 
 def test_item_seeds_do_not_depend_on_order_or_n(pool: Pool, tasks: tuple[Task, ...]) -> None:
