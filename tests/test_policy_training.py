@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,15 @@ import torch
 
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.train.reinforce import BASELINES, Episode, ReinforceConfig, evaluate, run_episodes, train
+from puppeteer.train.reinforce import (
+    BASELINES,
+    Episode,
+    ReinforceConfig,
+    ResumeMismatch,
+    evaluate,
+    run_episodes,
+    train,
+)
 
 FAST = PolicyConfig(encoder="hashing", hidden=32, max_steps=3)
 
@@ -119,6 +128,27 @@ def test_killed_run_resumes_to_the_same_result(tmp_path: Path) -> None:
     res_lines = (tmp_path / "resumed" / "trajectories.jsonl").read_text().splitlines()
     assert len(res_lines) == len(full_lines) == 384
     assert res_lines == full_lines
+
+
+def test_a_run_directory_of_another_run_is_refused_not_resumed(tmp_path: Path) -> None:
+    cfg = ReinforceConfig(episodes=64, batch_episodes=32, group_size=4, eval_every=1000, seed=5)
+    env = _env()
+    train(env, PuppeteerPolicy(env.pool, FAST, seed=1), cfg, tmp_path)
+    saved = (tmp_path / "checkpoint.pt").read_bytes()
+    other_tasks = ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=20,
+                               max_steps=3)
+    for env2, cfg2, why in [
+        (env, replace(cfg, lr=0.5), "trainer"),
+        (_env(lam=0.7), cfg, "env"),
+        (other_tasks, cfg, "tasks"),
+        (env, replace(cfg, episodes=32), "64 episodes, 32 asked"),
+    ]:
+        with pytest.raises(ResumeMismatch, match=why):
+            train(env2, PuppeteerPolicy(env2.pool, FAST, seed=1), cfg2, tmp_path)
+        assert (tmp_path / "checkpoint.pt").read_bytes() == saved  # the other run's checkpoint is untouched
+    # the same run asked for more episodes resumes and trains on
+    state = train(env, PuppeteerPolicy(env.pool, FAST, seed=1), replace(cfg, episodes=96), tmp_path)
+    assert state.episodes == 96
 
 
 def test_greedy_evaluation_is_deterministic() -> None:

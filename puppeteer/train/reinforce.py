@@ -11,6 +11,7 @@ offset), so a killed run resumes losing at most the batch in flight.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -191,6 +192,39 @@ class TrainState:
     traj_offset: int = 0
 
 
+class ResumeMismatch(ValueError):
+    """``run_dir`` holds the checkpoint of a different run."""
+
+
+def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig) -> dict[str, str]:
+    """What must match for a checkpoint to be resumed; ``episodes`` may grow (to train longer)."""
+    trainer = {k: v for k, v in asdict(config).items() if k != "episodes"}
+    pol = {k: v for k, v in asdict(policy.config).items() if k != "greedy"}
+    return {
+        "trainer": json.dumps(trainer, sort_keys=True, default=str),
+        "policy": json.dumps(pol, sort_keys=True, default=str),
+        "env": json.dumps(asdict(env.config), sort_keys=True, default=str),
+        "agents": json.dumps([a.name for a in env.pool.agents]),
+        "tasks": hashlib.sha256("\n".join(t.id for t in env.tasks).encode()).hexdigest(),
+    }
+
+
+def _check_resumable(
+    ck: dict[str, Any], fingerprint: dict[str, str], config: ReinforceConfig, where: Path
+) -> None:
+    saved = ck.get("fingerprint")
+    if saved is None:  # a checkpoint from before fingerprints: nothing to compare
+        log.warning("%s has no run fingerprint; resuming without checking the configuration", where)
+        return
+    differs = sorted(k for k in fingerprint if saved.get(k) != fingerprint[k])
+    done = int(ck["state"]["episodes"])
+    if differs or done > config.episodes:
+        why = f"different {', '.join(differs)}" if differs else f"{done} episodes, {config.episodes} asked"
+        raise ResumeMismatch(
+            f"{where} is the checkpoint of another run ({why}); use a new run directory or delete it"
+        )
+
+
 def train(
     env: ConductorEnv,
     policy: PuppeteerPolicy,
@@ -214,8 +248,10 @@ def train(
     rng = np.random.default_rng(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     state = TrainState()
+    fingerprint = run_fingerprint(env, policy, config)
     if ckpt_path.exists():
         ck = torch.load(ckpt_path, weights_only=False)
+        _check_resumable(ck, fingerprint, config, ckpt_path)
         policy.scorer.load_state_dict(ck["policy"])
         opt.load_state_dict(ck["optimizer"])
         rng.bit_generator.state = ck["numpy_rng"]
@@ -300,6 +336,7 @@ def train(
                     "torch_rng": gen.get_state(),
                     "state": asdict(state),
                     "config": asdict(config),
+                    "fingerprint": fingerprint,
                 },
             )
     policy.save(run / "final")
