@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from puppeteer.evaluation import configure_eval, eval_command
@@ -232,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args, console)
     except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
-        console.print(f"[red]error:[/red] {e}")
+        console.print(f"[red]error:[/red] {escape(str(e))}")
         return 2
 
 
