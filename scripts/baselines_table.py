@@ -2,9 +2,11 @@
 
 Default: the local pool, gsm8k and mmlu test splits, n=50, every baseline of
 ``puppeteer.policies.baselines.default_baseline_specs`` (each single agent, random, chain,
-vote:3, moa, reflect), through the shared response cache so that calls common to several
-baselines (every solver's first call) run once. Trajectories and results.json of each run go
-to ``runs/baselines/<pool>/<suite>/<spec>/``.
+vote:3, moa, reflect), through one set of loaded models and the shared response cache so that
+calls common to several baselines (every solver's first call) run once. Baselines run one
+after another, each on every suite, and the table is rewritten after each run, so a run that
+is stopped keeps what it finished (re-running replays finished calls from the cache).
+Trajectories and results.json of each run go to ``runs/baselines/<pool>/<suite>/<spec>/``.
 
     python scripts/baselines_table.py                                  # real models: slow
     python scripts/baselines_table.py --pool sim-paper --suites arith mix-math-mmlu --n 100
@@ -21,6 +23,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from puppeteer.backends import make_router
+from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.evaluation import EvalResult, evaluate_policy, markdown_table, resolve_cache, slug
 from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.pool import load_pool
@@ -41,12 +45,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--runs-dir", default="runs/baselines")
+    p.add_argument("--n-threads", type=int, default=None,
+                   help="llama.cpp threads (default: every available CPU; calls run one at a time)")
     p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
 
 
-def render(results: list[EvalResult], command: str, cache: Path | None) -> str:
+def render(results: list[EvalResult], command: str, cache: Path | None, machine: str) -> str:
     first = results[0]
     lines = [
         f"# Baselines on the `{first.pool}` pool",
@@ -63,6 +69,7 @@ def render(results: list[EvalResult], command: str, cache: Path | None) -> str:
         "served by the response cache are nearly free, so later rows can be faster than their cost "
         "suggests).",
         f"Response cache: `{cache}`." if cache else "No response cache.",
+        f"Machine: {machine}.",
         "",
     ]
     for suite in dict.fromkeys(r.suite for r in results):
@@ -79,17 +86,22 @@ def main(argv: list[str] | None = None) -> int:
     pool = load_pool(args.pool)
     specs = args.specs or list(default_baseline_specs(pool))
     cache = resolve_cache(pool, args.cache, args.no_cache)
-    results = []
-    for suite in args.suites:
-        for spec in specs:
-            out = Path(args.runs_dir) / pool.name / suite / slug(spec)
-            results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
-                                           out_dir=out, cache=cache, max_steps=args.max_steps,
-                                           progress=not args.quiet))
+    options = {k: dict(v) for k, v in pool.backend_options.items()}
+    options.setdefault("llamacpp", {})["n_threads"] = args.n_threads or available_cpus()
+    # one set of loaded models for every run (the simulator needs a per-run answer key: built per run)
+    backend = None if "sim" in pool.backends() else make_router(options, cache=cache)
     command = shlex.join(["python", "scripts/baselines_table.py", *argv])
     md_path = Path(args.out) if args.out else ROOT / "docs" / f"baselines-{pool.name}.md"
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(render(results, command, cache))
+    machine = f"{available_cpus()} CPUs, llama.cpp with {options['llamacpp']['n_threads']} threads"
+    results: list[EvalResult] = []
+    for spec in specs:
+        for suite in args.suites:
+            out = Path(args.runs_dir) / pool.name / suite / slug(spec)
+            results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
+                                           out_dir=out, backend=backend, max_steps=args.max_steps,
+                                           progress=not args.quiet))
+            md_path.write_text(render(results, command, cache, machine))
     sys.stdout.write(f"wrote {md_path}\n")
     return 0
 
