@@ -196,7 +196,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         return EpisodeContext(
             question=task.question,
             item_key=task.id,
-            extract=lambda text: grader.extract(text, task),
+            extract=lambda text, truncated: grader.extract(text, task, truncated=truncated),
             answer_format=ANSWER_FORMATS.get(task.grader, DEFAULT_FORMAT),
             sample_index=self._sample_index,
             temperature=self.config.temperature,

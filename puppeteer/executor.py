@@ -21,7 +21,7 @@ from puppeteer.types import CallContext, Completion, CompletionRequest, Step, Wo
 from puppeteer.workflow import visible_steps
 
 T = TypeVar("T")
-Extractor = Callable[[str], str | None]
+Extractor = Callable[[str, bool], str | None]  # (text, truncated) -> answer
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -101,7 +101,7 @@ class Executor:
             subtask=subtask,
             visible=tuple(s.index for s in visible),
             completion=completion,
-            answer=ctx.extract(completion.text),
+            answer=ctx.extract(completion.text, completion.truncated),
             tool_calls=tool_calls,
         )
 

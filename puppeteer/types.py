@@ -109,6 +109,7 @@ class Completion:
     latency_s: float
     model: str
     cached: bool = False
+    truncated: bool = False  # generation stopped at max_tokens (finish reason "length")
 
     @property
     def total_tokens(self) -> int:

@@ -47,6 +47,14 @@ def req(text: str = "hello", **kw: object) -> CompletionRequest:
     return CompletionRequest(model=SPEC, messages=(Message("system", "sys"), Message("user", text)), **kw)
 
 
+def test_a_hit_knows_whether_the_generation_hit_its_budget(tmp_path: Path) -> None:
+    # CountingBackend reports 7 completion tokens: truncated iff max_tokens <= 7
+    with CachedBackend(CountingBackend(), tmp_path / "c.sqlite") as cache:
+        for budget, truncated in [(7, True), (8, False), (512, False)]:
+            cache.complete(req(max_tokens=budget))
+            assert cache.complete(req(max_tokens=budget)).truncated is truncated
+
+
 def test_miss_then_hit_returns_stored_completion(tmp_path: Path) -> None:
     inner = CountingBackend()
     with CachedBackend(inner, tmp_path / "c.sqlite") as cache:

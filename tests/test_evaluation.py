@@ -58,6 +58,31 @@ class FlakyBackend:
         return self.complete(request)
 
 
+class CutOffBackend:
+    """Test double: every completion is reasoning cut off at the budget, ending on an intermediate result."""
+
+    name = "cutoff"
+
+    def __init__(self, gold: dict[str, str]) -> None:
+        self.gold = gold
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        text = f"First we add the numbers.\nThe running total so far is {self.gold[request.context.item_key]}"
+        return Completion(text=text, prompt_tokens=50, completion_tokens=request.max_tokens, cost_usd=0.0,
+                          flops=1.0, latency_s=0.0, model="cutoff", truncated=True)
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        return self.complete(request)
+
+
+def test_a_cut_off_generation_gives_no_answer(pool: Pool, tasks: tuple[Task, ...]) -> None:
+    """The last number of unfinished reasoning (here even the gold) is not an answer the model gave."""
+    backend = CutOffBackend({t.id: t.answer for t in tasks})
+    result = evaluate_policy("single:gpt5-cot", pool, "arith", tasks=tasks[:5], backend=backend,
+                             progress=False)
+    assert result.correct == 0 and result.n == 5
+
+
 # ----------------------------------------------------------------------------- Wilson interval
 
 

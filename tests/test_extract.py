@@ -1,8 +1,11 @@
-"""Answer extraction on adversarial text and on outputs written in the style of the local models."""
+"""Answer extraction on adversarial and synthetic text, and on recorded outputs of the local models."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -184,6 +187,7 @@ def test_letter_ignores_articles_and_out_of_range() -> None:
 def test_letter_restated_options_do_not_win_over_the_choice() -> None:
     text = "Let's review:\nA) 10 m\nB) 20 m\nC) 30 m\nD) 40 m\nOnly (C) matches the computed distance."
     assert extract_letter(text) == "C"
+    assert extract_letter("A) 10 m\nB) 20 m\nC) 30 m\nD) 40 m") is None  # a list chooses none
 
 
 def test_letter_last_explicit_choice_wins() -> None:
@@ -248,34 +252,59 @@ def test_pathological_digits_and_braces_are_fast() -> None:
     assert time.perf_counter() - start < 2.0
 
 
-# --------------------------------------------------------------------------- model-style outputs
-# The texts below are WRITTEN BY HAND in the style of the local models (Qwen2.5-Coder-1.5B/0.5B-
-# Instruct and SmolLM2-135M-Instruct): markdown bold, LaTeX, "### Final Answer", "The answer is: 18",
-# trailing hallucinated questions. They are not recorded model outputs.
+# --------------------------------------------------------------------------- recorded local-model outputs
+# Real completions of the embedded llama.cpp models (greedy decoding, `puppeteer quickstart`); `expected`
+# is a human reading of each text. See tests/data/README.md.
 
-QWEN_STYLE_GSM8K = r"""To determine how much Janet makes every day at the farmers' market,
-we need to follow these steps:
+LOCAL_OUTPUTS = Path(__file__).parent / "data" / "local_model_outputs.jsonl"
+EXTRACTORS: dict[str, Callable[..., str | None]] = {"numeric": extract_number, "letter": extract_letter}
 
-1. **Calculate the total number of eggs laid per day:**
-   Janet's ducks lay 16 eggs per day.
 
-2. **Subtract the eggs she eats and uses for baking:**
-   - She eats 3 eggs for breakfast.
-   - She uses 4 eggs to bake muffins.
-   \[
-   16 - 3 - 4 = 9
-   \]
-   So, she has 9 eggs left to sell.
+def _local_outputs() -> list[dict]:
+    lines = LOCAL_OUTPUTS.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
 
-3. **Calculate the revenue from selling the eggs:**
-   She sells each egg for $2.
-   \[
-   9 \times 2 = 18
-   \]
 
-Therefore, Janet makes \(\boxed{18}\) dollars every day at the farmers' market."""
+def _local_output_params() -> list:
+    params = []
+    for i, rec in enumerate(_local_outputs()):
+        gap = rec.get("extractor_gap")
+        marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
+        params.append(pytest.param(rec, id=f"{i:02d}-{rec['agent']}-{rec['kind']}", marks=marks))
+    return params
 
-QWEN_STYLE_FINAL_HEADING = r"""Let's break it down step by step.
+
+@pytest.mark.parametrize("record", _local_output_params())
+def test_recorded_local_model_output(record: dict) -> None:
+    # as the executor does it: a completion cut off at max_tokens counts only an explicitly stated answer
+    got = EXTRACTORS[record["kind"]](record["text"], committed_only=record["truncated"])
+    assert got == record["expected"], record["note"]
+
+
+def test_the_truncation_rule_matters_on_recorded_outputs() -> None:
+    """Without it, weak fallbacks read an answer into cut-off reasoning that never gave one."""
+    cut_off = [r for r in _local_outputs() if r["truncated"] and r["expected"] is None]
+    misread = [r for r in cut_off if EXTRACTORS[r["kind"]](r["text"]) is not None]
+    assert len(cut_off) >= 6 and len(misread) >= 3
+
+
+def test_recorded_local_model_outputs_cover_the_pool() -> None:
+    records = _local_outputs()
+    assert 20 <= len(records) <= 30
+    assert len({r["text"] for r in records}) == len(records)
+    cells = {(r["agent"], r["kind"]) for r in records}
+    agents = {"qwen1.5b-cot", "qwen0.5b-cot", "qwen0.5b-direct", "smollm2-direct"}
+    assert cells == {(a, k) for a in agents for k in ("numeric", "letter")}
+    for kind in ("numeric", "letter"):
+        assert {r["expected"] is None for r in records if r["kind"] == kind} == {True, False}
+
+
+# --------------------------------------------------------------------------- synthetic answer forms
+# WRITTEN BY HAND, not model outputs: forms the recorded outputs above do not contain (a "### Final
+# Answer" heading, a hallucinated next question, chatty text after the answer, a marker followed by a
+# stray option line, competition math, code with a usage example).
+
+SYNTH_FINAL_HEADING = r"""Let's break it down step by step.
 
 The robe needs 2 bolts of blue fiber and half that much white fiber, which is \( \frac{2}{2} = 1 \) bolt.
 
@@ -284,31 +313,20 @@ Adding them gives \( 2 + 1 = 3 \) bolts.
 ### Final Answer
 The total number of bolts is \(\boxed{3}\)."""
 
-SMOL_STYLE_GSM8K = """Janet has 16 eggs. She eats 3 and bakes with 4, so she has 16 - 3 - 4 = 9 eggs.
+SYNTH_NEXT_QUESTION = """Janet has 16 eggs. She eats 3 and bakes with 4, so she has 16 - 3 - 4 = 9 eggs.
 She sells them for $2 each, so she makes 9 x $2 = $18.
 
 The answer is: 18
 
 Question: Tom has 3 apples"""
 
-SMOL_STYLE_RAMBLING = """To find the answer, we need to add the numbers. The numbers are 12 and 7.
+SYNTH_RAMBLING = """To find the answer, we need to add the numbers. The numbers are 12 and 7.
 12 + 7 = 19. So the answer is 19. I hope this helps! Let me know if you have any other questions."""
 
-QWEN_STYLE_MC = """To answer this question, consider the energy-time uncertainty principle.
-
-- **Option A** (10^-9 eV) is too small to resolve the levels.
-- **Option B** (10^-11 eV) is even smaller.
-- **Option C** (10^-4 eV) is larger than both natural linewidths.
-- **Option D** (10^-8 eV) is comparable to the linewidth.
-
-Therefore, the correct answer is **C**.
-
-Answer: C"""
-
-SMOL_STYLE_MC = """The correct answer is (B) The mitochondria. The mitochondria is the powerhouse of the cell
+SYNTH_MC = """The correct answer is (B) The mitochondria. The mitochondria is the powerhouse of the cell
 because it produces energy. A) is not correct because the nucleus stores DNA."""
 
-QWEN_STYLE_MATH = r"""We need $a_3 = a_1$. From the recursion, $a_2 = \frac{1}{1-a_1}$ and
+SYNTH_MATH = r"""We need $a_3 = a_1$. From the recursion, $a_2 = \frac{1}{1-a_1}$ and
 $a_3 = \frac{1}{1 - a_2} = \frac{a_1 - 1}{a_1}$.
 
 Setting $a_3 = a_1$ gives $a_1^2 - a_1 + 1 = 0$, so the sequence has period 3 and $a_9 = a_3 = a_1$.
@@ -317,7 +335,7 @@ Then $(a_9)^9 = a_1^9 = (a_1^3)^3 = (-1)^3 = -1$.
 
 The final answer is $\boxed{-1}$."""
 
-QWEN_STYLE_CODE = """Here is the completed function:
+SYNTH_CODE = """Here is the completed function:
 
 ```python
 from typing import List
@@ -340,18 +358,16 @@ print(has_close_elements([1.0, 2.0, 3.0], 0.5))  # False
 ```"""
 
 
-def test_model_style_outputs() -> None:
-    assert extract_number(QWEN_STYLE_GSM8K) == "18"
-    assert extract_number(QWEN_STYLE_FINAL_HEADING) == "3"
-    assert extract_number(SMOL_STYLE_GSM8K) == "18"
-    assert extract_number(SMOL_STYLE_RAMBLING) == "19"
-    assert extract_letter(QWEN_STYLE_MC) == "C"
-    assert extract_letter(SMOL_STYLE_MC) == "B"
-    assert extract_math(QWEN_STYLE_MATH) == "-1"
+def test_synthetic_answer_forms() -> None:
+    assert extract_number(SYNTH_FINAL_HEADING) == "3"
+    assert extract_number(SYNTH_NEXT_QUESTION) == "18"
+    assert extract_number(SYNTH_RAMBLING) == "19"
+    assert extract_letter(SYNTH_MC) == "B"
+    assert extract_math(SYNTH_MATH) == "-1"
 
 
-def test_model_style_code_prefers_the_function_over_the_usage_example() -> None:
-    code = extract_code(QWEN_STYLE_CODE)
+def test_code_prefers_the_function_over_the_usage_example() -> None:
+    code = extract_code(SYNTH_CODE)
     assert code is not None
     assert code.startswith("from typing import List")
     assert "def has_close_elements" in code and "print(" not in code

@@ -239,6 +239,15 @@ def test_qwen_15b_answers_a_fact(backend) -> None:
 
 
 @pytest.mark.slow
+def test_truncated_says_whether_the_budget_cut_the_answer(backend) -> None:
+    key = "qwen2.5-coder-1.5b"
+    short = backend.complete(ask(key, "What is the capital of France? Answer in one word.", max_tokens=10))
+    cut = backend.complete(ask(key, "Explain in detail how a compiler works.", max_tokens=5))
+    assert short.truncated is False and short.completion_tokens < 10
+    assert cut.truncated is True and cut.completion_tokens == 5
+
+
+@pytest.mark.slow
 def test_smollm2_answers(backend) -> None:
     c = backend.complete(ask("smollm2-135m", "Say hello in one short sentence.", max_tokens=24))
     assert c.text.strip()

@@ -5,7 +5,8 @@ The key is the sha256 of the canonical JSON of what decides a completion:
 The :class:`~puppeteer.types.CallContext` is deliberately not part of it, nor are
 ``ModelSpec.options`` (keep options that change outputs out of shared caches, or
 give such models distinct targets). A hit returns the stored completion with
-``cached=True`` and the original ``latency_s``.
+``cached=True`` and the original ``latency_s``; its ``truncated`` flag is not stored but
+re-derived as ``completion_tokens >= max_tokens`` (what finish reason "length" means).
 
 Every thread gets its own SQLite connection; async calls reach SQLite through
 ``asyncio.to_thread``. Identical concurrent misses call the inner backend once (the
@@ -143,7 +144,8 @@ class CachedBackend:
         with self._guard:
             self._counts[name] += 1
 
-    def lookup(self, key: str) -> Completion | None:
+    def lookup(self, key: str, request: CompletionRequest | None = None) -> Completion | None:
+        """The stored completion for ``key``; with ``request``, ``truncated`` is derived from its budget."""
         try:
             row = self._conn().execute(f"SELECT {_COLUMNS} FROM completions WHERE key = ?", (key,)).fetchone()
         except sqlite3.Error as exc:
@@ -154,7 +156,8 @@ class CachedBackend:
             return None
         text, pt, ct, cost, flops, latency, model = row
         return Completion(text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost, flops=flops,
-                          latency_s=latency, model=model, cached=True)
+                          latency_s=latency, model=model, cached=True,
+                          truncated=request is not None and ct >= request.max_tokens)
 
     def store(self, key: str, request: CompletionRequest, completion: Completion) -> bool:
         """Persist ``completion`` under ``key`` (first writer wins). False if the write failed."""
@@ -199,7 +202,7 @@ class CachedBackend:
 
     def complete(self, request: CompletionRequest) -> Completion:
         key = request_key(request)
-        hit = self.lookup(key)
+        hit = self.lookup(key, request)
         if hit is not None:
             self._count("hits")
             return hit
@@ -208,7 +211,7 @@ class CachedBackend:
             flight.users += 1
         try:
             with flight.lock:
-                hit = self.lookup(key)  # a concurrent identical miss may have filled it
+                hit = self.lookup(key, request)  # a concurrent identical miss may have filled it
                 if hit is not None:
                     self._count("hits")
                     return hit
@@ -224,7 +227,7 @@ class CachedBackend:
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
         key = request_key(request)
-        hit = await asyncio.to_thread(self.lookup, key)
+        hit = await asyncio.to_thread(self.lookup, key, request)
         if hit is not None:
             self._count("hits")
             return hit

@@ -152,6 +152,7 @@ class LiteLLMBackend:
             flops=request.model.flops(prompt_tokens, completion_tokens),
             latency_s=latency,
             model=request.model.target,
+            truncated=getattr(choice, "finish_reason", None) == "length",
         )
 
     def _cost(self, request: CompletionRequest, response: Any, prompt_tokens: int,

@@ -225,4 +225,5 @@ class LlamaCppBackend(SyncBackend):
             flops=request.model.flops(prompt_tokens, completion_tokens),
             latency_s=latency,
             model=key,
+            truncated=response["choices"][0].get("finish_reason") == "length",
         )

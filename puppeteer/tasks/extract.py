@@ -10,6 +10,10 @@ latest strong candidate wins; only without any do we fall back to the latest wea
 Small models often keep going after answering ("Question: ..." for a made-up next
 problem); text after such a continuation marker is ignored when a strong answer
 precedes it.
+
+``committed_only=True`` keeps the strong candidates only. The executor asks for it when a
+generation was cut off at its token budget: a truncated chain of thought that never stated an
+answer gave none, and its last intermediate number or a listed option must not count.
 """
 
 from __future__ import annotations
@@ -67,7 +71,10 @@ def _latest(cands: list[tuple[int, str]]) -> str | None:
 
 
 def _cut_then(
-    text: str, strong: Callable[[str], str | None], weak: Callable[[str], str | None]
+    text: str,
+    strong: Callable[[str], str | None],
+    weak: Callable[[str], str | None],
+    committed_only: bool = False,
 ) -> str | None:
     """Strong answer before a hallucinated continuation, else strong/weak answer of the whole text."""
     for i, m in enumerate(_CONTINUATION_RE.finditer(text)):
@@ -79,7 +86,7 @@ def _cut_then(
         if found is not None:
             return found
     found = strong(text)
-    return found if found is not None else weak(text)
+    return found if found is not None or committed_only else weak(text)
 
 
 def _marker_windows(text: str) -> list[tuple[int, str]]:
@@ -228,9 +235,9 @@ def _strong_number(text: str) -> str | None:
     return _latest(cands)
 
 
-def extract_number(text: str) -> str | None:
+def extract_number(text: str, committed_only: bool = False) -> str | None:
     """The final numeric answer, normalized with :func:`normalize_number`, or None."""
-    return _cut_then(tail(text), _strong_number, _last_number)
+    return _cut_then(tail(text), _strong_number, _last_number, committed_only)
 
 
 # --------------------------------------------------------------------------- math expressions
@@ -263,9 +270,9 @@ def _strong_math(text: str) -> str | None:
     return _latest(cands)
 
 
-def extract_math(text: str) -> str | None:
+def extract_math(text: str, committed_only: bool = False) -> str | None:
     """The final answer as a (LaTeX) expression: boxed, after an answer marker, else the last number."""
-    return _cut_then(tail(text), _strong_math, _last_number)
+    return _cut_then(tail(text), _strong_math, _last_number, committed_only)
 
 
 def normalize_math(answer: str) -> str:
@@ -290,7 +297,9 @@ def _letters(n_choices: int) -> str:
     return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:n_choices]
 
 
-def _letter_patterns(letters: str) -> tuple[re.Pattern[str], re.Pattern[str], tuple[re.Pattern[str], ...]]:
+def _letter_patterns(
+    letters: str,
+) -> tuple[re.Pattern[str], re.Pattern[str], tuple[re.Pattern[str], ...], re.Pattern[str]]:
     cls = f"[{letters}]"
     in_window = re.compile(rf"(?<![A-Za-z])\(?\**\(?({cls})\)?\**(?![A-Za-z'])")
     boxed = re.compile(rf"^\s*(?:\\text(?:bf)?\{{)?\(?({cls})(?![A-Za-z])")
@@ -301,14 +310,14 @@ def _letter_patterns(letters: str) -> tuple[re.Pattern[str], re.Pattern[str], tu
             rf"|\b(?:option|choice)\s+\(?({cls})\b"  # option B
         ),
         re.compile(rf"\(({cls})\)"),  # (B) inside a sentence
-        re.compile(rf"(?m:^[ \t]*({cls})[).:][ \t])"),  # 'B) text' at a line start (may be a restated option)
     )
-    return in_window, boxed, weak
+    option_line = re.compile(rf"(?m:^[ \t]*({cls})[).:][ \t])")  # 'B) text' at a line start
+    return in_window, boxed, weak, option_line
 
 
-def extract_letter(text: str, n_choices: int = 4) -> str | None:
+def extract_letter(text: str, n_choices: int = 4, committed_only: bool = False) -> str | None:
     """The chosen option letter (upper case) among the first ``n_choices`` letters, or None."""
-    in_window, boxed, weak = _letter_patterns(_letters(n_choices))
+    in_window, boxed, weak, option_line = _letter_patterns(_letters(n_choices))
 
     def strong(t: str) -> str | None:
         cands = [(pos, m.group(1)) for pos, c in _boxed_candidates(t) if (m := boxed.match(c))]
@@ -325,9 +334,13 @@ def extract_letter(text: str, n_choices: int = 4) -> str | None:
                 last = next(g for g in m.groups() if g)
             if last is not None:
                 return last
-        return None
+        # Last resort, an option line 'B) text' (a direct answer that restates its option). Lines
+        # for several letters are the options listed or analysed one by one (often cut off at
+        # max_tokens): that chooses none of them, and the last one listed must not win.
+        listed = {m.group(1) for m in option_line.finditer(t)}
+        return listed.pop() if len(listed) == 1 else None
 
-    return _cut_then(tail(text), strong, fallback)
+    return _cut_then(tail(text), strong, fallback, committed_only)
 
 
 # --------------------------------------------------------------------------- free text
@@ -353,9 +366,9 @@ def _last_line(text: str) -> str | None:
     return None
 
 
-def extract_final_text(text: str) -> str | None:
+def extract_final_text(text: str, committed_only: bool = False) -> str | None:
     """A free-text final answer: boxed, <answer> tags, after a marker, else the last non-empty line."""
-    return _cut_then(tail(text), _strong_text, _last_line)
+    return _cut_then(tail(text), _strong_text, _last_line, committed_only)
 
 
 # --------------------------------------------------------------------------- code

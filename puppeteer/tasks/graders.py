@@ -38,8 +38,11 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 class Grader(Protocol):
     name: str
 
-    def extract(self, text: str, task: Task) -> str | None:
-        """A normalized answer usable for majority voting (equal strings = same answer), or None."""
+    def extract(self, text: str, task: Task, *, truncated: bool = False) -> str | None:
+        """A normalized answer usable for majority voting (equal strings = same answer), or None.
+
+        ``truncated``: the generation hit its token budget; only an explicitly stated answer counts.
+        """
         ...
 
     def grade(self, answer: str | None, task: Task) -> bool:
@@ -64,8 +67,8 @@ class NumericGrader:
     name: str = "numeric"
     rel_tol: float = 1e-6
 
-    def extract(self, text: str, task: Task) -> str | None:
-        return extract_number(text)
+    def extract(self, text: str, task: Task, *, truncated: bool = False) -> str | None:
+        return extract_number(text, committed_only=truncated)
 
     def grade(self, answer: str | None, task: Task) -> bool:
         if answer is None:
@@ -86,8 +89,8 @@ def normalize_text(text: str) -> str:
 class ExactGrader:
     name: str = "exact"
 
-    def extract(self, text: str, task: Task) -> str | None:
-        found = extract_final_text(text)
+    def extract(self, text: str, task: Task, *, truncated: bool = False) -> str | None:
+        found = extract_final_text(text, committed_only=truncated)
         return normalize_text(found) if found else None
 
     def grade(self, answer: str | None, task: Task) -> bool:
@@ -108,8 +111,8 @@ class MathGrader:
     name: str = "math"
     timeout_s: int = 5
 
-    def extract(self, text: str, task: Task) -> str | None:
-        found = extract_math(text)
+    def extract(self, text: str, task: Task, *, truncated: bool = False) -> str | None:
+        found = extract_math(text, committed_only=truncated)
         return normalize_math(found) if found else None
 
     def grade(self, answer: str | None, task: Task) -> bool:
@@ -145,9 +148,9 @@ class MathGrader:
 # --------------------------------------------------------------------------- multiple choice
 
 
-def _choice_by_text(text: str, choices: tuple[str, ...]) -> str | None:
+def _choice_by_text(text: str, choices: tuple[str, ...], committed_only: bool = False) -> str | None:
     """Letter of the one choice whose text the final line restates verbatim, if exactly one does."""
-    final = extract_final_text(text)
+    final = extract_final_text(text, committed_only=committed_only)
     if not final:
         return None
     said = normalize_text(final)
@@ -163,12 +166,12 @@ class LetterGrader:
 
     name: str = "letter"
 
-    def extract(self, text: str, task: Task) -> str | None:
+    def extract(self, text: str, task: Task, *, truncated: bool = False) -> str | None:
         choices = tuple(task.meta.get("choices", ()))
         n = len(choices) if len(choices) >= 2 else 4
-        letter = extract_letter(text, n_choices=n)
+        letter = extract_letter(text, n_choices=n, committed_only=truncated)
         if letter is None and choices:
-            letter = _choice_by_text(text, choices)
+            letter = _choice_by_text(text, choices, committed_only=truncated)
         return letter
 
     def grade(self, answer: str | None, task: Task) -> bool:
@@ -203,7 +206,8 @@ class CodeGrader:
     timeout_s: float = 10.0
     site_packages: bool = False  # HumanEval needs only the standard library
 
-    def extract(self, text: str, task: Task) -> str | None:
+    def extract(self, text: str, task: Task, *, truncated: bool = False) -> str | None:
+        # a cut-off program is still extracted: its tests decide (it usually fails them)
         entry = task.meta.get("entry_point")
         return extract_code(text, entry_point=str(entry) if entry else None)
 
@@ -255,19 +259,21 @@ def knights_answer(
     return ", ".join(f"{n} is a {last[n]}" for n in sorted(last))
 
 
-def _rg_extract_number(text: str, task: Task) -> str | None:
-    return extract_number(text)
+def _rg_extract_number(text: str, task: Task, truncated: bool = False) -> str | None:
+    return extract_number(text, committed_only=truncated)
 
 
-def _rg_extract_knights(text: str, task: Task) -> str | None:
+def _rg_extract_knights(text: str, task: Task, truncated: bool = False) -> str | None:
     meta = task.meta.get("rg_entry", {}).get("metadata", {})
     terms = meta.get("knight_knave_terms", {})
     roles = (str(terms.get("knight", "knight")), str(terms.get("knave", "knave")))
+    if truncated:  # only an explicitly stated conclusion, not statements made along the way
+        text = extract_final_text(text, committed_only=True) or ""
     return knights_answer(text, tuple(meta.get("names", ())), roles)
 
 
-def _rg_extract_text(text: str, task: Task) -> str | None:
-    found = extract_final_text(text)
+def _rg_extract_text(text: str, task: Task, truncated: bool = False) -> str | None:
+    found = extract_final_text(text, committed_only=truncated)
     return found.strip() if found else None
 
 
@@ -286,9 +292,9 @@ class ReasoningGymGrader:
     threshold: float = 0.99
     _scorers: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def extract(self, text: str, task: Task) -> str | None:
+    def extract(self, text: str, task: Task, *, truncated: bool = False) -> str | None:
         kind = str(task.meta.get("rg_answer", "text"))
-        return RG_EXTRACTORS.get(kind, _rg_extract_text)(text, task)
+        return RG_EXTRACTORS.get(kind, _rg_extract_text)(text, task, truncated)
 
     def grade(self, answer: str | None, task: Task) -> bool:
         if answer is None:

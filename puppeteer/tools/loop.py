@@ -71,6 +71,7 @@ def merge(completions: list[Completion]) -> Completion:
         latency_s=sum(c.latency_s for c in completions),
         model=last.model,
         cached=all(c.cached for c in completions),
+        truncated=last.truncated,
     )
 
 
