@@ -2,7 +2,8 @@
 
 * ``mode="step"`` (the puppeteer): an action is the next agent id, or the Terminator
   (id ``n_agents``). The episode ends on the Terminator or after ``max_steps``
-  activations; the majority-vote answer is graded.
+  activations; the majority-vote answer is graded. With ``min_steps=k`` the Terminator
+  is masked until ``k`` agents have acted (``min_steps=1``: no empty episodes).
 * ``mode="workflow"`` (the conductor): an action is the conductor's completion text
   holding ``model_id``, ``subtasks`` and ``access_list``; one step runs the whole
   workflow; the last step's answer is graded.
@@ -46,6 +47,7 @@ class EnvConfig:
     gamma: float = 0.99
     phi: float | None = None
     max_steps: int = 5
+    min_steps: int = 0
     cost_model: str = "tokens"
     aggregate: str | None = None
     workflow_lam: float = 0.0
@@ -85,6 +87,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         gamma: float = 0.99,
         phi: float | None = None,
         max_steps: int = 5,
+        min_steps: int = 0,
         cost_model: str = "tokens",
         aggregate: str | None = None,
         workflow_lam: float = 0.0,
@@ -102,6 +105,8 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ValueError(f"mode must be 'step' or 'workflow', got {mode!r}")
         if max_steps < 1:
             raise ValueError("max_steps must be >= 1")
+        if not 0 <= min_steps <= max_steps:
+            raise ValueError(f"min_steps must be in 0..max_steps ({max_steps}), got {min_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
         self._init_kwargs: dict[str, Any] = {
@@ -113,6 +118,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             gamma=gamma,
             phi=phi,
             max_steps=max_steps,
+            min_steps=min_steps,
             cost_model=cost_model,
             aggregate=aggregate,
             workflow_lam=workflow_lam,
@@ -186,7 +192,13 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now (MaskablePPO convention)."""
-        return self._mask.astype(bool)
+        return self._current_mask().astype(bool)
+
+    def _current_mask(self) -> np.ndarray:
+        mask = self._mask.copy()
+        if self.config.mode == "step" and len(self._steps) < self.config.min_steps:
+            mask[self.pool.terminator_id] = 0
+        return mask
 
     def _grader(self) -> Grader:
         return self.graders[self.task.grader]
@@ -217,7 +229,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             return {
                 "task": task.question[:MAX_OBS_CHARS],
                 "state": self._state_text(),
-                "mask": self._mask.copy(),
+                "mask": self._current_mask(),
                 "step": len(self._steps),
                 "counts": np.bincount(
                     [s.agent_id for s in self._steps], minlength=self.pool.n_actions
@@ -287,7 +299,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise InvalidAction(
                 f"action {a} out of range 0..{self.pool.terminator_id} (the last is the Terminator)"
             )
-        if not self._mask[a]:
+        if not self._current_mask()[a]:
+            if a == self.pool.terminator_id:
+                raise InvalidAction(f"the Terminator is masked until {self.config.min_steps} agent(s) acted")
             raise InvalidAction(f"agent {a} ({self.pool.agent(a).name}) is not available")
         t = len(self._steps)
         if a == self.pool.terminator_id:

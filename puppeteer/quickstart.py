@@ -40,6 +40,9 @@ class QuickstartConfig:
     batch_episodes: int = 16
     group_size: int = 4
     max_steps: int = 2
+    # Call at least one agent. With the Terminator open at step 0, short noisy real-model runs can
+    # learn to stop at once (return 0 beats the cost of failed calls on hard items): measured, 0/10.
+    min_steps: int = 1
     lam: float = 0.1
     cost_model: str = "tokens"
     encoder: str = "minilm"
@@ -89,6 +92,7 @@ def run_quickstart(
         tasks=train_tasks,
         lam=cfg.lam,
         max_steps=cfg.max_steps,
+        min_steps=cfg.min_steps,
         cost_model=cfg.cost_model,
         samples_per_item=1,
         cache=cache,
@@ -100,7 +104,11 @@ def run_quickstart(
         f"[bold]puppeteer quickstart[/bold]: pool {escape(pool.name)} (backend llamacpp), "
         f"{len(train_tasks)} train / {len(eval_tasks)} held-out items of {cfg.suite}; cache {cache}"
     )
-    policy = PuppeteerPolicy(pool, PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps), seed=cfg.seed)
+    policy = PuppeteerPolicy(
+        pool,
+        PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=cfg.min_steps),
+        seed=cfg.seed,
+    )
     batch = max(cfg.group_size, min(cfg.batch_episodes, cfg.episodes) // cfg.group_size * cfg.group_size)
     tcfg = ReinforceConfig(
         episodes=cfg.episodes,

@@ -111,6 +111,23 @@ def test_bad_actions_raise_gymnasium_errors() -> None:
     env.step(np.int64(0))  # numpy ints are fine
 
 
+def test_min_steps_masks_the_terminator_until_enough_agents_acted() -> None:
+    env = ConductorEnv(mode="step", pool="sim-paper", suite="arith", max_steps=4, min_steps=2)
+    term = env.pool.terminator_id
+    obs, info = env.reset(seed=0)
+    for step in range(3):
+        assert bool(obs["mask"][term]) == (step >= 2) == bool(env.action_masks()[term])
+        assert obs["mask"][:term].all()
+        if step < 2:
+            with pytest.raises(InvalidAction, match="masked until 2"):
+                env.step(term)
+        obs, *_ = env.step(0)
+    *_, done, _, info = env.step(term)
+    assert done and len(info["trajectory"].steps) == 3
+    with pytest.raises(ValueError, match="min_steps"):
+        ConductorEnv(mode="step", pool="sim-paper", suite="arith", max_steps=2, min_steps=3)
+
+
 def test_terminator_first_means_no_answer() -> None:
     env = ConductorEnv(mode="step", pool="sim-paper", suite="arith")
     env.reset(seed=0)

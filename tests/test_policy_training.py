@@ -37,6 +37,19 @@ def test_unavailable_agents_are_never_chosen() -> None:
     assert len(used) > 3  # the untrained policy explores the rest
 
 
+def test_a_policy_with_min_steps_never_stops_early_even_in_an_env_without_it() -> None:
+    env = _env()  # min_steps=0: the env allows the Terminator at step 0
+    term = env.pool.terminator_id
+    observations = [env.reset(seed=seed)[0] for seed in range(100)]
+
+    def first_actions(min_steps: int) -> list[int]:
+        policy = PuppeteerPolicy(env.pool, replace(FAST, min_steps=min_steps), seed=0)  # sampling
+        return [policy.act(obs, np.random.default_rng(i)) for i, obs in enumerate(observations)]
+
+    assert term in first_actions(0)  # an untrained policy stops at once now and then
+    assert term not in first_actions(1)
+
+
 def test_save_load_round_trip(tmp_path: Path) -> None:
     env = _env()
     policy = PuppeteerPolicy(env.pool, FAST, seed=3)

@@ -34,6 +34,7 @@ class PolicyConfig:
     encoder_options: tuple[tuple[str, Any], ...] = ()
     hidden: int = 128
     max_steps: int = 5
+    min_steps: int = 0  # the Terminator is never chosen before this many agents acted
     greedy: bool = False
 
 
@@ -117,10 +118,16 @@ class PuppeteerPolicy:
                 state=emb[2 * i + 1],
                 step=int(o["step"]),
                 counts=np.asarray(o["counts"], dtype=np.int64),
-                mask=np.asarray(o["mask"], dtype=bool),
+                mask=self._mask(o),
             )
             for i, o in enumerate(observations)
         ]
+
+    def _mask(self, obs: dict[str, Any]) -> np.ndarray:
+        mask = np.array(obs["mask"], dtype=bool)
+        if int(obs["step"]) < self.config.min_steps and mask[:-1].any():
+            mask[-1] = False  # the Terminator is the last action
+        return mask
 
     @staticmethod
     def batch(feats: Sequence[Features]) -> tuple[torch.Tensor, ...]:

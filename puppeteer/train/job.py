@@ -30,6 +30,7 @@ def env_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "gamma": float(cfg["gamma"]),
         "phi": cfg.get("phi"),
         "max_steps": int(cfg["max_steps"]),
+        "min_steps": int(_get(cfg, "min_steps", 0)),
         "cost_model": str(cfg["cost_model"]),
         "temperature": float(_get(cfg, "temperature", 0.0)),
         "samples_per_item": cfg.get("samples_per_item"),
@@ -55,6 +56,7 @@ def build(cfg: Mapping[str, Any]) -> tuple[ConductorEnv, ConductorEnv, Puppeteer
             encoder_options=tuple(dict(pc.get("encoder_options") or {}).items()),
             hidden=int(pc["hidden"]),
             max_steps=int(cfg["max_steps"]),
+            min_steps=int(_get(cfg, "min_steps", 0)),
         ),
         seed=int(cfg["seed"]),
     )
