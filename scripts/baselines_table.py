@@ -52,7 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def render(results: list[EvalResult], command: str, cache: Path | None, machine: str) -> str:
+def render(results: list[EvalResult], command: str, cache: Path | None, machine: str,
+           pending: list[str]) -> str:
     first = results[0]
     lines = [
         f"# Baselines on the `{first.pool}` pool",
@@ -72,6 +73,9 @@ def render(results: list[EvalResult], command: str, cache: Path | None, machine:
         f"Machine: {machine}.",
         "",
     ]
+    if pending:
+        lines += [f"**Partial**: written after {len(results)} runs; not run yet: {', '.join(pending)}. "
+                  "Re-running the command replays finished calls from the cache and completes it.", ""]
     for suite in dict.fromkeys(r.suite for r in results):
         lines += [f"## {suite}", "", markdown_table([r for r in results if r.suite == suite]), ""]
     return "\n".join(lines)
@@ -93,15 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "scripts/baselines_table.py", *argv])
     md_path = Path(args.out) if args.out else ROOT / "docs" / f"baselines-{pool.name}.md"
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    machine = f"{available_cpus()} CPUs, llama.cpp with {options['llamacpp']['n_threads']} threads"
+    machine = f"{available_cpus()} CPUs"
+    if "llamacpp" in pool.backends():
+        machine += f", llama.cpp with {options['llamacpp']['n_threads']} threads"
     results: list[EvalResult] = []
-    for spec in specs:
-        for suite in args.suites:
-            out = Path(args.runs_dir) / pool.name / suite / slug(spec)
-            results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
-                                           out_dir=out, backend=backend, max_steps=args.max_steps,
-                                           progress=not args.quiet))
-            md_path.write_text(render(results, command, cache, machine))
+    runs = [(spec, suite) for spec in specs for suite in args.suites]
+    for i, (spec, suite) in enumerate(runs):
+        out = Path(args.runs_dir) / pool.name / suite / slug(spec)
+        results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
+                                       out_dir=out, backend=backend, max_steps=args.max_steps,
+                                       progress=not args.quiet))
+        pending = [f"`{sp}` on {su}" for sp, su in runs[i + 1 :]]
+        md_path.write_text(render(results, command, cache, machine, pending))
     sys.stdout.write(f"wrote {md_path}\n")
     return 0
 
