@@ -37,6 +37,18 @@ def test_unavailable_agents_are_never_chosen() -> None:
     assert len(used) > 3  # the untrained policy explores the rest
 
 
+def test_training_with_a_masked_action_stays_finite(tmp_path: Path) -> None:
+    """Masked actions (here the Terminator at step 0) must not turn the entropy gradient into nan."""
+    env = _env(min_steps=1)
+    policy = PuppeteerPolicy(env.pool, replace(FAST, min_steps=1), seed=0)
+    cfg = ReinforceConfig(episodes=64, batch_episodes=32, group_size=4, eval_every=1000, seed=0,
+                          entropy_coef=0.1)
+    train(env, policy, cfg, tmp_path)
+    assert all(torch.isfinite(p).all() for p in policy.scorer.parameters())
+    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 64 and all(json.loads(line)["steps"] for line in lines)
+
+
 def test_a_policy_with_min_steps_never_stops_early_even_in_an_env_without_it() -> None:
     env = _env()  # min_steps=0: the env allows the Terminator at step 0
     term = env.pool.terminator_id

@@ -287,7 +287,9 @@ def train(
         act = torch.as_tensor(actions)
         logp = logp_all.gather(1, act[:, None]).squeeze(1)
         probs = logp_all.exp()
-        entropy = -(torch.where(probs > 0, probs * logp_all, torch.zeros_like(probs))).sum(-1).mean()
+        # masked actions have logp -inf and p 0: zero them before the product (torch.where would
+        # still send 0 * inf = nan through the untaken branch in backward)
+        entropy = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1).mean()
         adv = torch.as_tensor(advs, dtype=torch.float32)
         loss = -(adv * logp).sum() / config.batch_episodes - config.entropy_coef * entropy
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
