@@ -32,11 +32,11 @@ class QuickstartConfig:
     pool: str = "local"
     agents: tuple[str, ...] = ("qwen1.5b-cot", "qwen0.5b-cot", "qwen0.5b-direct", "smollm2-direct")
     suite: str = "mix-math-mmlu"
-    # Sized from a measured run on 2 idle cores (docs/quickstart.md): 16 items / 192 episodes took
-    # 27 min for training alone, so the defaults train on 12 items for 96 episodes.
+    # Sized from measured runs on 2 idle cores (docs/quickstart/report.md): 16 items / 192 episodes
+    # took 31 min for training alone, 12 items / 96 episodes 13.6 min; evaluation adds 10-15 min.
     n_train: int = 12
     n_eval: int = 10
-    episodes: int = 96
+    episodes: int = 80
     batch_episodes: int = 16
     group_size: int = 4
     max_steps: int = 2
