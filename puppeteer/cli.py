@@ -172,6 +172,8 @@ def _configure_quickstart(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-eval", type=int, default=d.n_eval)
     p.add_argument("--episodes", type=int, default=d.episodes)
     p.add_argument("--lam", type=float, default=d.lam)
+    p.add_argument("--max-steps", type=int, default=d.max_steps,
+                   help="agents per item (1: learned routing, bounded cost; 2+: chains, many more calls)")
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--seed", type=int, default=d.seed)
 
@@ -184,6 +186,7 @@ def _quickstart(args: argparse.Namespace, console: Console) -> int:
         n_eval=args.n_eval,
         episodes=args.episodes,
         lam=args.lam,
+        max_steps=args.max_steps,
         encoder=args.encoder,
         seed=args.seed,
     )

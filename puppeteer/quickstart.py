@@ -32,14 +32,17 @@ class QuickstartConfig:
     pool: str = "local"
     agents: tuple[str, ...] = ("qwen1.5b-cot", "qwen0.5b-cot", "qwen0.5b-direct", "smollm2-direct")
     suite: str = "mix-math-mmlu"
-    # Sized from measured runs on 2 idle cores (docs/quickstart/report.md): 16 items / 192 episodes
-    # took 31 min for training alone, 12 items / 96 episodes 13.6 min; evaluation adds 10-15 min.
+    # The budget (30 min on 2 cores) is set by distinct model calls, since the response cache replays
+    # repeats. With max_steps=1 the policy routes each item to one agent: at most n_train x agents
+    # distinct training calls (12 x 4, ~9 min of model time measured worst case) however many
+    # episodes run, and the baselines' calls on held-out items are shared. max_steps=2 lets it chain
+    # but multiplies distinct calls by up to 1 + agents (measured: 37 calls in the first 11 min).
     n_train: int = 12
-    n_eval: int = 10
-    episodes: int = 80
+    n_eval: int = 12
+    episodes: int = 128
     batch_episodes: int = 16
     group_size: int = 4
-    max_steps: int = 2
+    max_steps: int = 1
     # Call at least one agent. With the Terminator open at step 0, short noisy real-model runs can
     # learn to stop at once (return 0 beats the cost of failed calls on hard items): measured, 0/10.
     min_steps: int = 1
