@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,6 +14,11 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from puppeteer.types import Trajectory
+
+
+def _title(title: str) -> str:
+    """Long titles (pool names list their agents) wrap instead of running off the figure."""
+    return textwrap.fill(title, 80)
 
 
 def save(fig: Figure, path: str | Path) -> Path:
@@ -41,7 +47,7 @@ def learning_curve(
         ax.axhline(value, linestyle="--", linewidth=1, label=name)
     ax.set_xlabel("episodes")
     ax.set_ylabel("mean return")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_title(title), fontsize=10)
     ax.legend(fontsize=8)
     return save(fig, path)
 
@@ -61,7 +67,7 @@ def agent_usage(
         ax.bar(agent_names, vals, bottom=bottom, label=f"step {pos + 1}")
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_ylabel("activations per episode")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_title(title), fontsize=10)
     ax.tick_params(axis="x", rotation=45)
     ax.legend(fontsize=8)
     return save(fig, path)
