@@ -103,8 +103,11 @@ def run_quickstart(
         backend_options={"llamacpp": {"n_threads": cfg.n_threads or available_cpus()}},
     )
     backend = env.executor.backend  # one set of loaded models for training, evaluation and baselines
+    backend_name = ", ".join(pool.backends())  # every figure and table says which backend made it
+    # the simulator knows only the answer keys of its env's items: evaluation builds its own
+    eval_backend = None if "sim" in pool.backends() else backend
     console.print(
-        f"[bold]puppeteer quickstart[/bold]: pool {escape(pool.name)} (backend llamacpp), "
+        f"[bold]puppeteer quickstart[/bold]: pool {escape(pool.name)} (backend {backend_name}), "
         f"{len(train_tasks)} train / {len(eval_tasks)} held-out items of {cfg.suite}; cache {cache}"
     )
     policy = PuppeteerPolicy(
@@ -123,7 +126,7 @@ def run_quickstart(
         seed=cfg.seed,
     )
     with Progress(
-        TextColumn("[bold]train (real models)"),
+        TextColumn(f"[bold]train ({backend_name})"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -151,7 +154,7 @@ def run_quickstart(
             pool,
             cfg.suite,
             tasks=eval_tasks,
-            backend=backend,
+            backend=eval_backend,
             max_steps=cfg.max_steps,
             lam=cfg.lam,
             out_dir=run / "eval" / name.split(" ")[0].replace(":", "_"),
@@ -164,7 +167,7 @@ def run_quickstart(
     learning_curve(
         state.history,
         run / "learning_curve.png",
-        f"puppeteer quickstart: REINFORCE on {cfg.suite} (train), pool {pool.name} [backend: llamacpp]",
+        f"puppeteer quickstart: REINFORCE on {cfg.suite} (train), pool {pool.name} [backend: {backend_name}]",
     )
     trained_dir = results["puppeteer (trained)"].out_dir
     trajs = list(read_trajectories(Path(trained_dir) / "trajectories.jsonl")) if trained_dir else []
@@ -172,11 +175,11 @@ def run_quickstart(
         trajs,
         [a.name for a in pool.agents],
         run / "agent_usage.png",
-        f"trained puppeteer, held-out {cfg.suite} [backend: llamacpp]",
+        f"trained puppeteer, held-out {cfg.suite} [backend: {backend_name}]",
     )
     summary = {
         "config": asdict(cfg),
-        "backend": "llamacpp",
+        "backend": backend_name,
         "pool": pool.name,
         "suite": cfg.suite,
         "n_train": len(train_tasks),
@@ -188,7 +191,7 @@ def run_quickstart(
     }
     (run / "results.json").write_text(json.dumps(summary, indent=2))
     (run / "report.md").write_text(_report(summary))
-    table = Table(title=f"held-out {cfg.suite} (n={len(eval_tasks)}), backend llamacpp")
+    table = Table(title=f"held-out {cfg.suite} (n={len(eval_tasks)}), backend {backend_name}")
     for col in ("policy", "accuracy", "95% CI", "calls", "tokens", "wall s"):
         table.add_column(col)
     for r in rows:
@@ -211,7 +214,7 @@ def _report(s: dict[str, Any]) -> str:
     lines = [
         "# puppeteer quickstart report",
         "",
-        f"Backend **llamacpp** (real local models), pool `{s['pool']}`, suite `{s['suite']}`: "
+        f"Backend **{s['backend']}**, pool `{s['pool']}`, suite `{s['suite']}`: "
         f"{s['n_train']} training items, {s['n_eval']} held-out items, {s['episodes']} REINFORCE episodes, "
         f"{s['wall_s'] / 60:.1f} min in all.",
         "",
