@@ -377,8 +377,8 @@ def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
 
 
 MARKDOWN_HEADER = ("| policy | suite | n | accuracy (95% CI) | calls | tokens (prompt+completion) | USD | "
-                   "wall s | backend | cache hits/misses |\n"
-                   "|---|---|---:|---|---:|---:|---:|---:|---|---|")
+                   "model s/item | wall s | backend | cache hits/misses |\n"
+                   "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|")
 
 
 def markdown_row(r: EvalResult) -> str:
@@ -388,7 +388,7 @@ def markdown_row(r: EvalResult) -> str:
     return (f"| `{policy}` | {r.suite}/{r.split} | {r.n} | {r.accuracy:.3f} "
             f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{errors} | {r.mean_calls:.2f} | "
             f"{r.mean_prompt_tokens:.0f}+{r.mean_completion_tokens:.0f} | {r.mean_usd:.5f} | "
-            f"{r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |")
+            f"{r.mean_latency_s:.1f} | {r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |")
 
 
 def markdown_table(results: Sequence[EvalResult]) -> str:

@@ -66,9 +66,9 @@ def render(results: list[EvalResult], command: str, cache: Path | None, machine:
         "",
         f"Split `{first.split}`, first n={first.n} items per suite (seed {first.seed}), each item run "
         "once; accuracy with its 95% Wilson interval (errors count as wrong); calls, tokens "
-        "(prompt+completion) and USD are means per item; wall s is the whole run's wall time (calls "
-        "served by the response cache are nearly free, so later rows can be faster than their cost "
-        "suggests).",
+        "(prompt+completion), USD and model s (seconds of model time, as measured when each call was "
+        "made) are means per item; wall s is this run's wall time (calls served by the response cache "
+        "are nearly free, so it can be far below the model time).",
         f"Response cache: `{cache}`." if cache else "No response cache.",
         f"Machine: {machine}.",
         "",
