@@ -21,7 +21,7 @@ from puppeteer.policies.baselines import (
 )
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
-from puppeteer.types import Task
+from puppeteer.types import Completion, CompletionRequest, Task
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_bad_specs_fail_clearly(spec: str, pool: Pool) -> None:
 def test_workflow_shapes(pool: Pool, arith: tuple[Task, ...]) -> None:
     task, rng = arith[0], np.random.default_rng(0)
     vote = make_policy("vote:3", pool).plan(task, pool, rng)  # type: ignore[union-attr]
-    assert vote.model_id == (0, 1, 2) and vote.access_list == ((), (), ())
+    assert vote.model_id == (2, 1, 0) and vote.access_list == ((), (), ())  # strongest last: wins ties
     moa = make_policy("moa", pool).plan(task, pool, rng)  # type: ignore[union-attr]
     assert moa.model_id == (0, 1, 2, pool.index("gemma3-27b-summarize"))
     assert moa.access_list == ((), (), (), (0, 1, 2))
@@ -116,6 +116,32 @@ def test_random_step_terminates_and_never_before_the_first_agent(pool: Pool) -> 
     later = [policy.act({"mask": mask, "step": 2}, rng) for _ in range(2000)]
     rate = later.count(pool.terminator_id) / len(later)
     assert 0.16 < rate < 0.24  # 1 / max_steps
+
+
+class ThreeWayTie:
+    """Test double: each model gives a different answer; only ``right``'s is the gold."""
+
+    name = "tie"
+
+    def __init__(self, gold: dict[str, str], right: str) -> None:
+        self.gold, self.right = gold, right
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        gold = self.gold[request.context.item_key]
+        answer = gold if request.model.target == self.right else f"{gold}{len(request.model.target)}"
+        return Completion(f"Answer: {answer}", 10, 5, 0.0, 1.0, 0.0, request.model.target)
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        return self.complete(request)
+
+
+@pytest.mark.parametrize("first", ["gpt5-cot", "gemma3-27b-cot"])
+def test_vote_ties_go_to_the_first_listed_member(pool: Pool, arith: tuple[Task, ...], first: str) -> None:
+    members = [first, *(m for m in ("gpt5-cot", "sonnet4-cot", "gemma3-27b-cot") if m != first)]
+    backend = ThreeWayTie({t.id: t.answer for t in arith}, right=pool.agent(pool.index(first)).model.target)
+    result = evaluate_policy("vote:" + ",".join(members), pool, "arith", tasks=arith[:6], backend=backend,
+                             progress=False)
+    assert result.correct == 6
 
 
 def test_vote_of_strong_agents_beats_the_weakest_single_agent(pool: Pool) -> None:

