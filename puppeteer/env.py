@@ -145,7 +145,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             options = {k: dict(v) for k, v in self.pool.backend_options.items()}
             for k, v in (backend_options or {}).items():
                 options.setdefault(k, {}).update(v)
-            if "sim" in self.pool.backends():
+            if self.pool.needs_answer_key:
                 options.setdefault("sim", {})["answer_key"] = sim_answer_key(self.tasks)
             backend = make_router(options, cache=cache)
         self.executor = Executor(

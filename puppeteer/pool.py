@@ -81,6 +81,12 @@ class Pool:
     def backends(self) -> tuple[str, ...]:
         return tuple(sorted({a.model.backend for a in self.agents}))
 
+    @property
+    def needs_answer_key(self) -> bool:
+        """Whether a backend of this pool must know its tasks' answers (the simulator): such a
+        backend is built for one set of tasks and cannot be shared with runs on other items."""
+        return "sim" in self.backends()
+
 
 def _model(name: str, raw: Mapping[str, Any]) -> ModelSpec:
     try:

@@ -104,8 +104,7 @@ def run_quickstart(
     )
     backend = env.executor.backend  # one set of loaded models for training, evaluation and baselines
     backend_name = ", ".join(pool.backends())  # every figure and table says which backend made it
-    # the simulator knows only the answer keys of its env's items: evaluation builds its own
-    eval_backend = None if "sim" in pool.backends() else backend
+    eval_backend = None if pool.needs_answer_key else backend  # held-out items need their own
     console.print(
         f"[bold]puppeteer quickstart[/bold]: pool {escape(pool.name)} (backend {backend_name}), "
         f"{len(train_tasks)} train / {len(eval_tasks)} held-out items of {cfg.suite}; cache {cache}"

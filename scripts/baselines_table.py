@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = resolve_cache(pool, args.cache, args.no_cache)
     options = {k: dict(v) for k, v in pool.backend_options.items()}
     options.setdefault("llamacpp", {})["n_threads"] = args.n_threads or available_cpus()
-    # one set of loaded models for every run (the simulator needs a per-run answer key: built per run)
-    backend = None if "sim" in pool.backends() else make_router(options, cache=cache)
+    # one set of loaded models for every run, unless the backend is tied to one run's answer key
+    backend = None if pool.needs_answer_key else make_router(options, cache=cache)
     command = shlex.join(["python", "scripts/baselines_table.py", *argv])
     md_path = Path(args.out) if args.out else ROOT / "docs" / f"baselines-{pool.name}.md"
     md_path.parent.mkdir(parents=True, exist_ok=True)
