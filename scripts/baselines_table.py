@@ -23,6 +23,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes
 from puppeteer.backends import make_router
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.evaluation import EvalResult, evaluate_policy, markdown_table, resolve_cache, slug
@@ -52,6 +53,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def overlap_lines(results: list[EvalResult]) -> list[str]:
+    """Item by item: what single agents cover together, and what each other run gains and loses
+    against the best single agent (read from the runs' trajectories)."""
+    outcomes: dict[str, Outcomes] = {}
+    for r in results:
+        if r.out_dir and r.completed and (Path(r.out_dir) / "trajectories.jsonl").is_file():
+            outcomes[r.policy] = read_outcomes(r.out_dir)
+    singles = {p: o for p, o in outcomes.items() if p.startswith("single:")}
+    if not singles:
+        return []
+    cov = coverage(singles)
+    lines = [f"Item by item: at least one of the {len(singles)} single agents solves "
+             f"**{cov.any} of {cov.n}** items (the most a router picking one of them per item could "
+             f"solve); the best alone, `{cov.best}`, solves {cov.best_solved}."]
+    others = {p: o for p, o in outcomes.items() if p not in singles}
+    if others:
+        best = f"`{cov.best}`"
+        lines += ["", f"| policy | correct | gained vs {best} | lost vs {best} |", "|---|---:|---:|---:|"]
+        for p, o in others.items():
+            c = compare(o, singles[cov.best])
+            lines.append(f"| `{p.replace('|', chr(92) + '|')}` | {len(o.solved)} | +{c.gained} | -{c.lost} |")
+    return ["", *lines]
+
+
 def render(results: list[EvalResult], command: str, cache: Path | None, machine: str,
            pending: list[str]) -> str:
     first = results[0]
@@ -77,7 +102,8 @@ def render(results: list[EvalResult], command: str, cache: Path | None, machine:
         lines += [f"**Partial**: written after {len(results)} runs; not run yet: {', '.join(pending)}. "
                   "Re-running the command replays finished calls from the cache and completes it.", ""]
     for suite in dict.fromkeys(r.suite for r in results):
-        lines += [f"## {suite}", "", markdown_table([r for r in results if r.suite == suite]), ""]
+        suite_results = [r for r in results if r.suite == suite]
+        lines += [f"## {suite}", "", markdown_table(suite_results), *overlap_lines(suite_results), ""]
     return "\n".join(lines)
 
 

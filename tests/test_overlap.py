@@ -1,0 +1,90 @@
+"""Item-by-item comparison of evaluation runs (puppeteer.analytics.overlap)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes
+from puppeteer.evaluation import evaluate_policy
+
+
+def _write(path: Path, correct: dict[str, bool]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    with (path / "trajectories.jsonl").open("w") as f:
+        for task_id, ok in correct.items():
+            f.write(json.dumps({"task_id": task_id, "correct": ok, "steps": []}) + "\n")
+    return path
+
+
+def test_compare_counts_gains_and_losses(tmp_path: Path) -> None:
+    ref = read_outcomes(_write(tmp_path / "ref", {"a": True, "b": True, "c": False, "d": False}))
+    run = read_outcomes(_write(tmp_path / "run", {"a": True, "b": False, "c": True, "d": True}))
+    c = compare(run, ref)
+    assert (c.gained, c.lost, c.both, c.n, c.net) == (2, 1, 1, 4, 1)
+    back = compare(ref, run)
+    assert (back.gained, back.lost, back.net) == (1, 2, -1)
+
+
+def test_coverage_is_the_union_and_names_the_best(tmp_path: Path) -> None:
+    runs = {
+        "x": Outcomes(frozenset("abcd"), frozenset("a")),
+        "y": Outcomes(frozenset("abcd"), frozenset("bc")),
+        "z": Outcomes(frozenset("abcd"), frozenset("cb")),
+    }
+    cov = coverage(runs)
+    assert (cov.any, cov.best, cov.best_solved, cov.n) == (3, "y", 2, 4)  # y and z tie: first listed
+
+
+def test_runs_on_different_items_are_refused(tmp_path: Path) -> None:
+    a = Outcomes(frozenset("ab"), frozenset("a"))
+    b = Outcomes(frozenset("ac"), frozenset("a"))
+    with pytest.raises(ValueError, match="different items"):
+        compare(a, b)
+    with pytest.raises(ValueError, match="different items"):
+        coverage({"a": a, "b": b})
+    with pytest.raises(ValueError, match="subset"):
+        Outcomes(frozenset("a"), frozenset("ab"))
+
+
+def test_duplicate_items_in_a_file_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"task_id": "a", "correct": true}\n{"task_id": "a", "correct": false}\n')
+    with pytest.raises(ValueError, match="twice"):
+        read_outcomes(path)
+
+
+def test_reads_what_evaluate_policy_writes(tmp_path: Path) -> None:
+    result = evaluate_policy("single:gpt5-cot", "sim-paper", "arith", n=20, out_dir=tmp_path / "run",
+                             progress=False)
+    outcomes = read_outcomes(tmp_path / "run")
+    assert len(outcomes.items) == 20
+    assert len(outcomes.solved) == result.correct
+    assert outcomes.accuracy == pytest.approx(result.accuracy)
+
+
+def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
+    import importlib.util
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "baselines_table.py"
+    spec = importlib.util.spec_from_file_location("baselines_table", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "table.md"
+    runs = tmp_path / "runs"
+    assert module.main(["--pool", "sim-paper", "--suites", "mix-math-mmlu", "--n", "40", "--quiet", "--no-cache",
+                        "--specs", "single:gpt5-cot", "single:gemma3-27b-cot", "vote:3",
+                        "--runs-dir", str(runs), "--out", str(out)]) == 0
+    text = out.read_text()
+    singles = {name: read_outcomes(runs / "sim-paper" / "mix-math-mmlu" / f"single_{name}")
+               for name in ("gpt5-cot", "gemma3-27b-cot")}
+    vote = read_outcomes(runs / "sim-paper" / "mix-math-mmlu" / "vote_3")
+    union = len(singles["gpt5-cot"].solved | singles["gemma3-27b-cot"].solved)
+    best = max(singles, key=lambda k: len(singles[k].solved))
+    c = compare(vote, singles[best])
+    assert f"solves **{union} of 40** items" in text
+    assert f"| `vote:3` | {len(vote.solved)} | +{c.gained} | -{c.lost} |" in text
+    assert "Partial" not in text
