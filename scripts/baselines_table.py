@@ -23,7 +23,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes
+from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.backends import make_router
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.evaluation import EvalResult, evaluate_policy, markdown_table, resolve_cache, slug
@@ -31,6 +31,8 @@ from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.pool import load_pool
 
 ROOT = Path(__file__).resolve().parent.parent
+# baselines whose every step sees the step before: does the last step change that step's answer?
+SEQUENTIAL = ("chain", "reflect", "random")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -56,10 +58,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def overlap_lines(results: list[EvalResult]) -> list[str]:
     """Item by item: what single agents cover together, and what each other run gains and loses
     against the best single agent (read from the runs' trajectories)."""
-    outcomes: dict[str, Outcomes] = {}
-    for r in results:
-        if r.out_dir and r.completed and (Path(r.out_dir) / "trajectories.jsonl").is_file():
-            outcomes[r.policy] = read_outcomes(r.out_dir)
+    dirs = {r.policy: Path(r.out_dir) for r in results
+            if r.out_dir and r.completed and (Path(r.out_dir) / "trajectories.jsonl").is_file()}
+    outcomes: dict[str, Outcomes] = {p: read_outcomes(d) for p, d in dirs.items()}
     singles = {p: o for p, o in outcomes.items() if p.startswith("single:")}
     if not singles:
         return []
@@ -70,10 +71,16 @@ def overlap_lines(results: list[EvalResult]) -> list[str]:
     others = {p: o for p, o in outcomes.items() if p not in singles}
     if others:
         best = f"`{cov.best}`"
-        lines += ["", f"| policy | correct | gained vs {best} | lost vs {best} |", "|---|---:|---:|---:|"]
+        lines += ["", f"| policy | correct | gained vs {best} | lost vs {best} | last step kept the previous "
+                  "step's answer (verbatim copies) |", "|---|---:|---:|---:|---|"]
         for p, o in others.items():
             c = compare(o, singles[cov.best])
-            lines.append(f"| `{p.replace('|', chr(92) + '|')}` | {len(o.solved)} | +{c.gained} | -{c.lost} |")
+            kept = "-"
+            if p.startswith(SEQUENTIAL):
+                rev = read_revisions(dirs[p])
+                kept = f"{rev.same_answer} of {rev.episodes} ({rev.verbatim})" if rev.episodes else "-"
+            name = p.replace("|", "\\|")
+            lines.append(f"| `{name}` | {len(o.solved)} | +{c.gained} | -{c.lost} | {kept} |")
     return ["", *lines]
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes
+from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.evaluation import evaluate_policy
 
 
@@ -75,9 +75,9 @@ def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
     spec.loader.exec_module(module)
     out = tmp_path / "table.md"
     runs = tmp_path / "runs"
-    assert module.main(["--pool", "sim-paper", "--suites", "mix-math-mmlu", "--n", "40", "--quiet", "--no-cache",
-                        "--specs", "single:gpt5-cot", "single:gemma3-27b-cot", "vote:3",
-                        "--runs-dir", str(runs), "--out", str(out)]) == 0
+    specs = ["single:gpt5-cot", "single:gemma3-27b-cot", "vote:3", "chain:gemma3-27b-cot,gpt5-cot"]
+    assert module.main(["--pool", "sim-paper", "--suites", "mix-math-mmlu", "--n", "40", "--quiet",
+                        "--no-cache", "--specs", *specs, "--runs-dir", str(runs), "--out", str(out)]) == 0
     text = out.read_text()
     singles = {name: read_outcomes(runs / "sim-paper" / "mix-math-mmlu" / f"single_{name}")
                for name in ("gpt5-cot", "gemma3-27b-cot")}
@@ -86,5 +86,26 @@ def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
     best = max(singles, key=lambda k: len(singles[k].solved))
     c = compare(vote, singles[best])
     assert f"solves **{union} of 40** items" in text
-    assert f"| `vote:3` | {len(vote.solved)} | +{c.gained} | -{c.lost} |" in text
+    assert f"| `vote:3` | {len(vote.solved)} | +{c.gained} | -{c.lost} | - |" in text
+    chain_dir = runs / "sim-paper" / "mix-math-mmlu" / "chain_gemma3-27b-cot_gpt5-cot"
+    rev = read_revisions(chain_dir)
+    assert rev.episodes == 40
+    assert f"| {rev.same_answer} of 40 ({rev.verbatim}) |" in text
     assert "Partial" not in text
+
+
+def test_revisions_count_kept_answers_and_verbatim_copies(tmp_path: Path) -> None:
+    def step(answer: str, text: str) -> dict[str, object]:
+        return {"answer": answer, "completion": {"text": text}}
+
+    episodes = [
+        [step("1", "x. Answer: 1"), step("1", "x. Answer: 1 ")],  # verbatim (whitespace aside)
+        [step("1", "x. Answer: 1"), step("1", "checked. Answer: 1")],  # same answer, new text
+        [step("1", "x. Answer: 1"), step("2", "no. Answer: 2")],  # changed
+        [step("3", "only one step")],  # not counted
+    ]
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text("".join(json.dumps({"task_id": str(i), "correct": False, "steps": s}) + "\n"
+                            for i, s in enumerate(episodes)))
+    rev = read_revisions(path)
+    assert (rev.episodes, rev.same_answer, rev.verbatim, rev.changed) == (3, 2, 1, 1)

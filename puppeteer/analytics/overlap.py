@@ -104,3 +104,41 @@ def coverage(runs: Mapping[str, Outcomes]) -> Coverage:
     best = max(runs, key=lambda name: len(runs[name].solved))
     union = frozenset().union(*(o.solved for o in runs.values()))
     return Coverage(any=len(union), best=best, best_solved=len(runs[best].solved), n=len(first.items))
+
+
+@dataclass(frozen=True)
+class Revisions:
+    """How the last step of multi-step episodes relates to the step before it.
+
+    ``episodes``: episodes with at least two steps; ``same_answer``: the last step's extracted
+    answer equals the previous step's; ``verbatim``: the last step's text repeats the previous
+    step's text exactly (a model copying the earlier work it was shown).
+    """
+
+    episodes: int
+    same_answer: int
+    verbatim: int
+
+    @property
+    def changed(self) -> int:
+        return self.episodes - self.same_answer
+
+
+def read_revisions(path: str | Path) -> Revisions:
+    """:class:`Revisions` of the episodes in a ``trajectories.jsonl`` file or run directory."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "trajectories.jsonl"
+    episodes = same = verbatim = 0
+    with path.open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            steps = json.loads(line).get("steps") or []
+            if len(steps) < 2:
+                continue
+            prev, last = steps[-2], steps[-1]
+            episodes += 1
+            same += prev.get("answer") == last.get("answer")
+            verbatim += prev["completion"]["text"].strip() == last["completion"]["text"].strip()
+    return Revisions(episodes, same, verbatim)
