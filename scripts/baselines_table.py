@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
+from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost
 from puppeteer.backends import make_router
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.evaluation import EvalResult, evaluate_policy, markdown_table, resolve_cache, slug
@@ -52,6 +53,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="llama.cpp threads (default: every available CPU; calls run one at a time)")
     p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--no-plot", action="store_true",
+                   help="no accuracy-vs-cost figure (default: <out dir>/img/baselines-<pool>.png)")
     return p.parse_args(argv)
 
 
@@ -84,8 +87,20 @@ def overlap_lines(results: list[EvalResult]) -> list[str]:
     return ["", *lines]
 
 
+def plot(results: list[EvalResult], path: Path, machine: str) -> Path:
+    """Accuracy against model seconds per item, one panel per suite."""
+    panels = {suite: [CostPoint(r.policy, r.mean_latency_s, r.accuracy, r.ci_low, r.ci_high)
+                      for r in results if r.suite == suite and r.completed]
+              for suite in dict.fromkeys(r.suite for r in results)}
+    first = results[0]
+    title = (f"Baselines on pool {first.pool}, split {first.split}, n={first.n} per suite "
+             f"(backend {'+'.join(first.backends)}; {machine})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return accuracy_vs_cost(panels, path, title, cost_label="model seconds per item (as recorded per call)")
+
+
 def render(results: list[EvalResult], command: str, cache: Path | None, machine: str,
-           pending: list[str]) -> str:
+           pending: list[str], figure: str | None = None) -> str:
     first = results[0]
     lines = [
         f"# Baselines on the `{first.pool}` pool",
@@ -108,6 +123,8 @@ def render(results: list[EvalResult], command: str, cache: Path | None, machine:
     if pending:
         lines += [f"**Partial**: written after {len(results)} runs; not run yet: {', '.join(pending)}. "
                   "Re-running the command replays finished calls from the cache and completes it.", ""]
+    if figure:
+        lines += [f"![accuracy against model time]({figure})", ""]
     for suite in dict.fromkeys(r.suite for r in results):
         suite_results = [r for r in results if r.suite == suite]
         lines += [f"## {suite}", "", markdown_table(suite_results), *overlap_lines(suite_results), ""]
@@ -141,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                                        out_dir=out, backend=backend, max_steps=args.max_steps,
                                        progress=not args.quiet))
         pending = [f"`{sp}` on {su}" for sp, su in runs[i + 1 :]]
-        md_path.write_text(render(results, command, cache, machine, pending))
+        figure = None
+        if not args.no_plot:
+            png = plot(results, md_path.parent / "img" / f"baselines-{pool.name}.png", machine)
+            figure = png.relative_to(md_path.parent).as_posix()
+        md_path.write_text(render(results, command, cache, machine, pending, figure))
     sys.stdout.write(f"wrote {md_path}\n")
     return 0
 

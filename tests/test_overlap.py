@@ -92,6 +92,8 @@ def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
     assert rev.episodes == 40
     assert f"| {rev.same_answer} of 40 ({rev.verbatim}) |" in text
     assert "Partial" not in text
+    assert "![accuracy against model time](img/baselines-sim-paper.png)" in text
+    assert (tmp_path / "img" / "baselines-sim-paper.png").stat().st_size > 10_000
 
 
 def test_revisions_count_kept_answers_and_verbatim_copies(tmp_path: Path) -> None:
@@ -109,3 +111,12 @@ def test_revisions_count_kept_answers_and_verbatim_copies(tmp_path: Path) -> Non
                             for i, s in enumerate(episodes)))
     rev = read_revisions(path)
     assert (rev.episodes, rev.same_answer, rev.verbatim, rev.changed) == (3, 2, 1, 1)
+
+
+def test_pareto_front_keeps_only_undominated_policies() -> None:
+    from puppeteer.analytics.plots import CostPoint, pareto_front
+
+    pts = [CostPoint("cheap", 1.0, 0.2, 0.1, 0.3), CostPoint("dominated", 5.0, 0.15, 0.1, 0.2),
+           CostPoint("mid", 3.0, 0.4, 0.3, 0.5), CostPoint("tie-dearer", 4.0, 0.4, 0.3, 0.5),
+           CostPoint("best", 30.0, 0.5, 0.4, 0.6)]
+    assert [p.label for p in pareto_front(pts)] == ["cheap", "mid", "best"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -70,4 +71,49 @@ def agent_usage(
     ax.set_title(_title(title), fontsize=10)
     ax.tick_params(axis="x", rotation=45)
     ax.legend(fontsize=8)
+    return save(fig, path)
+
+
+@dataclass(frozen=True)
+class CostPoint:
+    """One policy on one suite: accuracy with its interval against a cost per item."""
+
+    label: str
+    cost: float
+    accuracy: float
+    ci_low: float
+    ci_high: float
+
+
+def pareto_front(points: Sequence[CostPoint]) -> list[CostPoint]:
+    """Points no other point beats on both cost (lower) and accuracy (higher), by cost."""
+    front: list[CostPoint] = []
+    for p in sorted(points, key=lambda p: (p.cost, -p.accuracy)):
+        if not front or p.accuracy > front[-1].accuracy:
+            front.append(p)
+    return front
+
+
+def accuracy_vs_cost(
+    panels: Mapping[str, Sequence[CostPoint]], path: str | Path, title: str, cost_label: str
+) -> Path:
+    """One panel per suite: accuracy (95% interval) against cost per item (log axis); Pareto front dashed."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False)
+    for ax, (suite, points) in zip(axes[0], panels.items(), strict=True):
+        for p in points:
+            ax.errorbar(p.cost, p.accuracy, yerr=[[p.accuracy - p.ci_low], [p.ci_high - p.accuracy]],
+                        fmt="o", capsize=3)
+            ax.annotate(textwrap.shorten(p.label, 40), (p.cost, p.accuracy), fontsize=7,
+                        xytext=(4, 3), textcoords="offset points")
+        front = pareto_front(points)
+        ax.plot([p.cost for p in front], [p.accuracy for p in front], "k--", linewidth=0.8,
+                label="Pareto front")
+        if all(p.cost > 0 for p in points):
+            ax.set_xscale("log")
+        ax.set_xlabel(cost_label)
+        ax.set_ylabel("accuracy")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(suite, fontsize=10)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(_title(title), fontsize=10)
     return save(fig, path)
