@@ -32,6 +32,8 @@ from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.pool import load_pool
 
 ROOT = Path(__file__).resolve().parent.parent
+# text below this line in an existing table file (findings written by hand) survives a rewrite
+NOTES_MARKER = "<!-- generated table ends here; notes below are kept when the table is rewritten -->"
 # baselines whose every step sees the step before: does the last step change that step's answer?
 SEQUENTIAL = ("chain", "reflect", "random")
 
@@ -99,6 +101,13 @@ def plot(results: list[EvalResult], path: Path, machine: str) -> Path:
     return accuracy_vs_cost(panels, path, title, cost_label="model seconds per item (as recorded per call)")
 
 
+def kept_notes(path: Path) -> str:
+    """The marker line and the hand-written notes after it in an existing table file (or just the marker)."""
+    old = path.read_text() if path.is_file() else ""
+    _, found, notes = old.partition(NOTES_MARKER)
+    return "\n" + NOTES_MARKER + (notes if found else "\n")
+
+
 def render(results: list[EvalResult], command: str, cache: Path | None, machine: str,
            pending: list[str], figure: str | None = None) -> str:
     first = results[0]
@@ -162,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_plot:
             png = plot(results, md_path.parent / "img" / f"baselines-{pool.name}.png", machine)
             figure = png.relative_to(md_path.parent).as_posix()
-        md_path.write_text(render(results, command, cache, machine, pending, figure))
+        md_path.write_text(render(results, command, cache, machine, pending, figure) + kept_notes(md_path))
     sys.stdout.write(f"wrote {md_path}\n")
     return 0
 

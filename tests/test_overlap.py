@@ -120,3 +120,24 @@ def test_pareto_front_keeps_only_undominated_policies() -> None:
            CostPoint("mid", 3.0, 0.4, 0.3, 0.5), CostPoint("tie-dearer", 4.0, 0.4, 0.3, 0.5),
            CostPoint("best", 30.0, 0.5, 0.4, 0.6)]
     assert [p.label for p in pareto_front(pts)] == ["cheap", "mid", "best"]
+
+
+def test_baselines_table_rewrite_keeps_hand_written_notes(tmp_path: Path) -> None:
+    import importlib.util
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "baselines_table.py"
+    spec = importlib.util.spec_from_file_location("baselines_table_notes", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "table.md"
+    args = ["--pool", "sim-paper", "--suites", "arith", "--n", "5", "--quiet", "--no-cache", "--no-plot",
+            "--specs", "single:gpt5-cot", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]
+    assert module.main(args) == 0
+    assert out.read_text().rstrip().endswith(module.NOTES_MARKER)
+    out.write_text(out.read_text() + "\n## Findings\n\nwritten by hand\n")
+    assert module.main(args) == 0
+    text = out.read_text()
+    assert text.count(module.NOTES_MARKER) == 1
+    assert text.endswith(module.NOTES_MARKER + "\n\n## Findings\n\nwritten by hand\n")
+    assert "`single:gpt5-cot`" in text

@@ -98,13 +98,13 @@ def accuracy_vs_cost(
     panels: Mapping[str, Sequence[CostPoint]], path: str | Path, title: str, cost_label: str
 ) -> Path:
     """One panel per suite: accuracy (95% interval) against cost per item (log axis); Pareto front dashed."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 6.5), squeeze=False)
+    markers = "osD^vP*Xhp<>"
     for ax, (suite, points) in zip(axes[0], panels.items(), strict=True):
-        for p in points:
+        for i, p in enumerate(points):
             ax.errorbar(p.cost, p.accuracy, yerr=[[p.accuracy - p.ci_low], [p.ci_high - p.accuracy]],
-                        fmt="o", capsize=3)
-            ax.annotate(textwrap.shorten(p.label, 40), (p.cost, p.accuracy), fontsize=7,
-                        xytext=(4, 3), textcoords="offset points")
+                        fmt=markers[i % len(markers)], color=plt.get_cmap("tab20")(i % 20), capsize=3,
+                        label=p.label)
         front = pareto_front(points)
         ax.plot([p.cost for p in front], [p.accuracy for p in front], "k--", linewidth=0.8,
                 label="Pareto front")
@@ -114,6 +114,6 @@ def accuracy_vs_cost(
         ax.set_ylabel("accuracy")
         ax.set_ylim(0, 1.05)
         ax.set_title(suite, fontsize=10)
-        ax.legend(fontsize=8, loc="upper left")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
     fig.suptitle(_title(title), fontsize=10)
     return save(fig, path)
