@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.evaluation import evaluate_policy
+
+
+def _load_table_script() -> ModuleType:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "baselines_table.py"
+    spec = importlib.util.spec_from_file_location("baselines_table", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _write(path: Path, correct: dict[str, bool]) -> Path:
@@ -66,13 +77,7 @@ def test_reads_what_evaluate_policy_writes(tmp_path: Path) -> None:
 
 
 def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
-    import importlib.util
-
-    script = Path(__file__).resolve().parent.parent / "scripts" / "baselines_table.py"
-    spec = importlib.util.spec_from_file_location("baselines_table", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load_table_script()
     out = tmp_path / "table.md"
     runs = tmp_path / "runs"
     specs = ["single:gpt5-cot", "single:gemma3-27b-cot", "vote:3", "chain:gemma3-27b-cot,gpt5-cot"]
@@ -123,13 +128,7 @@ def test_pareto_front_keeps_only_undominated_policies() -> None:
 
 
 def test_baselines_table_rewrite_keeps_hand_written_notes(tmp_path: Path) -> None:
-    import importlib.util
-
-    script = Path(__file__).resolve().parent.parent / "scripts" / "baselines_table.py"
-    spec = importlib.util.spec_from_file_location("baselines_table_notes", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load_table_script()
     out = tmp_path / "table.md"
     args = ["--pool", "sim-paper", "--suites", "arith", "--n", "5", "--quiet", "--no-cache", "--no-plot",
             "--specs", "single:gpt5-cot", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]

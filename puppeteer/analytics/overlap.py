@@ -12,9 +12,10 @@ per-item ``correct`` flags that ``evaluate_policy`` writes to ``trajectories.jso
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -60,24 +61,28 @@ class Coverage:
     n: int
 
 
-def read_outcomes(path: str | Path) -> Outcomes:
-    """Outcomes from a ``trajectories.jsonl`` file or a run directory holding one."""
+def _records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The JSON records of a ``trajectories.jsonl`` file or of a run directory holding one."""
     path = Path(path)
     if path.is_dir():
         path = path / "trajectories.jsonl"
-    items: set[str] = set()
-    solved: set[str] = set()
     with path.open() as f:
         for line in f:
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            task_id = str(record["task_id"])
-            if task_id in items:
-                raise ValueError(f"{path}: item {task_id!r} appears twice")
-            items.add(task_id)
-            if record.get("correct"):
-                solved.add(task_id)
+            if line.strip():
+                yield json.loads(line)
+
+
+def read_outcomes(path: str | Path) -> Outcomes:
+    """Outcomes from a ``trajectories.jsonl`` file or a run directory holding one."""
+    items: set[str] = set()
+    solved: set[str] = set()
+    for record in _records(path):
+        task_id = str(record["task_id"])
+        if task_id in items:
+            raise ValueError(f"{path}: item {task_id!r} appears twice")
+        items.add(task_id)
+        if record.get("correct"):
+            solved.add(task_id)
     return Outcomes(frozenset(items), frozenset(solved))
 
 
@@ -126,19 +131,13 @@ class Revisions:
 
 def read_revisions(path: str | Path) -> Revisions:
     """:class:`Revisions` of the episodes in a ``trajectories.jsonl`` file or run directory."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "trajectories.jsonl"
     episodes = same = verbatim = 0
-    with path.open() as f:
-        for line in f:
-            if not line.strip():
-                continue
-            steps = json.loads(line).get("steps") or []
-            if len(steps) < 2:
-                continue
-            prev, last = steps[-2], steps[-1]
-            episodes += 1
-            same += prev.get("answer") == last.get("answer")
-            verbatim += prev["completion"]["text"].strip() == last["completion"]["text"].strip()
+    for record in _records(path):
+        steps = record.get("steps") or []
+        if len(steps) < 2:
+            continue
+        prev, last = steps[-2], steps[-1]
+        episodes += 1
+        same += prev.get("answer") == last.get("answer")
+        verbatim += prev["completion"]["text"].strip() == last["completion"]["text"].strip()
     return Revisions(episodes, same, verbatim)
