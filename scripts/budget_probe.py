@@ -13,7 +13,6 @@ that assumption where it can: each new generation must start with the old cut-of
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import replace
@@ -24,6 +23,7 @@ from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.evaluation import evaluate_policy, resolve_cache, slug, wilson_interval
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
+from puppeteer.trajectories import read_trajectories
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_tokens <= old_budget:
         raise SystemExit(f"--max-tokens must exceed the agent's budget ({old_budget})")
     run = Path(args.runs_dir) / pool.name / args.suite / slug(f"single:{args.agent}")
-    records = [json.loads(line) for line in (run / "trajectories.jsonl").open() if line.strip()]
-    cut = {r["task_id"]: r["steps"][0]["completion"]["text"] for r in records
-           if r["steps"] and r["steps"][0]["completion"]["truncated"]}
-    kept = sum(r["correct"] for r in records if r["task_id"] not in cut)
+    records = list(read_trajectories(run / "trajectories.jsonl"))
+    cut = {t.task_id: t.steps[0].completion.text for t in records
+           if t.steps and t.steps[0].completion.truncated}
+    kept = sum(t.correct for t in records if t.task_id not in cut)
     items = [t for t in load_suite(args.suite, args.split) if t.id in cut]
     probe_pool = with_budget(pool, args.agent, args.max_tokens)
     options = {k: dict(v) for k, v in probe_pool.backend_options.items()}
@@ -65,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     out = run.parent / f"{slug(f'single:{args.agent}')}_max{args.max_tokens}_truncated"
     result = evaluate_policy(f"single:{args.agent}", probe_pool, args.suite, split=args.split, tasks=items,
                              out_dir=out, backend=backend, progress=True)
-    new = [json.loads(line) for line in (out / "trajectories.jsonl").open() if line.strip()]
-    prefix_ok = sum(r["steps"][0]["completion"]["text"].startswith(cut[r["task_id"]].rstrip()) for r in new)
-    still_cut = sum(r["steps"][0]["completion"]["truncated"] for r in new)
+    new = [t for t in read_trajectories(out / "trajectories.jsonl") if t.steps]
+    prefix_ok = sum(t.steps[0].completion.text.startswith(cut[t.task_id].rstrip()) for t in new)
+    still_cut = sum(t.steps[0].completion.truncated for t in new)
     n, correct = len(records), kept + result.correct
     lo, hi = wilson_interval(correct, n)
     sys.stdout.write(
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{result.mean_latency_s:.1f} model s per re-run item\n"
         f"  accuracy with max_tokens={args.max_tokens}: {correct}/{n} = {correct / n:.3f} "
         f"[{lo:.3f}, {hi:.3f}] "
-        f"(was {sum(r['correct'] for r in records)}/{n})\n  trajectories: {out}\n")
+        f"(was {sum(t.correct for t in records)}/{n})\n  trajectories: {out}\n")
     return 0
 
 
