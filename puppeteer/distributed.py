@@ -94,11 +94,13 @@ def evaluate_policy_ray(
     num_cpus: int | None = 2,
     tasks: Sequence[Task] | None = None,
     runtime_env: dict[str, Any] | None = None,
+    worker_cpus: float = 1.0,
 ) -> EvalResult:
     """:func:`~puppeteer.evaluation.evaluate_policy` with the items spread over Ray workers.
 
     ``workers`` shards (default: the cluster's CPU count). The policy is a spec so each worker
     builds its own; ``cache`` is a path on each node (nodes do not share a SQLite file).
+    ``worker_cpus`` is each shard's CPU request (below 1 for API-bound work that mostly waits).
     """
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
     items = tuple(tasks)[:n] if tasks is not None else load_suite(suite, split, n=n, seed=seed)
@@ -108,7 +110,7 @@ def evaluate_policy_ray(
     k = max(1, min(len(items), workers or int(ray.cluster_resources().get("CPU", 1))))
     bounds = np.linspace(0, len(items), k + 1).astype(int)
     shards = [items[lo:hi] for lo, hi in itertools.pairwise(bounds)]
-    remote = ray.remote(num_cpus=1, max_retries=0)(_eval_shard)
+    remote = ray.remote(num_cpus=worker_cpus, max_retries=0)(_eval_shard)
     cache_arg = str(cache) if cache is not None else None
     start = time.perf_counter()
     futures = [remote.remote(spec, pool, suite, split, shard, seed, cache_arg, max_steps, lam)
@@ -173,7 +175,8 @@ class RayEnvGroup:
     """
 
     def __init__(self, env: Any, n_envs: int, workers: int, *, address: str | None = None,
-                 num_cpus: int | None = 2, runtime_env: dict[str, Any] | None = None) -> None:
+                 num_cpus: int | None = 2, runtime_env: dict[str, Any] | None = None,
+                 worker_cpus: float = 1.0) -> None:
         if env.config.mode != "step":
             raise ValueError("RayEnvGroup runs step-mode envs (the trainer's)")
         if not env._owns_backend:
@@ -183,7 +186,7 @@ class RayEnvGroup:
         workers = max(1, min(workers, n_envs))
         kwargs = {**env._init_kwargs, "pool": env.pool, "tasks": env.tasks, "backend": None,
                   "render_mode": None}
-        actor = ray.remote(num_cpus=1)(_EnvWorker)
+        actor = ray.remote(num_cpus=worker_cpus)(_EnvWorker)
         self._slots = [list(range(w, n_envs, workers)) for w in range(workers)]
         self._owner = {slot: w for w, slots in enumerate(self._slots) for slot in slots}
         self._actors = [actor.remote(kwargs, slots) for slots in self._slots]

@@ -26,7 +26,7 @@ class MaskablePPOConfig:
     pool: str = "sim-paper"
     suite: str = "mix-paper"
     n_train: int | None = None  # train-split items (None: all)
-    n_eval: int = 200  # test-split items
+    n_eval: int | None = None  # test-split items (None: all; mix-paper has 150)
     steps: int = 4096
     n_steps: int = 512  # rollout length per PPO update
     batch_size: int = 64
