@@ -176,6 +176,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._done = True
         self._result: Trajectory | None = None
         self._rendered = 0  # lines already written in human render mode this episode
+        self._grades: dict[str | None, bool] = {}  # this episode's grade per final answer
         self._sample_index = 0
         if seed is not None:
             self.reset(seed=seed)
@@ -281,6 +282,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
         self._steps, self._rewards, self._done = [], [], False
         self._result, self._rendered = None, 0
+        self._grades = {}
         if self.render_mode == "human":
             self.render()
         return self._obs(), self._info()
@@ -345,7 +347,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         trajectory's reward is the discounted return of the rewards paid so far.
         """
         answer = self._aggregate([s.answer for s in self._steps])
-        correct = self._grader().grade(answer, self.task)
+        if answer not in self._grades:  # the majority answer rarely changes from step to step
+            self._grades[answer] = self._grader().grade(answer, self.task)
+        correct = self._grades[answer]
         returns = discounted_returns(self._rewards, self.config.gamma)
         return {"trajectory": self._trajectory(answer, correct, returns[0] if returns else 0.0),
                 "correct": correct, "final_answer": answer}
