@@ -32,7 +32,7 @@ def main() -> None:
     cfg = MaskablePPOConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MaskablePPOConfig)})
     report = train_maskable_ppo(cfg, args.out)
     console = Console()
-    console.print(markdown_table([report.trained, report.random]), markup=False)
+    console.print(markdown_table([report.trained, report.random]), markup=False, soft_wrap=True)
     console.print(f"model: {report.out_dir / 'model'}  (use it as --policy sb3:{report.out_dir / 'model'})")
 
 
