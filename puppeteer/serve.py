@@ -199,7 +199,7 @@ def create_app(
                              f"unknown grader {body.grader!r}; known: {', '.join(sorted(_graders()))}")
         try:
             await asyncio.wait_for(slots.acquire(), timeout=queue_timeout_s)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
             raise ServeError(503, "server_busy", "too many requests in flight; retry later") from None
         try:
             return await run_in_threadpool(orchestrator.answer, question, grader=body.grader)

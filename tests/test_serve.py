@@ -186,3 +186,34 @@ def test_models_and_health(client, server) -> None:
     import httpx
 
     assert httpx.get(server.removesuffix("/v1") + "/health").json()["policy"] == "vote:3"
+
+
+class _Slow(_FailsOnKeyword):
+    """Takes its time, like a busy provider."""
+
+    def complete(self, request):
+        time.sleep(0.3)
+        return super().complete(request)
+
+    async def acomplete(self, request):
+        import asyncio
+
+        await asyncio.sleep(0.3)
+        return await super().acomplete(request)
+
+
+def test_a_saturated_server_answers_503_and_recovers() -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from puppeteer.serve import create_app
+
+    base = Orchestrator.load("single:0", "sim-paper", suite="arith")
+    orch = Orchestrator.load("single:0", "sim-paper", suite="arith", backend=_Slow(base.backend()))
+    app = create_app(orch, max_concurrency=1, queue_timeout_s=0.05)
+    body = {"model": "m", "messages": [{"role": "user", "content": ITEMS[0].question}]}
+    with TestClient(app) as http, ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(http.post, "/v1/chat/completions", json=body) for _ in range(2)]
+        codes = sorted(f.result().status_code for f in futures)
+        assert codes == [200, 503]
+        assert http.post("/v1/chat/completions", json=body).status_code == 200
