@@ -8,12 +8,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from puppeteer.evaluation import configure_eval, eval_command
+from puppeteer.serve_cli import configure_serve, serve_command
+
+if TYPE_CHECKING:
+    from puppeteer.types import Task, Trajectory
 
 Handler = Callable[[argparse.Namespace, Console], int]
 
@@ -71,6 +76,8 @@ def _configure_run(p: argparse.ArgumentParser) -> None:
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--workflow", help="a conductor completion with model_id / subtasks / access_list")
     how.add_argument("--chain", help="comma-separated agent names or ids, run in order (step mode)")
+    how.add_argument("--policy", help="any policy spec (see `puppeteer eval --help`), trained ones included")
+    p.add_argument("--max-steps", type=int, default=5, help="with --policy: the step limit")
     p.add_argument("--suite", help="take the question (and its gold answer) from this suite")
     p.add_argument("--split", default="test")
     p.add_argument("--index", type=int, default=0, help="item index within the suite split")
@@ -101,6 +108,15 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         console.print("[red]give a question or --suite[/red]")
         return 2
     pool = load_pool(args.pool)
+    if args.policy:
+        from puppeteer.orchestrator import Orchestrator
+
+        with Orchestrator.load(args.policy, pool, max_steps=args.max_steps, cache=args.cache,
+                               suite=args.suite, split=args.split) as orch:
+            result = orch.run_task(task)
+        _print_trajectory(console, task, result.trajectory)
+        console.print(f"policy: {result.policy}  calls={result.calls}")
+        return 0
     mode = "workflow" if args.workflow else "step"
     chain = (
         []
@@ -121,7 +137,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             _, _, terminated, _, info = env.step(a)
             if terminated:
                 break
-    traj = info["trajectory"]
+    _print_trajectory(console, task, info["trajectory"])
+    return 0
+
+
+def _print_trajectory(console: Console, task: Task, traj: Trajectory) -> None:
     console.rule(f"[bold]{task.id}[/bold]")
     console.print(task.question)
     if traj.parse_error:
@@ -142,7 +162,6 @@ def _run(args: argparse.Namespace, console: Console) -> int:
         f"final answer: {traj.final_answer!r}{verdict}  tokens={traj.prompt_tokens}+"
         f"{traj.completion_tokens} cost=${traj.cost_usd:.5f}"
     )
-    return 0
 
 
 # ----------------------------------------------------------------------------- train / quickstart
@@ -204,6 +223,7 @@ def commands() -> tuple[Command, ...]:
             configure_eval,
             eval_command,
         ),
+        Command("serve", "serve a policy as an OpenAI-compatible endpoint", configure_serve, serve_command),
         Command("train", "train the step-wise puppeteer (Hydra overrides)", _configure_train, _train),
         Command(
             "quickstart",

@@ -141,6 +141,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._cost = get_cost_model(cost_model)
         self._reward = PuppeteerReward(lam=lam, gamma=gamma, phi=float(phi if phi is not None else max_steps))
         self._aggregate = aggregator(aggregate or ("vote" if mode == "step" else "last"))
+        self._owns_backend = backend is None  # close() releases only what this env created
         if backend is None:
             options = {k: dict(v) for k, v in self.pool.backend_options.items()}
             for k, v in (backend_options or {}).items():
@@ -173,6 +174,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._steps: list[Step] = []
         self._rewards: list[float] = []
         self._done = True
+        self._result: Trajectory | None = None
+        self._rendered = 0  # lines already written in human render mode this episode
+        self._grades: dict[str | None, bool] = {}  # this episode's grade per final answer
         self._sample_index = 0
         if seed is not None:
             self.reset(seed=seed)
@@ -277,23 +281,44 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         n = self.config.samples_per_item
         self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
         self._steps, self._rewards, self._done = [], [], False
+        self._result, self._rendered = None, 0
+        self._grades = {}
+        if self.render_mode == "human":
+            self.render()
         return self._obs(), self._info()
 
     def step(self, action: Any):  # type: ignore[override]
         if self._task is None or self._done:
             raise ResetNeeded("the episode has ended (or never started): call reset()")
-        if self.config.mode == "workflow":
-            return self._step_workflow(action)
-        return self._step_agent(action)
+        result = self._step_workflow(action) if self.config.mode == "workflow" else self._step_agent(action)
+        if self.render_mode == "human":
+            self.render()
+        return result
+
+    def close(self) -> None:
+        """Release what this env created: response-cache connections and loaded models.
+
+        A backend passed in (or shared by :meth:`clone`) belongs to the caller and stays open.
+        """
+        if self._owns_backend:
+            close = getattr(self.executor.backend, "close", None)
+            if callable(close):
+                close()
+        super().close()
 
     def _finish(self, reward: float, **info: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         self._done = True
         self._rewards.append(reward)
+        self._result = info.get("trajectory")
         return self._obs(), reward, True, False, self._info(**info)
 
     def _step_agent(self, action: Any):
+        # what Discrete.contains accepts: int, numpy integers and 0-d integer arrays (model.predict's output)
+        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
+            action = action.item()
         if isinstance(action, bool) or not isinstance(action, int | np.integer):
-            raise InvalidAction(f"step-mode actions are agent ids (int), got {type(action).__name__}")
+            shape = f" of shape {action.shape}" if isinstance(action, np.ndarray) else ""
+            raise InvalidAction(f"step-mode actions are agent ids (int), got {type(action).__name__}{shape}")
         a = int(action)
         if not 0 <= a < self.pool.n_actions:
             raise InvalidAction(
@@ -313,7 +338,21 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             return self._end_episode(f=f, t=t + 1, terminated_by="max_steps")
         reward = self._reward.step_reward(f, t + 1)
         self._rewards.append(reward)
-        return self._obs(), reward, False, False, self._info(step=step, cost=f)
+        return self._obs(), reward, False, False, self._info(step=step, cost=f, **self._graded_so_far())
+
+    def _graded_so_far(self) -> dict[str, Any]:
+        """The episode graded as if it ended now, so a wrapper's truncation (``TimeLimit``) is graded too.
+
+        The same keys as at the end (``trajectory``, ``correct``, ``final_answer``); the
+        trajectory's reward is the discounted return of the rewards paid so far.
+        """
+        answer = self._aggregate([s.answer for s in self._steps])
+        if answer not in self._grades:  # the majority answer rarely changes from step to step
+            self._grades[answer] = self._grader().grade(answer, self.task)
+        correct = self._grades[answer]
+        returns = discounted_returns(self._rewards, self.config.gamma)
+        return {"trajectory": self._trajectory(answer, correct, returns[0] if returns else 0.0),
+                "correct": correct, "final_answer": answer}
 
     def _end_episode(self, f: float, t: int, terminated_by: str):
         answer = self._aggregate([s.answer for s in self._steps])
@@ -355,18 +394,34 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             reward, trajectory=traj, correct=correct, final_answer=answer, parse_error=None, cost=cost
         )
 
-    def render(self) -> str | None:
-        if self._task is None:
-            return None
+    def _render_lines(self) -> list[str]:
         lines = [f"Task {self.task.id}: {self.task.question[:300]}"]
         lines += [
             f"  [{s.index + 1}] {s.agent_name}: answer={s.answer!r} tokens={s.completion.total_tokens}"
             for s in self._steps
         ]
-        text = "\n".join(lines)
+        if self._result is not None:
+            r = self._result
+            verdict = "correct" if r.correct else "wrong"
+            if r.parse_error:
+                verdict = f"parse error: {r.parse_error}"
+            lines.append(f"  final answer={r.final_answer!r} ({verdict}) reward={r.reward:.3f}")
+        return lines
+
+    def render(self) -> str | None:
+        """``ansi``: the episode so far as text. ``human``: writes the lines not yet shown to stdout.
+
+        In ``human`` mode ``reset`` and ``step`` call this themselves (gymnasium's convention).
+        """
+        if self._task is None:
+            return None
+        lines = self._render_lines()
         if self.render_mode == "human":
             import sys
 
-            sys.stdout.write(text + "\n")
+            new, self._rendered = lines[self._rendered :], len(lines)
+            if new:
+                sys.stdout.write("\n".join(new) + "\n")
+                sys.stdout.flush()
             return None
-        return text
+        return "\n".join(lines)

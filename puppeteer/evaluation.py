@@ -424,6 +424,10 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
                    help="output directory for results.json and trajectories.jsonl "
                         "(default: runs/eval/<pool>_<suite>_<split>_<policy>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="spread the items over Ray workers: a local instance (no ADDRESS), 'auto' or "
+                        "ray://HEAD:10001 (needs the ray extra; same results as without)")
+    p.add_argument("--ray-workers", type=int, default=None, help="shards for --ray (default: cluster CPUs)")
 
 
 def resolve_cache(pool: Pool, cache: str | None, no_cache: bool) -> Path | None:
@@ -442,9 +446,16 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     cache = resolve_cache(pool, args.cache, args.no_cache)
     out = Path(args.out) if args.out else Path("runs") / "eval" / slug(
         f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
-    result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
-                             out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
-                             progress=not args.quiet)
+    if getattr(args, "ray", None) is not None:
+        from puppeteer.distributed import evaluate_policy_ray
+
+        result = evaluate_policy_ray(args.policy, pool, args.suite, split=args.split, n=args.n,
+                                     seed=args.seed, out_dir=out, cache=cache, max_steps=args.max_steps,
+                                     lam=args.lam, address=args.ray, workers=args.ray_workers)
+    else:
+        result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
+                                 out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
+                                 progress=not args.quiet)
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

@@ -90,3 +90,13 @@ class Router:
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
         return await self.backend(request.model.backend).acomplete(request)
+
+    def close(self) -> None:
+        """Close every backend created so far (caches, loaded models); later calls recreate them."""
+        with self._lock:
+            backends, self._backends = list(self._backends.values()), {}
+        for backend in backends:
+            for part in (backend, getattr(backend, "inner", None)):
+                close = getattr(part, "close", None)
+                if callable(close):
+                    close()

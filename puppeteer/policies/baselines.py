@@ -355,6 +355,7 @@ SPEC_FORMS: tuple[str, ...] = (
     "oracle                best single agent per task from the skill table (sim pools only)",
     "random-step           step mode: random agent each step, Terminator with probability 1/max_steps",
     "puppeteer:PATH        step mode: a trained PuppeteerPolicy directory, greedy",
+    "sb3:PATH              step mode: an sb3/sb3-contrib model saved by scripts/train_maskable_ppo.py",
 )
 
 
@@ -431,6 +432,14 @@ def _puppeteer(arg: str, pool: Pool, max_steps: int) -> Policy:
     return LearnedStep(arg, pool)
 
 
+def _sb3(arg: str, pool: Pool, max_steps: int) -> Policy:
+    if not arg:
+        raise SpecError("sb3 needs a directory: sb3:PATH")
+    from puppeteer.policies.external import load_sb3
+
+    return load_sb3(arg, pool)
+
+
 PARSERS: Mapping[str, Parser] = MappingProxyType({
     "single": _single,
     "random": _random,
@@ -441,6 +450,7 @@ PARSERS: Mapping[str, Parser] = MappingProxyType({
     "oracle": _oracle,
     "random-step": _random_step,
     "puppeteer": _puppeteer,
+    "sb3": _sb3,
 })
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from puppeteer.env import ConductorEnv
+from puppeteer.envgroup import EnvGroup, as_env_group
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
 from puppeteer.reward import discounted_returns
 from puppeteer.train.logging import MetricLogger
@@ -48,6 +49,8 @@ class ReinforceConfig:
     eval_every: int = 10
     parallel_envs: int = 32  # episodes run in lockstep so observations are encoded in batches
     seed: int = 0
+    rollout_workers: int = 0  # >0: the lockstep envs live on this many Ray workers (same results)
+    ray_address: str | None = None  # None: a local Ray instance; "auto" or "ray://host:10001": a cluster
 
 
 @dataclass
@@ -63,7 +66,7 @@ class Episode:
 
 
 def run_episodes(
-    envs: Sequence[ConductorEnv],
+    envs: Sequence[ConductorEnv] | EnvGroup,
     policy: PuppeteerPolicy,
     specs: Sequence[tuple[int, int | None]],
     generator: torch.Generator | None = None,
@@ -72,31 +75,36 @@ def run_episodes(
 ) -> list[Episode]:
     """Run one episode per (reset seed, task index) spec, ``len(envs)`` at a time in lockstep.
 
-    Lockstep lets the policy encode all current observations in one batch.
+    Lockstep lets the policy encode all current observations in one batch. ``envs`` may be an
+    :class:`~puppeteer.envgroup.EnvGroup` (e.g. envs on Ray workers): the results are the same.
     """
+    group = as_env_group(envs)
     out: list[Episode] = []
-    for lo in range(0, len(specs), len(envs)):
-        chunk = specs[lo : lo + len(envs)]
+    for lo in range(0, len(specs), len(group)):
+        chunk = specs[lo : lo + len(group)]
         eps: dict[int, Episode] = {}
         obs: dict[int, dict[str, Any]] = {}
-        for k, (seed, task_index) in enumerate(chunk):
-            options = {"task_index": task_index} if task_index is not None else None
-            obs[k], info = envs[k].reset(seed=seed, options=options)
+        resets = group.reset_many(
+            [(k, seed, {"task_index": ti} if ti is not None else None) for k, (seed, ti) in enumerate(chunk)]
+        )
+        for k, (first, info) in enumerate(resets):
+            obs[k] = first
             eps[k] = Episode(task_id=info["task_id"], feats=[], actions=[], rewards=[])
         active = list(eps)
         while active:
             feats = policy.features_batch([obs[k] for k in active])
             actions = policy.choose_batch(feats, generator, greedy=greedy)
             still = []
-            for k, f, a in zip(active, feats, actions, strict=True):
-                obs[k], r, terminated, truncated, info = envs[k].step(a)
+            results = group.step_many(list(zip(active, actions, strict=True)))
+            for k, f, a, result in zip(active, feats, actions, results, strict=True):
+                obs[k], r, terminated, truncated, info = result
                 ep = eps[k]
                 ep.feats.append(f)
                 ep.actions.append(a)
                 ep.rewards.append(float(r))
                 ep.cost += float(info.get("cost", 0.0))
                 if terminated or truncated:
-                    ep.returns = discounted_returns(ep.rewards, envs[k].config.gamma)
+                    ep.returns = discounted_returns(ep.rewards, group.gamma)
                     ep.correct = bool(info["correct"])
                     ep.trajectory = trajectory_to_dict(info["trajectory"])
                     if on_episode is not None:
@@ -198,7 +206,9 @@ class ResumeMismatch(ValueError):
 
 def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig) -> dict[str, str]:
     """What must match for a checkpoint to be resumed; ``episodes`` may grow (to train longer)."""
-    trainer = {k: v for k, v in asdict(config).items() if k != "episodes"}
+    # where rollouts run does not change the results: a run may resume with more or fewer workers
+    trainer = {k: v for k, v in asdict(config).items()
+               if k not in ("episodes", "rollout_workers", "ray_address")}
     pol = {k: v for k, v in asdict(policy.config).items() if k != "greedy"}
     return {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
@@ -262,7 +272,13 @@ def train(
                 f.truncate(state.traj_offset)
         log.info("resumed from update %d (%d episodes)", state.update, state.episodes)
     baseline_fn = BASELINES[config.baseline]
-    envs = [env, *(env.clone() for _ in range(config.parallel_envs - 1))]
+    envs: list[ConductorEnv] | EnvGroup
+    if config.rollout_workers > 0:
+        from puppeteer.distributed import RayEnvGroup
+
+        envs = RayEnvGroup(env, config.parallel_envs, config.rollout_workers, address=config.ray_address)
+    else:
+        envs = [env, *(env.clone() for _ in range(config.parallel_envs - 1))]
     eval_envs = (
         [] if eval_env is None else [eval_env, *(eval_env.clone() for _ in range(config.parallel_envs - 1))]
     )
@@ -342,4 +358,7 @@ def train(
                 },
             )
     policy.save(run / "final")
+    close = getattr(envs, "close", None)  # Ray workers (they also end when the group is dropped)
+    if callable(close):
+        close()
     return state

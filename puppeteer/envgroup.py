@@ -1,0 +1,55 @@
+"""A group of step-mode environments stepped together: in this process, or spread over Ray workers.
+
+The trainer's lockstep loop (:func:`puppeteer.train.reinforce.run_episodes`) keeps the policy,
+the encoder and the random generator in the driver and hands the group one batch of actions
+at a time. :class:`LocalEnvGroup` steps the envs here, one after another;
+:class:`puppeteer.distributed.RayEnvGroup` sends each env's action to the Ray worker that
+holds that env (with its own backends) and steps the workers in parallel. Either way the
+driver sees the same observations in the same order, so the results are identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+ResetCall = tuple[int, int | None, dict[str, Any] | None]  # (env slot, seed, options)
+StepCall = tuple[int, Any]  # (env slot, action)
+StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
+
+
+@runtime_checkable
+class EnvGroup(Protocol):
+    gamma: float
+
+    def __len__(self) -> int: ...
+
+    def reset_many(self, calls: Sequence[ResetCall]) -> list[tuple[Any, dict[str, Any]]]: ...
+
+    def step_many(self, calls: Sequence[StepCall]) -> list[StepResult]: ...
+
+
+class LocalEnvGroup:
+    """Envs in this process (the single-process path)."""
+
+    def __init__(self, envs: Sequence[Any]) -> None:
+        if not envs:
+            raise ValueError("an env group needs at least one env")
+        self.envs = list(envs)
+        self.gamma = float(self.envs[0].config.gamma)
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def reset_many(self, calls: Sequence[ResetCall]) -> list[tuple[Any, dict[str, Any]]]:
+        return [self.envs[k].reset(seed=seed, options=options) for k, seed, options in calls]
+
+    def step_many(self, calls: Sequence[StepCall]) -> list[StepResult]:
+        return [self.envs[k].step(action) for k, action in calls]
+
+
+def as_env_group(envs: Sequence[Any] | EnvGroup) -> EnvGroup:
+    return envs if isinstance(envs, EnvGroup) else LocalEnvGroup(envs)  # type: ignore[arg-type]
+
+
+__all__ = ["EnvGroup", "LocalEnvGroup", "ResetCall", "StepCall", "StepResult", "as_env_group"]

@@ -1,0 +1,215 @@
+"""Answer questions with any policy spec: behind ``puppeteer run --policy`` and ``puppeteer serve``.
+
+::
+
+    from puppeteer.orchestrator import Orchestrator
+
+    orch = Orchestrator.load("puppeteer:runs/train/x/best", pool="local")   # or "vote:3", "conductor:..."
+    result = orch.answer("What is 17 * 23?")
+    result.final_answer, result.steps, result.cost_usd
+
+Policies come from :func:`puppeteer.policies.baselines.make_policy`, so every spec works
+(trained ``puppeteer:PATH`` included). Each call builds a fresh, cheap environment around
+one task and reuses the evaluation's episode code, so calls may run concurrently from
+several threads; the backends (loaded models, response cache) are shared and created once.
+
+A question found verbatim in ``suite`` runs as that item (its gold answer is then known
+and graded, and a simulated pool knows it). Any other question is a free task graded by
+``grader`` (``exact`` by default; ``numeric``, ``math`` or ``letter`` change the answer
+format the agents are asked for); it has no gold answer, so ``correct`` is ``None``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from puppeteer.backends.base import Backend
+from puppeteer.env import ConductorEnv, sim_answer_key
+from puppeteer.evaluation import _run_steps, _run_workflow, item_seed
+from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
+from puppeteer.pool import Pool, load_pool
+from puppeteer.tasks import load_suite
+from puppeteer.types import Step, Task, Trajectory
+
+FREE_SUITE = "free"
+
+
+@dataclass(frozen=True)
+class OrchestratorResult:
+    """One answered question: the final answer, the steps taken and what they cost."""
+
+    question: str
+    final_answer: str | None
+    steps: tuple[Step, ...]
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    flops: float
+    policy: str
+    pool: str
+    task_id: str
+    correct: bool | None
+    parse_error: str | None
+    trajectory: Trajectory
+
+    @property
+    def calls(self) -> int:
+        return len(self.steps)
+
+    @property
+    def text(self) -> str:
+        """What a chat client sees: the final answer, else the last step's text."""
+        if self.final_answer is not None:
+            return self.final_answer
+        return self.steps[-1].completion.text if self.steps else ""
+
+
+class _Serialized:
+    """A step policy whose ``reset``/``act`` run one at a time (episodes still overlap in model calls)."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.name = policy.name
+        self._lock = threading.Lock()
+
+    def reset(self, task_id: str) -> None:
+        with self._lock:
+            self.policy.reset(task_id)
+
+    def act(self, obs: dict[str, Any], rng: np.random.Generator) -> int:
+        with self._lock:
+            return int(self.policy.act(obs, rng))
+
+
+class Orchestrator:
+    """A policy bound to a pool and its backends. Thread-safe: each call runs its own environment."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        pool: Pool,
+        spec: str,
+        *,
+        max_steps: int = 5,
+        lam: float = 0.1,
+        grader: str = "exact",
+        tasks: Sequence[Task] = (),
+        backend: Backend | None = None,
+        cache: str | Path | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.policy = policy
+        self.pool = pool
+        self.spec = spec
+        self.max_steps = max_steps
+        self.lam = lam
+        self.grader = grader
+        self.seed = seed
+        self._known = {t.question.strip(): t for t in tasks}
+        self._owns_backend = backend is None
+        self._cache = cache
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._step_policy = _Serialized(policy)
+
+    @classmethod
+    def load(
+        cls,
+        policy: str | Policy,
+        pool: str | Path | Pool = "local",
+        *,
+        max_steps: int = 5,
+        lam: float = 0.1,
+        grader: str = "exact",
+        suite: str | None = None,
+        split: str = "test",
+        backend: Backend | None = None,
+        cache: str | Path | None = None,
+        seed: int = 0,
+    ) -> Orchestrator:
+        """Build from a policy spec (see ``puppeteer eval --help``) or a policy object."""
+        pool = pool if isinstance(pool, Pool) else load_pool(pool)
+        if isinstance(policy, str):
+            spec, obj = policy, make_policy(policy, pool, max_steps)
+        else:
+            spec, obj = policy.name, policy
+        tasks = load_suite(suite, split) if suite else ()
+        return cls(obj, pool, spec, max_steps=max_steps, lam=lam, grader=grader, tasks=tasks,
+                   backend=backend, cache=cache, seed=seed)
+
+    # ------------------------------------------------------------------ backends
+    def backend(self) -> Backend:
+        """The shared backend, created on first use (a sim pool learns the known suite items)."""
+        with self._lock:
+            if self._backend is None:
+                from puppeteer.backends import make_router
+
+                options = {k: dict(v) for k, v in self.pool.backend_options.items()}
+                if self.pool.needs_answer_key:
+                    options.setdefault("sim", {})["answer_key"] = sim_answer_key(tuple(self._known.values()))
+                self._backend = make_router(options, cache=self._cache)
+            return self._backend
+
+    def close(self) -> None:
+        """Close the backends this orchestrator created (cache connections, loaded models)."""
+        with self._lock:
+            backend, self._backend = self._backend, None
+        close = getattr(backend, "close", None)
+        if self._owns_backend and callable(close):
+            close()
+
+    def __enter__(self) -> Orchestrator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ answering
+    def task_for(self, question: str, grader: str | None = None, answer: str = "") -> Task:
+        """The suite item with this question, else a free task graded by ``grader``."""
+        known = self._known.get(question.strip())
+        if known is not None:
+            return known
+        digest = hashlib.blake2b(question.encode(), digest_size=6).hexdigest()
+        return Task(id=f"{FREE_SUITE}/{digest}", question=question, answer=answer, suite=FREE_SUITE,
+                    domain=FREE_SUITE, grader=grader or self.grader)
+
+    def answer(self, question: str, *, grader: str | None = None, gold: str = "",
+               seed: int | None = None) -> OrchestratorResult:
+        """Run the policy on one question; exceptions from backends propagate unchanged."""
+        if not question.strip():
+            raise ValueError("the question is empty")
+        return self.run_task(self.task_for(question, grader, gold), seed=seed)
+
+    def run_task(self, task: Task, *, seed: int | None = None) -> OrchestratorResult:
+        """Run the policy on one task (a suite item or :meth:`task_for`'s free task)."""
+        question = task.question
+        run_seed = item_seed(self.seed if seed is None else seed, task.id)
+        kwargs: dict[str, Any] = dict(pool=self.pool, tasks=[task], lam=self.lam, backend=self.backend())
+        if is_workflow_policy(self.policy):
+            plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))  # type: ignore[union-attr]
+            env = ConductorEnv(mode="workflow", aggregate=self.policy.aggregate,  # type: ignore[union-attr]
+                               workflow_lam=self.lam, max_steps=max(self.max_steps, len(plan)), **kwargs)
+            traj = _run_workflow(env, 0, run_seed, plan)
+        else:
+            env = ConductorEnv(mode="step", aggregate=getattr(self.policy, "aggregate", None),
+                               max_steps=self.max_steps, **kwargs)
+            traj = _run_steps(env, 0, run_seed, self._step_policy, np.random.default_rng(run_seed))
+        graded = bool(task.answer)
+        return OrchestratorResult(
+            question=question, final_answer=traj.final_answer, steps=traj.steps,
+            prompt_tokens=traj.prompt_tokens, completion_tokens=traj.completion_tokens,
+            cost_usd=traj.cost_usd, flops=traj.flops, policy=self.spec, pool=self.pool.name,
+            task_id=task.id, correct=traj.correct if graded else None, parse_error=traj.parse_error,
+            trajectory=traj,
+        )
+
+
+__all__ = ["Orchestrator", "OrchestratorResult"]

@@ -1,0 +1,114 @@
+"""Wrappers that let outside RL libraries (SB3, sb3-contrib, CleanRL-style code, RLlib) use ``Conductor-v0``.
+
+The step-mode observation is a ``Dict`` holding text (the task and the transcript); these
+libraries want one numeric array. :class:`EncodedObservation` turns it into a fixed-size
+``Box`` with the project's frozen text encoders (``hashing``: no model, microseconds;
+``minilm``: the packaged all-MiniLM-L6-v2), laid out as
+
+    [ enc(task) | enc(last part of the transcript) | mask | one-hot(step) | counts / max_steps ]
+
+``action_masks()`` stays reachable through any stack of wrappers (``get_wrapper_attr``),
+which is what sb3-contrib's ``MaskablePPO`` asks for::
+
+    env = make_encoded_env(pool="sim-paper", suite="arith", encoder="hashing")
+    model = MaskablePPO("MlpPolicy", env).learn(4096)
+
+:class:`ObservationEncoder` is the same encoding as a plain function, for code that
+drives the raw env itself (see :class:`puppeteer.policies.external.MaskableModelPolicy`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from puppeteer.encoders import TextEncoder, make_encoder
+
+STATE_WINDOW = 500  # the same window as the puppeteer policy: the latest part of the transcript
+
+
+def _state_window(state: str) -> str:
+    return state[-STATE_WINDOW:] if state else "(nothing yet)"
+
+
+class ObservationEncoder:
+    """Maps step-mode observations to float32 vectors of length :attr:`dim`."""
+
+    def __init__(self, encoder: TextEncoder, n_actions: int, max_steps: int) -> None:
+        self.encoder = encoder
+        self.n_actions = n_actions
+        self.max_steps = max_steps
+        self.dim = 2 * encoder.dim + 2 * n_actions + max_steps + 1
+
+    @property
+    def space(self) -> spaces.Box:
+        return spaces.Box(low=-1.0, high=1.0, shape=(self.dim,), dtype=np.float32)
+
+    def encode_batch(self, observations: Sequence[dict[str, Any]]) -> np.ndarray:
+        texts = [t for o in observations for t in (str(o["task"]), _state_window(str(o["state"])))]
+        emb = self.encoder.encode(texts) if texts else np.zeros((0, self.encoder.dim), np.float32)
+        out = np.zeros((len(observations), self.dim), dtype=np.float32)
+        d, n = self.encoder.dim, self.n_actions
+        for i, o in enumerate(observations):
+            step = min(int(o["step"]), self.max_steps)
+            out[i, :d] = emb[2 * i]
+            out[i, d : 2 * d] = emb[2 * i + 1]
+            out[i, 2 * d : 2 * d + n] = np.asarray(o["mask"], dtype=np.float32)
+            out[i, 2 * d + n + step] = 1.0
+            out[i, 2 * d + n + self.max_steps + 1 :] = np.asarray(o["counts"], np.float32) / self.max_steps
+        return np.clip(out, -1.0, 1.0)
+
+    def __call__(self, obs: dict[str, Any]) -> np.ndarray:
+        return self.encode_batch([obs])[0]
+
+
+def _step_env(env: gym.Env[Any, Any]) -> Any:
+    from puppeteer.env import ConductorEnv
+
+    base = env.unwrapped
+    if not isinstance(base, ConductorEnv):
+        raise TypeError(f"EncodedObservation wraps Conductor-v0, got {type(base).__name__}")
+    if base.config.mode != "step":
+        raise ValueError("EncodedObservation needs mode='step' (workflow actions are text, not ids)")
+    return base
+
+
+class EncodedObservation(gym.ObservationWrapper[np.ndarray, Any, dict[str, Any]]):
+    """Step-mode ``Conductor-v0`` with a ``Box`` observation; ``action_masks()`` passes through."""
+
+    def __init__(
+        self,
+        env: gym.Env[dict[str, Any], Any],
+        encoder: str | TextEncoder = "hashing",
+        **encoder_options: Any,
+    ) -> None:
+        super().__init__(env)
+        base = _step_env(env)
+        text_encoder = make_encoder(encoder, **encoder_options) if isinstance(encoder, str) else encoder
+        self.encoder = ObservationEncoder(text_encoder, base.pool.n_actions, base.config.max_steps)
+        self.observation_space = self.encoder.space
+
+    def observation(self, observation: dict[str, Any]) -> np.ndarray:
+        return self.encoder(observation)
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions now, from the innermost env that has them (MaskablePPO's convention)."""
+        return np.asarray(self.env.get_wrapper_attr("action_masks")(), dtype=bool)
+
+
+def make_encoded_env(
+    encoder: str | TextEncoder = "hashing",
+    encoder_options: dict[str, Any] | None = None,
+    max_episode_steps: int | None = None,
+    **env_kwargs: Any,
+) -> EncodedObservation:
+    """``gym.make("Conductor-v0", mode="step", **env_kwargs)`` wrapped in :class:`EncodedObservation`."""
+    env = gym.make("Conductor-v0", mode="step", max_episode_steps=max_episode_steps, **env_kwargs)
+    return EncodedObservation(env, encoder, **(encoder_options or {}))
+
+
+__all__ = ["EncodedObservation", "ObservationEncoder", "make_encoded_env"]

@@ -1,0 +1,40 @@
+"""Train sb3-contrib's MaskablePPO on Conductor-v0 (step mode) and compare it with random routing.
+
+    pip install 'puppeteer-orchestra[rl]'
+    python scripts/train_maskable_ppo.py --pool sim-paper --suite mix-paper --steps 4096
+
+Writes OUT/model (an ``sb3:OUT/model`` policy for ``puppeteer eval/run/serve``) and
+OUT/eval_trained, OUT/eval_random (results.json + trajectories.jsonl on the test split).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+
+from rich.console import Console
+
+from puppeteer.evaluation import markdown_table
+from puppeteer.train.sb3 import MaskablePPOConfig, train_maskable_ppo
+
+
+def main() -> None:
+    d = MaskablePPOConfig()
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in dataclasses.fields(MaskablePPOConfig):
+        default = getattr(d, f.name)
+        kind = type(default) if default is not None else int
+        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=default)
+    p.add_argument("--out", default="runs/maskable_ppo")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = MaskablePPOConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(MaskablePPOConfig)})
+    report = train_maskable_ppo(cfg, args.out)
+    console = Console()
+    console.print(markdown_table([report.trained, report.random]), markup=False, soft_wrap=True)
+    console.print(f"model: {report.out_dir / 'model'}  (use it as --policy sb3:{report.out_dir / 'model'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Conductor-v0 as outside RL code sees it: numpy actions, TimeLimit, close, render, vector envs, SB3."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import InvalidAction
+
+import puppeteer  # noqa: F401  (registers Conductor-v0)
+from puppeteer.backends.base import BackendRegistry, Router
+from puppeteer.env import ConductorEnv
+from puppeteer.types import Task
+from puppeteer.wrappers import EncodedObservation, make_encoded_env
+
+UNICODE_TASK = Task(id="u/0", question="Combien font 2×3 ? — «π≈3.14» 中文 ünïcode", answer="6", suite="u",
+                    domain="arith", grader="numeric")
+
+
+def _env(**kw) -> ConductorEnv:
+    return ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", **kw)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@pytest.mark.parametrize("action", [np.int64(2), np.array(2), np.array(2, dtype=np.int32), np.uint8(2), 2])
+def test_numpy_integer_and_0d_array_actions_are_accepted(action) -> None:
+    env = _env()
+    env.reset(seed=0)
+    assert env.action_space.contains(action)
+    _, _, terminated, _, info = env.step(action)
+    assert not terminated and info["step"].agent_id == 2
+
+
+@pytest.mark.parametrize("action", [2.0, np.array([2, 3]), np.array(2.0), True, "2"])
+def test_actions_the_space_rejects_are_invalid(action) -> None:
+    env = _env()
+    env.reset(seed=0)
+    with pytest.raises(InvalidAction):
+        env.step(action)
+
+
+def test_model_predict_output_drives_the_env_to_the_end() -> None:
+    env = _env(max_steps=3)
+    env.reset(seed=1)
+    for _ in range(3):
+        _, _, terminated, truncated, info = env.step(np.array(0))  # what model.predict returns
+    assert terminated and not truncated and info["terminated_by"] == "max_steps"
+
+
+# --------------------------------------------------------------------------- truncation
+
+
+def test_a_time_limit_truncated_episode_is_graded_like_a_terminated_one() -> None:
+    env = gym.make("Conductor-v0", pool="sim-paper", suite="arith", max_steps=5, max_episode_steps=2)
+    env.reset(seed=3)
+    env.step(0)
+    _, _, terminated, truncated, info = env.step(1)
+    assert truncated and not terminated
+    traj = info["trajectory"]
+    assert len(traj.steps) == 2 and traj.final_answer == info["final_answer"]
+    assert isinstance(info["correct"], bool) and traj.correct == info["correct"]
+    # the same two actions ended by the Terminator give the same answer and grade
+    ref = _env(max_steps=5)
+    ref.reset(seed=3)
+    ref.step(0)
+    ref.step(1)
+    *_, ref_info = ref.step(ref.pool.terminator_id)
+    assert ref_info["correct"] == info["correct"] and ref_info["final_answer"] == info["final_answer"]
+    assert [s.answer for s in ref_info["trajectory"].steps] == [s.answer for s in traj.steps]
+
+
+def test_max_steps_above_the_time_limit_does_not_truncate() -> None:
+    env = gym.make("Conductor-v0", pool="sim-paper", suite="arith", max_steps=2, max_episode_steps=10)
+    env.reset(seed=0)
+    env.step(0)
+    _, _, terminated, truncated, info = env.step(0)
+    assert terminated and not truncated and info["terminated_by"] == "max_steps"
+
+
+# --------------------------------------------------------------------------- close and render
+
+
+class _Closable:
+    name = "sim"
+
+    def __init__(self, inner) -> None:
+        self.inner_backend = inner
+        self.closed = 0
+
+    def complete(self, request):
+        return self.inner_backend.complete(request)
+
+    async def acomplete(self, request):
+        return await self.inner_backend.acomplete(request)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyPatch) -> None:
+    import puppeteer.env as env_module
+    from puppeteer.backends import default_registry
+
+    created: list[_Closable] = []
+
+    def fake_router(options, cache=None):
+        registry = BackendRegistry()
+        real = default_registry()
+
+        def sim(**kw):
+            created.append(_Closable(real.create("sim", **kw)))
+            return created[-1]
+
+        registry.register("sim", sim)
+        return Router(registry, options)
+
+    monkeypatch.setattr(env_module, "make_router", fake_router)
+    env = _env()
+    env.reset(seed=0)
+    env.step(0)
+    clone = env.clone()
+    clone.close()  # a clone shares the backend: closing it must not close the original's
+    assert created[0].closed == 0
+    env.close()
+    assert created[0].closed == 1
+    env.reset(seed=0)  # a closed env recreates its backends on the next call
+    env.step(0)
+    assert len(created) == 2
+
+
+def test_close_leaves_a_passed_in_backend_open() -> None:
+    from puppeteer.backends import make_router
+    from puppeteer.env import sim_answer_key
+    from puppeteer.pool import load_pool
+    from puppeteer.tasks import load_suite
+
+    tasks = load_suite("arith", "train", n=4)
+    options = {k: dict(v) for k, v in load_pool("sim-paper").backend_options.items()}
+    options["sim"]["answer_key"] = sim_answer_key(tasks)
+    backend = _Closable(make_router(options))
+    env = ConductorEnv(pool="sim-paper", tasks=tasks, backend=backend)
+    env.close()
+    assert backend.closed == 0
+
+
+def test_human_render_writes_each_step(capsys: pytest.CaptureFixture[str]) -> None:
+    env = gym.make("Conductor-v0", pool="sim-paper", suite="arith", render_mode="human", max_steps=3)
+    env.reset(seed=0)
+    first = capsys.readouterr().out
+    assert first.startswith("Task ") and first.count("\n") == 1
+    env.step(0)
+    assert capsys.readouterr().out.strip().startswith("[1] ")
+    env.step(1)
+    out = capsys.readouterr().out
+    assert out.strip().startswith("[2] ") and "[1]" not in out
+    env.step(env.unwrapped.pool.terminator_id)
+    assert "final answer=" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- vector envs
+
+
+def test_async_vector_env_in_step_mode_keeps_unicode_text() -> None:
+    envs = gym.make_vec("Conductor-v0", num_envs=2, vectorization_mode="async", pool="sim-paper",
+                        tasks=[UNICODE_TASK], max_steps=2)
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert obs["task"] == (UNICODE_TASK.question, UNICODE_TASK.question)
+        assert obs["mask"].shape == (2, envs.single_action_space.n)
+        obs, _, terminated, truncated, info = envs.step(np.array([0, 1]))
+        assert obs["step"].tolist() == [1, 1] and "] " in obs["state"][0]
+        obs, _, terminated, truncated, info = envs.step(np.array([0, 1]))
+        assert terminated.all() and not truncated.any()
+        assert info["final_answer"].shape == (2,) and set(info["correct"].tolist()) <= {True, False}
+    finally:
+        envs.close()
+
+
+def test_async_vector_env_in_workflow_mode() -> None:
+    envs = gym.make_vec("Conductor-v0", num_envs=2, vectorization_mode="async", mode="workflow",
+                        pool="sim-paper", tasks=[UNICODE_TASK])
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert "model_id" in obs["prompt"][0] and obs["task"][1] == UNICODE_TASK.question
+        plan = 'model_id = [0]\nsubtasks = ["Solve the problem."]\naccess_list = [[]]'
+        _, rewards, terminated, _, info = envs.step((plan, "not a workflow"))
+        assert terminated.all()
+        assert rewards[1] == 0.0 and info["parse_error"][1] and info["parse_error"][0] is None
+        assert rewards[0] in (0.5, 1.0)
+    finally:
+        envs.close()
+
+
+# --------------------------------------------------------------------------- the encoded observation
+
+
+def test_encoded_observation_is_a_box_with_masks_through_wrappers() -> None:
+    env = make_encoded_env("hashing", pool="sim-paper", suite="arith", max_steps=3)
+    stacked = gym.wrappers.RecordEpisodeStatistics(env)
+    obs, _ = stacked.reset(seed=0)
+    assert stacked.observation_space.contains(obs) and obs.shape == env.observation_space.shape
+    n = env.unwrapped.pool.n_actions
+    assert obs.shape == (2 * 256 + 2 * n + 3 + 1,)
+    mask = stacked.get_wrapper_attr("action_masks")()
+    assert mask.dtype == bool and mask.shape == (n,) and mask.all()
+    obs2, *_ = stacked.step(np.int64(0))
+    assert not np.array_equal(obs, obs2)  # the transcript, step and counts changed
+    assert env.encoder.encoder.hits + env.encoder.encoder.misses > 0
+
+
+def test_encoded_observation_refuses_workflow_mode() -> None:
+    with pytest.raises(ValueError, match="step"):
+        EncodedObservation(gym.make("Conductor-v0", mode="workflow", pool="sim-paper", suite="arith"))
+
+
+def test_sb3_env_checker_accepts_the_wrapped_env() -> None:
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.env_checker import check_env
+
+    check_env(make_encoded_env("hashing", pool="sim-paper", suite="arith"), warn=False)
+
+
+@pytest.mark.slow
+def test_maskable_ppo_beats_random_routing_on_the_sim_pool(tmp_path) -> None:
+    pytest.importorskip("sb3_contrib")
+    from puppeteer.train.sb3 import MaskablePPOConfig, train_maskable_ppo
+
+    report = train_maskable_ppo(MaskablePPOConfig(suite="mix-paper", steps=4096), tmp_path)
+    assert report.trained.n == report.random.n == 150  # the whole test split
+    assert report.trained.accuracy > report.random.accuracy + 0.03
+    # the saved model is a policy spec like any other
+    from puppeteer.evaluation import evaluate_policy
+
+    again = evaluate_policy(f"sb3:{tmp_path / 'model'}", "sim-paper", "mix-paper", progress=False)
+    assert again.accuracy == report.trained.accuracy

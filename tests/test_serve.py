@@ -1,0 +1,219 @@
+"""The served router: Orchestrator, `puppeteer run --policy`, and the OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from puppeteer.cli import main
+from puppeteer.orchestrator import Orchestrator
+from puppeteer.tasks import load_suite
+
+ITEMS = load_suite("arith", "test", n=8)
+
+
+def test_orchestrator_answers_a_suite_item_like_the_evaluation() -> None:
+    from puppeteer.evaluation import evaluate_policy
+
+    with Orchestrator.load("vote:3", "sim-paper", suite="arith") as orch:
+        results = [orch.answer(t.question) for t in ITEMS]
+    ev = evaluate_policy("vote:3", "sim-paper", "arith", n=8, progress=False)
+    assert [r.task_id for r in results] == [t.id for t in ITEMS]
+    assert sum(bool(r.correct) for r in results) == ev.correct
+    assert all(r.calls == 3 and len(r.steps) == 3 for r in results)
+    mean_usd = sum(r.cost_usd for r in results) / len(results)
+    assert mean_usd == pytest.approx(ev.mean_usd) and mean_usd > 0
+    assert all(r.prompt_tokens > 0 and r.completion_tokens > 0 for r in results)
+
+
+def test_orchestrator_runs_step_policies_and_free_questions() -> None:
+    with Orchestrator.load("random-step", "sim-paper", max_steps=3) as orch:
+        result = orch.answer("What is the capital of France?")
+    assert result.correct is None and result.task_id.startswith("free/")
+    assert 1 <= result.calls <= 3 and result.text
+    with pytest.raises(ValueError, match="empty"):
+        Orchestrator.load("single:0", "sim-paper").answer("   ")
+
+
+def test_orchestrator_applies_a_trained_puppeteer(tmp_path) -> None:
+    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.pool import load_pool
+
+    pool = load_pool("sim-paper")
+    PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3)).save(tmp_path / "p")
+    with Orchestrator.load(f"puppeteer:{tmp_path / 'p'}", pool, max_steps=3, suite="arith") as orch:
+        result = orch.answer(ITEMS[0].question)
+    assert result.policy == f"puppeteer:{tmp_path / 'p'}" and result.correct is not None
+
+
+def test_cli_run_with_a_policy_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--policy", "vote:3", "--pool", "sim-paper", "--suite", "arith", "--index", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "final answer" in out and "policy: vote:3" in out and "calls=3" in out
+
+
+# --------------------------------------------------------------------------- the endpoint
+
+
+class _FailsOnKeyword:
+    """A backend that fails for questions containing FAIL (a provider outage), else delegates."""
+
+    name = "sim"
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def _check(self, request) -> None:
+        if any("FAIL" in m.content for m in request.messages):
+            raise ConnectionError("provider unreachable")
+
+    def complete(self, request):
+        self._check(request)
+        return self.inner.complete(request)
+
+    async def acomplete(self, request):
+        self._check(request)
+        return await self.inner.acomplete(request)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    pytest.importorskip("fastapi")
+    uvicorn = pytest.importorskip("uvicorn")
+    from puppeteer.serve import create_app
+
+    base = Orchestrator.load("vote:3", "sim-paper", suite="arith")
+    orch = Orchestrator.load("vote:3", "sim-paper", suite="arith", backend=_FailsOnKeyword(base.backend()))
+    app = create_app(orch, max_concurrency=4)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):  # bounded wait for start-up
+        if srv.started:
+            break
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}/v1"
+    srv.should_exit = True
+    thread.join(timeout=10)
+    base.close()
+
+
+@pytest.fixture()
+def openai():
+    return pytest.importorskip("openai")
+
+
+@pytest.fixture()
+def client(server: str, openai):
+    return openai.OpenAI(base_url=server, api_key="unused", max_retries=0, timeout=60)
+
+
+def test_chat_completion_answers_with_usage_and_cost(client) -> None:
+    task = ITEMS[0]
+    messages = [{"role": "user", "content": task.question}]
+    reply = client.chat.completions.create(model="router", messages=messages)
+    assert reply.object == "chat.completion" and reply.model == "router"
+    assert reply.choices[0].message.role == "assistant" and reply.choices[0].finish_reason == "stop"
+    details = reply.model_extra["puppeteer"]
+    assert reply.choices[0].message.content == details["final_answer"]
+    assert len(details["steps"]) == 3 and details["correct"] in (True, False)
+    usage = reply.usage
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens > 0
+    assert usage.model_extra["cost_usd"] > 0 and usage.model_extra["calls"] == 3
+    assert usage.model_extra["cost_usd"] == pytest.approx(sum(s["cost_usd"] for s in details["steps"]))
+
+
+def test_streaming_delivers_the_final_answer_in_chunks(client) -> None:
+    task = ITEMS[1]
+    plain = client.chat.completions.create(model="m", messages=[{"role": "user", "content": task.question}])
+    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": task.question}],
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == plain.usage.total_tokens
+
+
+def test_concurrent_requests_each_get_their_own_answer(client) -> None:
+    def ask(task):
+        messages = [{"role": "user", "content": task.question}]
+        reply = client.chat.completions.create(model="m", messages=messages)
+        return reply.model_extra["puppeteer"]["task_id"]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        ids = list(pool.map(ask, ITEMS))
+    assert ids == [t.id for t in ITEMS]
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "m", "messages": []},
+    {"model": "m"},
+    {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]},
+    {"model": "m", "messages": [{"role": "system", "content": "only a system prompt"}]},
+    {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "grader": "astrology"},
+])
+def test_a_malformed_request_is_a_clear_400_and_the_server_stays_up(client, openai, body) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.post("/chat/completions", body=body, cast_to=object)
+    assert err.value.status_code == 400
+    assert err.value.body["type"] == "invalid_request_error" and err.value.body["message"]
+    ok = client.chat.completions.create(model="m", messages=[{"role": "user", "content": ITEMS[2].question}])
+    assert ok.choices[0].message.content
+
+
+def test_a_backend_failure_is_a_clear_502_and_the_server_stays_up(client, openai) -> None:
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "FAIL please"}])
+    assert err.value.status_code == 502
+    assert "provider unreachable" in err.value.body["message"] and err.value.body["type"] == "backend_error"
+    with pytest.raises(openai.APIStatusError):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "FAIL"}], stream=True)
+    ok = client.chat.completions.create(model="m", messages=[{"role": "user", "content": ITEMS[3].question}])
+    assert ok.choices[0].message.content
+
+
+def test_models_and_health(client, server) -> None:
+    assert [m.id for m in client.models.list()] == ["puppeteer"]
+    import httpx
+
+    assert httpx.get(server.removesuffix("/v1") + "/health").json()["policy"] == "vote:3"
+
+
+class _Slow(_FailsOnKeyword):
+    """Takes its time, like a busy provider."""
+
+    def complete(self, request):
+        time.sleep(0.3)
+        return super().complete(request)
+
+    async def acomplete(self, request):
+        import asyncio
+
+        await asyncio.sleep(0.3)
+        return await super().acomplete(request)
+
+
+def test_a_saturated_server_answers_503_and_recovers() -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from puppeteer.serve import create_app
+
+    base = Orchestrator.load("single:0", "sim-paper", suite="arith")
+    orch = Orchestrator.load("single:0", "sim-paper", suite="arith", backend=_Slow(base.backend()))
+    app = create_app(orch, max_concurrency=1, queue_timeout_s=0.05)
+    body = {"model": "m", "messages": [{"role": "user", "content": ITEMS[0].question}]}
+    with TestClient(app) as http, ThreadPoolExecutor(max_workers=2) as pool:
+        futures = [pool.submit(http.post, "/v1/chat/completions", json=body) for _ in range(2)]
+        codes = sorted(f.result().status_code for f in futures)
+        assert codes == [200, 503]
+        assert http.post("/v1/chat/completions", json=body).status_code == 200
