@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from puppeteer.errors import UserError
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
@@ -229,6 +230,26 @@ def _summary(records: Sequence[_Record], n: int, **fields: Any) -> EvalResult:
     )
 
 
+class ResultExists(UserError, FileExistsError):
+    """The output directory already holds a finished result."""
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse an output path that is a file, or that holds a finished result (unless ``overwrite``)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory")
+    results = out / "results.json"
+    if overwrite or not results.exists():
+        return
+    try:
+        finished = bool(json.loads(results.read_text()).get("completed", True))
+    except (OSError, ValueError, AttributeError):
+        finished = True  # unreadable: keep it, the user decides
+    if finished:
+        raise ResultExists(f"{results} holds a finished result; pass --overwrite to replace it, "
+                           "or choose another --out")
+
+
 def _write_results(out: Path | None, result: EvalResult) -> None:
     if out is not None:
         (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
@@ -249,6 +270,7 @@ def evaluate_policy(
     *,
     tasks: Sequence[Task] | None = None,
     backend: Backend | None = None,
+    overwrite: bool = False,
 ) -> EvalResult:
     """Run every item of ``suite``/``split`` (first ``n``) once under a policy and summarise.
 
@@ -256,6 +278,7 @@ def evaluate_policy(
     the pool's backends (a test double or a custom router). ``cache`` is a SQLite response
     cache for model-calling backends. Workflow policies whose plans are longer than
     ``max_steps`` raise the limit for this run (the result records the limit used).
+    A finished ``results.json`` in ``out_dir`` is never replaced unless ``overwrite``.
     """
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
     if isinstance(spec_or_policy, str):
@@ -270,6 +293,7 @@ def evaluate_policy(
         raise ValueError(f"no items to evaluate in {suite}/{split}")
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
+        check_out_dir(out, overwrite)
         out.mkdir(parents=True, exist_ok=True)
 
     from puppeteer.env import ConductorEnv
@@ -424,6 +448,7 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
                    help="output directory for results.json and trajectories.jsonl "
                         "(default: runs/eval/<pool>_<suite>_<split>_<policy>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
 
 
 def resolve_cache(pool: Pool, cache: str | None, no_cache: bool) -> Path | None:
@@ -444,7 +469,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
     result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
                              out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
-                             progress=not args.quiet)
+                             progress=not args.quiet, overwrite=args.overwrite)
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

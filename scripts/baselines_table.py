@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.runs_dir) / pool.name / suite / slug(spec)
         results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
                                        out_dir=out, backend=backend, max_steps=args.max_steps,
-                                       progress=not args.quiet))
+                                       progress=not args.quiet, overwrite=True))  # regenerates its runs
         pending = [f"`{sp}` on {su}" for sp, su in runs[i + 1 :]]
         figure = None
         if not args.no_plot:
