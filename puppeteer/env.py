@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -277,7 +277,8 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             task = self.tasks[int(options["task_index"]) % len(self.tasks)]
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        self._task = task
+        question = encodable(task.question)  # text from outside (a user's task) reaches no backend raw
+        self._task = task if question is task.question else replace(task, question=question)
         n = self.config.samples_per_item
         self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
         self._steps, self._rewards, self._done = [], [], False

@@ -17,6 +17,7 @@ gets the same sample index under every policy and a response cache shares identi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -329,6 +330,8 @@ def evaluate_policy(
     hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
     start = time.perf_counter()
     sink: TextIO | None = (out / "trajectories.jsonl").open("w") if out is not None else None
+    write_error: OSError | None = None
+    good = 0  # bytes of trajectories.jsonl known to be whole lines
     try:
         with _progress(progress, len(items), f"{spec} on {suite}/{split}") as advance:
             for i, task in enumerate(items):
@@ -348,12 +351,22 @@ def evaluate_policy(
                 records.append(record)
                 if sink is not None:
                     line = _record_line(i, task, spec, record, mode, time.perf_counter() - t0)
-                    sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-                    sink.flush()
+                    try:
+                        sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+                        sink.flush()
+                        good = sink.tell()
+                    except OSError as e:  # e.g. a full disk: stop, keep what is whole
+                        records.pop()
+                        write_error = e
+                        break
                 advance(sum(r.correct for r in records), len(records))
     finally:
         if sink is not None:
-            sink.close()
+            with contextlib.suppress(OSError):
+                sink.close()
+            if write_error is not None and out is not None:
+                with contextlib.suppress(OSError):
+                    os.truncate(out / "trajectories.jsonl", good)
         if cached:
             fields.update(cache_hits=sum(c.stats.hits for c in cached) - hits0,
                           cache_misses=sum(c.stats.misses for c in cached) - misses0)
@@ -363,6 +376,10 @@ def evaluate_policy(
         result = _summary(records, len(items), wall_s=time.perf_counter() - start,
                           completed=len(records) == len(items), **fields)
         _write_results(out, result)
+    if write_error is not None:
+        why = write_error.strerror or write_error
+        raise UserError(f"could not write {out / 'trajectories.jsonl'} ({why}); the first {len(records)} "
+                        "items are kept, results.json says completed: false")
     return result
 
 

@@ -17,6 +17,7 @@ from puppeteer import workflow
 from puppeteer.backends.cache import CacheError
 from puppeteer.cli import main
 from puppeteer.env import ConductorEnv
+from puppeteer.errors import UserError
 from puppeteer.evaluation import ResultExists, evaluate_policy
 from puppeteer.pool import PoolError
 from puppeteer.redaction import REDACTED, redact, split_secret_overrides
@@ -308,3 +309,40 @@ def test_no_process_of_a_fork_bomb_outlives_run_python(namespaces: bool) -> None
 
     result = run_python(sleepers, limits=dataclasses.replace(limits, timeout_s=3.0))
     assert result.stdout.startswith("bye") and _live_members(result.pid) == []
+
+
+# ---------------------------------------------------------------- full disk during an evaluation
+def test_a_full_disk_during_evaluation_keeps_whole_lines_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from _faults import DiskFullFile
+
+    out = tmp_path / "out"
+    real_open = Path.open
+
+    def full_open(self: Path, mode: str = "r", *args, **kwargs):
+        if self.name == "trajectories.jsonl" and "w" in mode:
+            return DiskFullFile(real_open(self, "wb"), budget=6_000)
+        return real_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", full_open)
+    with pytest.raises(UserError, match="No space left on device"):
+        evaluate_policy("single:gpt5-cot", "sim-paper", "arith", n=30, out_dir=out, progress=False)
+    monkeypatch.undo()
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    assert 0 < len(lines) < 30 and all(json.loads(line)["task_id"] for line in lines)
+    result = json.loads((out / "results.json").read_text())
+    assert result["completed"] is False and result["correct"] == sum(json.loads(x)["correct"] for x in lines)
+
+
+def test_a_question_with_a_lone_surrogate_reaches_no_backend_raw() -> None:
+    from puppeteer.types import Task
+
+    base = ConductorEnv(mode="step", pool="sim-paper", suite="arith", n_tasks=2)
+    task = dataclasses.replace(base.tasks[0], question=base.tasks[0].question + " \udcff")
+    assert isinstance(task, Task)
+    env = ConductorEnv(mode="step", pool="sim-paper", tasks=[task],
+                       backend=StrictUtf8Backend(base.executor.backend))
+    env.reset(seed=0, options={"task": task})
+    *_, info = env.step(0)
+    assert env.task.question.endswith("\ufffd") and info["step"].completion.text
