@@ -100,5 +100,5 @@ class MultiLogger:
 
     def rewind(self, step: int) -> None:
         for lg in self.loggers:
-            if isinstance(lg, JsonlLogger | MultiLogger):
+            if isinstance(lg, Rewindable):
                 lg.rewind(step)
