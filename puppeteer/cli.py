@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from puppeteer.errors import UserError
 from puppeteer.evaluation import configure_eval, eval_command
 from puppeteer.serve_cli import configure_serve, serve_command
 
@@ -127,6 +128,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             if x.strip()
         ]
     )
+    bad = [a for a in chain if not 0 <= a <= pool.terminator_id]
+    if bad:
+        raise UserError(f"--chain names agent id {bad[0]}, but pool {pool.name!r} has agents "
+                        f"0..{len(pool) - 1} "
+                        f"(and the Terminator, {pool.terminator_id})")
     env = ConductorEnv(mode=mode, pool=pool, tasks=[task], max_steps=max(len(chain) + 1, 5), cache=args.cache)
     env.reset(seed=0, options={"task": task})
     info: dict = {}
@@ -255,8 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {c.name: c.handler for c in cmds}[args.command]
     try:
         return handler(args, console)
-    except (FileNotFoundError, KeyError, ValueError, ImportError) as e:
-        console.print(f"[red]error:[/red] {escape(str(e))}")
+    except (UserError, OSError, KeyError, ValueError, ImportError) as e:  # one line, no traceback
+        console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         return 2
 
 

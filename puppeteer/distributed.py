@@ -28,8 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from puppeteer.envgroup import ResetCall, StepCall, StepResult
-from puppeteer.evaluation import EvalResult, _Record, _summary, _write_results, evaluate_policy
+from puppeteer.envgroup import ResetCall, StepCall, StepResult, step_or_abort
+from puppeteer.evaluation import (
+    EvalResult,
+    _Record,
+    _summary,
+    _write_results,
+    check_out_dir,
+    evaluate_policy,
+)
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import trajectory_from_dict
@@ -95,6 +102,7 @@ def evaluate_policy_ray(
     tasks: Sequence[Task] | None = None,
     runtime_env: dict[str, Any] | None = None,
     worker_cpus: float = 1.0,
+    overwrite: bool = False,
 ) -> EvalResult:
     """:func:`~puppeteer.evaluation.evaluate_policy` with the items spread over Ray workers.
 
@@ -106,6 +114,8 @@ def evaluate_policy_ray(
     items = tuple(tasks)[:n] if tasks is not None else load_suite(suite, split, n=n, seed=seed)
     if not items:
         raise ValueError(f"no items to evaluate in {suite}/{split}")
+    if out_dir is not None:
+        check_out_dir(Path(out_dir), overwrite)  # before any work: never replace a finished result
     ray = init_ray(address, num_cpus, runtime_env)
     k = max(1, min(len(items), workers or int(ray.cluster_resources().get("CPU", 1))))
     bounds = np.linspace(0, len(items), k + 1).astype(int)
@@ -160,7 +170,7 @@ class _EnvWorker:
         return [self.envs[k].reset(seed=seed, options=options) for k, seed, options in calls]
 
     def step_many(self, calls: Sequence[StepCall]) -> list[StepResult]:
-        return [self.envs[k].step(action) for k, action in calls]
+        return [step_or_abort(self.envs[k], action) for k, action in calls]
 
     def close(self) -> None:
         for env in self.envs.values():

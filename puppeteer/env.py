@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,6 +24,7 @@ from gymnasium.error import InvalidAction, ResetNeeded
 from puppeteer.aggregate import aggregator
 from puppeteer.backends import make_router
 from puppeteer.backends.base import Backend
+from puppeteer.checks import check_env_settings
 from puppeteer.conductor_prompt import conductor_prompt
 from puppeteer.executor import EpisodeContext, Executor
 from puppeteer.pool import Pool, load_pool
@@ -32,6 +33,7 @@ from puppeteer.reward import PuppeteerReward, conductor_reward, discounted_retur
 from puppeteer.reward import cost_model as get_cost_model
 from puppeteer.spaces import UnicodeText
 from puppeteer.tasks import Grader, default_graders, load_suite
+from puppeteer.textsafe import encodable
 from puppeteer.tools import default_tools
 from puppeteer.types import Step, Task, Trajectory, Workflow
 from puppeteer.workflow import MAX_TEXT_CHARS, WorkflowError, WorkflowLimits, parse_workflow
@@ -107,6 +109,8 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ValueError("max_steps must be >= 1")
         if not 0 <= min_steps <= max_steps:
             raise ValueError(f"min_steps must be in 0..max_steps ({max_steps}), got {min_steps}")
+        check_env_settings(lam=lam, gamma=gamma, phi=phi, workflow_lam=workflow_lam,
+                           temperature=temperature, samples_per_item=samples_per_item)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
         self._init_kwargs: dict[str, Any] = {
@@ -277,7 +281,8 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             task = self.tasks[int(options["task_index"]) % len(self.tasks)]
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        self._task = task
+        question = encodable(task.question)  # text from outside (a user's task) reaches no backend raw
+        self._task = task if question is task.question else replace(task, question=question)
         n = self.config.samples_per_item
         self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
         self._steps, self._rewards, self._done = [], [], False
@@ -371,7 +376,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         )
 
     def _step_workflow(self, action: Any):
-        text = action if isinstance(action, str) else None
+        text = encodable(action) if isinstance(action, str) else None  # no lone surrogates past here
         try:
             if text is None:
                 raise WorkflowError(f"a workflow action is text, got {type(action).__name__}")
@@ -393,6 +398,24 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         return self._finish(
             reward, trajectory=traj, correct=correct, final_answer=answer, parse_error=None, cost=cost
         )
+
+    def abort(self, error: str):
+        """End the running episode on a failure outside the policy's action (e.g. a backend call
+        that raised): graded as wrong, with the cost of the steps that completed; ``info["error"]``."""
+        if self._task is None or self._done:
+            raise ResetNeeded("the episode has ended (or never started): call reset()")
+        t = len(self._steps)
+        if self.config.mode == "workflow":
+            cost = sum(self._cost(s.completion) for s in self._steps)
+            reward = conductor_reward(True, False, cost, self.config.workflow_lam)
+            returns = [reward]
+        else:
+            cost = 0.0
+            reward = self._reward.final_reward(False, 0.0, max(t, 1))
+            returns = discounted_returns([*self._rewards, reward], self.config.gamma)
+        traj = self._trajectory(None, False, returns[0])
+        return self._finish(reward, trajectory=traj, correct=False, final_answer=None,
+                            terminated_by="error", error=error, returns=returns, cost=cost)
 
     def _render_lines(self) -> list[str]:
         lines = [f"Task {self.task.id}: {self.task.question[:300]}"]

@@ -10,12 +10,28 @@ driver sees the same observations in the same order, so the results are identica
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
+
+from gymnasium.error import InvalidAction, ResetNeeded
+
+log = logging.getLogger(__name__)
 
 ResetCall = tuple[int, int | None, dict[str, Any] | None]  # (env slot, seed, options)
 StepCall = tuple[int, Any]  # (env slot, action)
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
+
+
+def step_or_abort(env: Any, action: Any) -> StepResult:
+    """``env.step``; a call that raises (backend down, timeout...) ends the episode as wrong."""
+    try:
+        return env.step(action)
+    except (InvalidAction, ResetNeeded):
+        raise  # a bug in the caller, not a failed call
+    except Exception as exc:
+        log.warning("a call failed, episode graded as wrong: %s: %s", type(exc).__name__, exc)
+        return env.abort(f"{type(exc).__name__}: {exc}")
 
 
 @runtime_checkable
@@ -45,11 +61,19 @@ class LocalEnvGroup:
         return [self.envs[k].reset(seed=seed, options=options) for k, seed, options in calls]
 
     def step_many(self, calls: Sequence[StepCall]) -> list[StepResult]:
-        return [self.envs[k].step(action) for k, action in calls]
+        return [step_or_abort(self.envs[k], action) for k, action in calls]
 
 
 def as_env_group(envs: Sequence[Any] | EnvGroup) -> EnvGroup:
     return envs if isinstance(envs, EnvGroup) else LocalEnvGroup(envs)  # type: ignore[arg-type]
 
 
-__all__ = ["EnvGroup", "LocalEnvGroup", "ResetCall", "StepCall", "StepResult", "as_env_group"]
+__all__ = [
+    "EnvGroup",
+    "LocalEnvGroup",
+    "ResetCall",
+    "StepCall",
+    "StepResult",
+    "as_env_group",
+    "step_or_abort",
+]

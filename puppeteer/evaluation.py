@@ -17,6 +17,7 @@ gets the same sample index under every policy and a response cache shares identi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from puppeteer.errors import UserError
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
@@ -229,6 +231,26 @@ def _summary(records: Sequence[_Record], n: int, **fields: Any) -> EvalResult:
     )
 
 
+class ResultExists(UserError, FileExistsError):
+    """The output directory already holds a finished result."""
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """Refuse an output path that is a file, or that holds a finished result (unless ``overwrite``)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory")
+    results = out / "results.json"
+    if overwrite or not results.exists():
+        return
+    try:
+        finished = bool(json.loads(results.read_text()).get("completed", True))
+    except (OSError, ValueError, AttributeError):
+        finished = True  # unreadable: keep it, the user decides
+    if finished:
+        raise ResultExists(f"{results} holds a finished result; pass --overwrite to replace it, "
+                           "or choose another --out")
+
+
 def _write_results(out: Path | None, result: EvalResult) -> None:
     if out is not None:
         (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
@@ -249,6 +271,7 @@ def evaluate_policy(
     *,
     tasks: Sequence[Task] | None = None,
     backend: Backend | None = None,
+    overwrite: bool = False,
 ) -> EvalResult:
     """Run every item of ``suite``/``split`` (first ``n``) once under a policy and summarise.
 
@@ -256,6 +279,7 @@ def evaluate_policy(
     the pool's backends (a test double or a custom router). ``cache`` is a SQLite response
     cache for model-calling backends. Workflow policies whose plans are longer than
     ``max_steps`` raise the limit for this run (the result records the limit used).
+    A finished ``results.json`` in ``out_dir`` is never replaced unless ``overwrite``.
     """
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
     if isinstance(spec_or_policy, str):
@@ -270,6 +294,7 @@ def evaluate_policy(
         raise ValueError(f"no items to evaluate in {suite}/{split}")
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
+        check_out_dir(out, overwrite)
         out.mkdir(parents=True, exist_ok=True)
 
     from puppeteer.env import ConductorEnv
@@ -305,6 +330,8 @@ def evaluate_policy(
     hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
     start = time.perf_counter()
     sink: TextIO | None = (out / "trajectories.jsonl").open("w") if out is not None else None
+    write_error: OSError | None = None
+    good = 0  # bytes of trajectories.jsonl known to be whole lines
     try:
         with _progress(progress, len(items), f"{spec} on {suite}/{split}") as advance:
             for i, task in enumerate(items):
@@ -324,12 +351,22 @@ def evaluate_policy(
                 records.append(record)
                 if sink is not None:
                     line = _record_line(i, task, spec, record, mode, time.perf_counter() - t0)
-                    sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-                    sink.flush()
+                    try:
+                        sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+                        sink.flush()
+                        good = sink.tell()
+                    except OSError as e:  # e.g. a full disk: stop, keep what is whole
+                        records.pop()
+                        write_error = e
+                        break
                 advance(sum(r.correct for r in records), len(records))
     finally:
         if sink is not None:
-            sink.close()
+            with contextlib.suppress(OSError):
+                sink.close()
+            if write_error is not None and out is not None:
+                with contextlib.suppress(OSError):
+                    os.truncate(out / "trajectories.jsonl", good)
         if cached:
             fields.update(cache_hits=sum(c.stats.hits for c in cached) - hits0,
                           cache_misses=sum(c.stats.misses for c in cached) - misses0)
@@ -339,6 +376,10 @@ def evaluate_policy(
         result = _summary(records, len(items), wall_s=time.perf_counter() - start,
                           completed=len(records) == len(items), **fields)
         _write_results(out, result)
+    if write_error is not None:
+        why = write_error.strerror or write_error
+        raise UserError(f"could not write {out / 'trajectories.jsonl'} ({why}); the first {len(records)} "
+                        "items are kept, results.json says completed: false")
     return result
 
 
@@ -428,6 +469,7 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
                    help="spread the items over Ray workers: a local instance (no ADDRESS), 'auto' or "
                         "ray://HEAD:10001 (needs the ray extra; same results as without)")
     p.add_argument("--ray-workers", type=int, default=None, help="shards for --ray (default: cluster CPUs)")
+    p.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
 
 
 def resolve_cache(pool: Pool, cache: str | None, no_cache: bool) -> Path | None:
@@ -451,11 +493,12 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
 
         result = evaluate_policy_ray(args.policy, pool, args.suite, split=args.split, n=args.n,
                                      seed=args.seed, out_dir=out, cache=cache, max_steps=args.max_steps,
-                                     lam=args.lam, address=args.ray, workers=args.ray_workers)
+                                     lam=args.lam, address=args.ray, workers=args.ray_workers,
+                                     overwrite=args.overwrite)
     else:
         result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
                                  out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
-                                 progress=not args.quiet)
+                                 progress=not args.quiet, overwrite=args.overwrite)
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

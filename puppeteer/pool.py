@@ -64,6 +64,11 @@ class Pool:
         """Boolean mask over all actions (agents then the Terminator)."""
         mask = np.ones(self.n_actions, dtype=np.int8)
         for i in unavailable:
+            if isinstance(i, bool) or not isinstance(i, int | np.integer) or not 0 <= i < len(self.agents):
+                raise PoolError(
+                    f"unavailable agent {i!r} is not an agent id of pool {self.name!r} "
+                    f"(0..{len(self.agents) - 1}; the Terminator cannot be made unavailable)"
+                )
             mask[i] = 0
         mask[self.terminator_id] = 1
         return mask
@@ -144,6 +149,19 @@ def load_pool(name_or_path: str | Path) -> Pool:
     path = Path(name_or_path)
     if not (path.suffix in {".yaml", ".yml"} and path.exists()):
         path = find_yaml("agents", str(name_or_path))
-    with path.open() as f:
-        raw = yaml.safe_load(f)
-    return pool_from_dict(raw)
+    try:
+        with path.open() as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise PoolError(f"{where}: not valid YAML ({problem})") from None
+    except UnicodeDecodeError:
+        raise PoolError(f"{path}: not a text (UTF-8) file") from None
+    try:
+        return pool_from_dict(raw)
+    except PoolError as e:
+        raise PoolError(f"{path}: {e}") from None
+    except (AttributeError, TypeError, ValueError) as e:
+        raise PoolError(f"{path}: not a pool definition ({type(e).__name__}: {e})") from None

@@ -159,6 +159,7 @@ def run_quickstart(
             out_dir=run / "eval" / name.split(" ")[0].replace(":", "_"),
             progress=True,
             seed=cfg.seed,
+            overwrite=True,  # a quickstart rerun regenerates its own evaluation runs
         )
         results[name] = r
         rows.append(_row(name, r))

@@ -533,6 +533,7 @@ def _execute(scratch: str, uid: int | None, limits: SandboxLimits, stdin: bytes,
         protections = _parse_report(captured.report if captured is not None else b"")
         if uid is not None and "pidns" not in protections:
             _kill_uid(uid)
+        _reap_leftovers(proc.pid, uid)
     assert captured is not None
     cpu = usage.ru_utime + usage.ru_stime
     stderr = captured.stderr.decode("utf-8", errors="replace")
@@ -678,6 +679,42 @@ def _pidfd(pid: int) -> int | None:
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def _reap_leftovers(leader: int, uid: int | None, patience_s: float = 5.0) -> None:
+    """Return only once no process of the run is alive: SIGKILL is asynchronous, and a PID
+    namespace's members (or a fork bomb's children) can run on for seconds after the group kill.
+
+    A process belongs to the run when its process group or session is ``leader`` or, with a
+    private ``uid``, when it runs as that uid. Zombies are dead (they only await reaping).
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        victims = [pid for pid in _pids() if _belongs(pid, leader, uid)]
+        if not victims:
+            return
+        if time.monotonic() > deadline:
+            logger.warning("sandbox: %d process(es) of run %d outlived %.0fs of SIGKILLs", len(victims),
+                           leader, patience_s)
+            return
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.002)
+
+
+def _belongs(pid: int, leader: int, uid: int | None) -> bool:
+    """``pid`` is alive (not a zombie) and in ``leader``'s group or session, or runs as ``uid``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    if fields[0] in ("Z", "X"):
+        return False
+    if leader in (int(fields[2]), int(fields[3])):
+        return True
+    return uid is not None and _real_uid(pid) == uid
 
 
 def _kill_uid(uid: int, rounds: int = 5) -> None:

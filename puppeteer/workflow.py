@@ -12,15 +12,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from puppeteer.listscan import match_lists
 from puppeteer.types import Workflow
 
 NAMES = ("model_id", "subtasks", "access_list")
 MAX_LIST_CHARS = 20_000
 MAX_SUBTASK_CHARS = 4_000
 MAX_TEXT_CHARS = 200_000
+MAX_GROUPS_TRIED = 16  # complete triples tried, last first (bounds literal_eval work)
 _ASSIGN = re.compile(r"\b(model_id|subtasks|access_list)\b\s*[:=]\s*(?=\[)")
 # What may follow a list literal on its line: nothing, a separator, a comment or a closing fence.
-_AFTER = re.compile(r"[ \t]*(?:[,;]?[ \t]*(?:#[^\n]*)?|`{3})?(?:\n|$)")
+# (Only the start of a comment is matched, so the checks read each character at most once.)
+_AFTER = re.compile(r"[ \t]*(?:[,;]?[ \t]*(?:#|\n|$)|`{3}(?:\n|$))")
 
 
 class WorkflowError(ValueError):
@@ -35,25 +38,7 @@ class WorkflowLimits:
 
 def _list_span(text: str, start: int) -> int | None:
     """Index one past the ``]`` matching ``text[start] == '['``, skipping string literals."""
-    depth = 0
-    i, n = start, min(len(text), start + MAX_LIST_CHARS)
-    while i < n:
-        c = text[i]
-        if c in "\"'":
-            quote = text[i : i + 3] if text[i : i + 3] in ('"""', "'''") else c
-            i += len(quote)
-            while i < n and not text.startswith(quote, i):
-                i += 2 if text[i] == "\\" else 1
-            i += len(quote)
-            continue
-        if c == "[":
-            depth += 1
-        elif c == "]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return None
+    return match_lists(text, [start], MAX_LIST_CHARS).ends[0]
 
 
 def _literal(text: str) -> object:
@@ -64,11 +49,13 @@ def _literal(text: str) -> object:
 
 
 def _candidates(text: str) -> list[tuple[int, str, str]]:
-    """Every ``name = [...]`` occurrence as (position, name, literal source)."""
+    """Every ``name = [...]`` occurrence as (position, name, literal source); linear in ``len(text)``."""
+    matches = list(_ASSIGN.finditer(text))
+    ends = match_lists(text, [m.end() for m in matches], MAX_LIST_CHARS).ends
     found = []
-    for m in _ASSIGN.finditer(text):
-        end = _list_span(text, m.end())
-        if end is not None and _AFTER.match(text, end):
+    ok_after: dict[int, bool] = {}  # literals that end at the same place share the check
+    for m, end in zip(matches, ends, strict=True):
+        if end is not None and ok_after.setdefault(end, _AFTER.match(text, end) is not None):
             found.append((m.start(), m.group(1), text[m.end() : end]))
     return found
 
@@ -86,6 +73,7 @@ def extract_lists(text: str) -> tuple[object, object, object]:
     if not starts:
         raise WorkflowError("no 'model_id = [...]' list found")
     last_error: WorkflowError | None = None
+    tried = 0
     for k in reversed(range(len(starts))):
         lo = starts[k]
         hi = starts[k + 1] if k + 1 < len(starts) else len(cands)
@@ -96,6 +84,9 @@ def extract_lists(text: str) -> tuple[object, object, object]:
         if missing:
             last_error = WorkflowError(f"missing {', '.join(missing)} after model_id")
             continue
+        if tried >= MAX_GROUPS_TRIED:
+            break
+        tried += 1
         try:
             return tuple(_literal(group[n]) for n in NAMES)  # type: ignore[return-value]
         except WorkflowError as e:
@@ -142,11 +133,15 @@ def validate(
         tasks.append(s.strip())
     access: list[str | tuple[int, ...]] = []
     for i, a in enumerate(access_list):
-        if a == "all":
-            access.append("all")
+        if a == "all" or (isinstance(a, list | tuple) and len(a) == 1 and a[0] == "all"):
+            access.append("all")  # ["all"] is a common way of writing "all"
             continue
         if not isinstance(a, list | tuple):
-            raise WorkflowError(f"access_list[{i}] must be 'all' or a list of earlier step indices")
+            raise WorkflowError(
+                f"access_list[{i}] must be 'all' or a list of earlier step indices "
+                f"(['all'] also means 'all'), "
+                f"got {a!r:.40}"
+            )
         for j in a:
             if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < i:
                 raise WorkflowError(f"access_list[{i}] names {j!r}, not an earlier step (0..{i - 1})")

@@ -30,6 +30,7 @@ from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.evaluation import EvalResult, evaluate_policy, markdown_table, resolve_cache, slug
 from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.pool import load_pool
+from puppeteer.redaction import redact
 
 ROOT = Path(__file__).resolve().parent.parent
 # text below this line in an existing table file (findings written by hand) survives a rewrite
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     options.setdefault("llamacpp", {})["n_threads"] = args.n_threads or available_cpus()
     # one set of loaded models for every run, unless the backend is tied to one run's answer key
     backend = None if pool.needs_answer_key else make_router(options, cache=cache)
-    command = shlex.join(["python", "scripts/baselines_table.py", *argv])
+    command = redact(shlex.join(["python", "scripts/baselines_table.py", *argv]))  # no key in the docs
     md_path = Path(args.out) if args.out else ROOT / "docs" / f"baselines-{pool.name}.md"
     md_path.parent.mkdir(parents=True, exist_ok=True)
     machine = f"{available_cpus()} CPUs"
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.runs_dir) / pool.name / suite / slug(spec)
         results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
                                        out_dir=out, backend=backend, max_steps=args.max_steps,
-                                       progress=not args.quiet))
+                                       progress=not args.quiet, overwrite=True))  # regenerates its runs
         pending = [f"`{sp}` on {su}" for sp, su in runs[i + 1 :]]
         figure = None
         if not args.no_plot:

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = make_router(options, cache=resolve_cache(probe_pool, args.cache, False))
     out = run.parent / f"{slug(f'single:{args.agent}')}_max{args.max_tokens}_truncated"
     result = evaluate_policy(f"single:{args.agent}", probe_pool, args.suite, split=args.split, tasks=items,
-                             out_dir=out, backend=backend, progress=True)
+                             out_dir=out, backend=backend, progress=True, overwrite=True)  # regenerates
     new = [t for t in read_trajectories(out / "trajectories.jsonl") if t.steps]
     prefix_ok = sum(t.steps[0].completion.text.startswith(cut[t.task_id].rstrip()) for t in new)
     still_cut = sum(t.steps[0].completion.truncated for t in new)

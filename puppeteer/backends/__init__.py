@@ -49,12 +49,16 @@ def make_router(
     cache: str | Path | None = None,
     registry: BackendRegistry | None = None,
 ) -> Router:
-    """A router over the default backends; with ``cache``, model-calling backends share one SQLite cache."""
+    """A router over the default backends; with ``cache``, model-calling backends share one SQLite cache.
+
+    Raises :class:`~puppeteer.backends.cache.CacheError` at once when ``cache`` is unusable.
+    """
     wrap = None
     if cache is not None:
-        from puppeteer.backends.cache import CachedBackend
+        from puppeteer.backends.cache import CachedBackend, check_cache
 
         path = Path(cache)
+        check_cache(path)  # an unusable cache stops the run here, not item by item later
 
         def wrap(name: str, backend: Backend) -> Backend:
             return CachedBackend(backend, path) if name in CACHEABLE else backend

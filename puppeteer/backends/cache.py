@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from puppeteer.backends.base import Backend
+from puppeteer.errors import UserError
 from puppeteer.types import Completion, CompletionRequest
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,39 @@ CREATE TABLE IF NOT EXISTS completions (
 _COLUMNS = "text, prompt_tokens, completion_tokens, cost_usd, flops, latency_s, model"
 
 
-class CacheError(RuntimeError):
+class CacheError(UserError, RuntimeError):
     """The cache database cannot be used (not SQLite, corrupt, unreadable)."""
+
+
+def _unusable(path: Path, why: object) -> CacheError:
+    return CacheError(f"response cache {path} is unusable ({why}); it was left untouched: move it away, "
+                      "point --cache elsewhere, or run without a cache (--no-cache)")
+
+
+def check_cache(path: Path | str) -> None:
+    """Raise :class:`CacheError` unless ``path`` is (or can become) a sound SQLite response cache.
+
+    Checks the schema and runs ``PRAGMA quick_check`` (catches truncated or damaged files), so a
+    run stops at its start instead of failing item by item.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise _unusable(path, "not a regular file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise _unusable(path, exc) from exc
+    try:
+        conn.execute(_SCHEMA)
+        verdict = conn.execute("PRAGMA quick_check").fetchone()
+        if verdict is None or verdict[0] != "ok":
+            raise _unusable(path, f"integrity check: {verdict[0] if verdict else 'no answer'}")
+        conn.execute(f"SELECT {_COLUMNS} FROM completions LIMIT 1").fetchall()
+    except sqlite3.Error as exc:
+        raise _unusable(path, exc) from exc
+    finally:
+        conn.close()
 
 
 @dataclass(frozen=True)
@@ -123,8 +155,7 @@ class CachedBackend:
             conn.execute(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             self.close()
-            raise CacheError(f"cache database {self.path} is unusable ({exc}); it was left untouched — "
-                             "move it away or point the cache elsewhere") from exc
+            raise _unusable(self.path, exc) from exc
 
     # ------------------------------------------------------------------ sqlite
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from puppeteer.encoders import CachedEncoder, make_encoder
 from puppeteer.pool import Pool
+from puppeteer.safeload import atomic_torch_save, safe_torch_load
 
 TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority answer."
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
@@ -169,7 +170,7 @@ class PuppeteerPolicy:
     def save(self, directory: str | Path) -> Path:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        torch.save(self.scorer.state_dict(), d / "policy.pt")
+        atomic_torch_save(self.scorer.state_dict(), d / "policy.pt")
         meta = {
             "config": asdict(self.config),
             "pool": self.pool.name,
@@ -187,5 +188,5 @@ class PuppeteerPolicy:
         raw = meta["config"]
         raw["encoder_options"] = tuple(tuple(x) for x in raw.get("encoder_options", ()))
         policy = cls(pool, PolicyConfig(**raw), encoder=encoder)
-        policy.scorer.load_state_dict(torch.load(d / "policy.pt", weights_only=True))
+        policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
         return policy

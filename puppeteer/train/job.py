@@ -9,9 +9,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from puppeteer.checks import check_env_settings, integer
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
+from puppeteer.redaction import redact
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 
@@ -21,6 +23,29 @@ log = logging.getLogger(__name__)
 def _get(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
     value = cfg.get(key, default)
     return default if value is None else value
+
+
+def validate_config(cfg: Mapping[str, Any]) -> None:
+    """Check the values of a composed training config; ``ValueError`` naming the first bad key."""
+    for key in ("lam", "gamma", "max_steps", "cost_model", "seed", "pool", "suite", "policy", "trainer"):
+        if key not in cfg:
+            raise ValueError(f"the training config lacks {key!r}")
+    check_env_settings(lam=cfg["lam"], gamma=cfg["gamma"], phi=cfg.get("phi"), workflow_lam=0.0,
+                       temperature=_get(cfg, "temperature", 0.0),
+                       samples_per_item=cfg.get("samples_per_item"))
+    max_steps = integer("max_steps", cfg["max_steps"], low=1)
+    min_steps = integer("min_steps", _get(cfg, "min_steps", 0), low=0)
+    if min_steps > max_steps:
+        raise ValueError(f"min_steps={min_steps}: must be <= max_steps ({max_steps})")
+    integer("seed", cfg["seed"])
+    trainer = cfg["trainer"]
+    if not isinstance(trainer, Mapping):
+        raise ValueError("trainer: must be a mapping of REINFORCE settings")
+    known = set(ReinforceConfig.__dataclass_fields__)
+    unknown = sorted(set(trainer) - known)
+    if unknown:
+        raise ValueError(f"trainer.{unknown[0]}: unknown setting; known: {', '.join(sorted(known))}")
+    ReinforceConfig(**{**dict(trainer), "seed": int(cfg["seed"])})  # checks each value
 
 
 def env_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,10 +93,11 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
     """Train, evaluate on held-out items; write ``results.json``, curves and the policy."""
     from puppeteer.analytics.plots import learning_curve
 
+    validate_config(cfg)
+    env, eval_env, policy, tcfg = build(cfg)  # everything is checked before anything is written
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    (run / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
-    env, eval_env, policy, tcfg = build(cfg)
+    (run / "config.json").write_text(json.dumps(redact(cfg), indent=2, default=str))
     loggers: list[MetricLogger] = [JsonlLogger(run / "metrics.jsonl")]
     wb = cfg.get("wandb") or {}
     if wb.get("enabled"):

@@ -6,9 +6,9 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-SECRET_MARKERS = ("key", "token", "secret", "password")
+from puppeteer.redaction import redact as _redact
 
 
 class MetricLogger(Protocol):
@@ -17,17 +17,16 @@ class MetricLogger(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class Rewindable(Protocol):
+    def rewind(self, step: int) -> None:
+        """Forget what was logged after ``step`` (a resumed run logs those steps again)."""
+        ...
+
+
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Drop values whose names look like credentials (API keys never reach wandb)."""
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        if isinstance(v, Mapping):
-            out[k] = redact(v)
-        elif any(m in k.lower() for m in SECRET_MARKERS):
-            out[k] = "<redacted>"
-        else:
-            out[k] = v
-    return out
+    """Replace values whose names or contents look like credentials (API keys never reach wandb)."""
+    return dict(_redact(config))
 
 
 class JsonlLogger:
@@ -41,6 +40,23 @@ class JsonlLogger:
 
     def close(self) -> None:
         return None
+
+    def rewind(self, step: int) -> None:
+        """Keep the lines with ``step <= step`` (and drop a torn last line); atomic."""
+        if not self.path.exists():
+            return
+        kept = []
+        with self.path.open() as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # torn by a kill during the write
+                if isinstance(record, dict) and record.get("step", 0) <= step:
+                    kept.append(json.dumps(record) + "\n")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, self.path)
 
 
 class WandbLogger:
@@ -81,3 +97,8 @@ class MultiLogger:
     def close(self) -> None:
         for lg in self.loggers:
             lg.close()
+
+    def rewind(self, step: int) -> None:
+        for lg in self.loggers:
+            if isinstance(lg, Rewindable):
+                lg.rewind(step)

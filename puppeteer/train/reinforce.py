@@ -11,6 +11,7 @@ offset), so a killed run resumes losing at most the batch in flight.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,11 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from puppeteer.checks import integer, number
 from puppeteer.env import ConductorEnv
 from puppeteer.envgroup import EnvGroup, as_env_group
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
 from puppeteer.reward import discounted_returns
-from puppeteer.train.logging import MetricLogger
+from puppeteer.safeload import CheckpointError, atomic_torch_save, safe_torch_load
+from puppeteer.train.logging import MetricLogger, Rewindable
 from puppeteer.trajectories import trajectory_to_dict
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,25 @@ class ReinforceConfig:
     seed: int = 0
     rollout_workers: int = 0  # >0: the lockstep envs live on this many Ray workers (same results)
     ray_address: str | None = None  # None: a local Ray instance; "auto" or "ray://host:10001": a cluster
+    # stop cleanly (checkpoint saved) once more than this fraction of the run's episodes ended on
+    # a failed backend call; each such episode is recorded and graded as wrong
+    max_failed_fraction: float = 0.25
+
+    def __post_init__(self) -> None:
+        integer("trainer.episodes", self.episodes, low=1)
+        integer("trainer.batch_episodes", self.batch_episodes, low=1)
+        integer("trainer.group_size", self.group_size, low=1)
+        integer("trainer.checkpoint_every", self.checkpoint_every, low=1)
+        integer("trainer.eval_every", self.eval_every, low=1)
+        integer("trainer.parallel_envs", self.parallel_envs, low=1)
+        number("trainer.lr", self.lr, low=0.0, low_open=True)
+        number("trainer.weight_decay", self.weight_decay, low=0.0)
+        number("trainer.ema_decay", self.ema_decay, low=0.0, high=1.0)
+        number("trainer.entropy_coef", self.entropy_coef)
+        number("trainer.max_grad_norm", self.max_grad_norm, low=0.0, low_open=True)
+        number("trainer.lr_final_fraction", self.lr_final_fraction, low=0.0, high=1.0)
+        integer("trainer.rollout_workers", self.rollout_workers, low=0)
+        number("trainer.max_failed_fraction", self.max_failed_fraction, low=0.0, high=1.0)
 
 
 @dataclass
@@ -63,6 +85,11 @@ class Episode:
     correct: bool = False
     cost: float = 0.0
     trajectory: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None  # the failed call that ended the episode, if one did
+
+
+class TrainingStopped(RuntimeError):
+    """Training stopped cleanly (too many failed calls, or a write failed); the checkpoint is intact."""
 
 
 def run_episodes(
@@ -77,6 +104,7 @@ def run_episodes(
 
     Lockstep lets the policy encode all current observations in one batch. ``envs`` may be an
     :class:`~puppeteer.envgroup.EnvGroup` (e.g. envs on Ray workers): the results are the same.
+    A step whose call raises ends its episode, graded as wrong, with ``Episode.error`` set.
     """
     group = as_env_group(envs)
     out: list[Episode] = []
@@ -107,6 +135,9 @@ def run_episodes(
                     ep.returns = discounted_returns(ep.rewards, group.gamma)
                     ep.correct = bool(info["correct"])
                     ep.trajectory = trajectory_to_dict(info["trajectory"])
+                    if info.get("error"):
+                        ep.error = str(info["error"])
+                        ep.trajectory["error"] = ep.error
                     if on_episode is not None:
                         on_episode(ep)
                 else:
@@ -183,12 +214,6 @@ def summarize(eps: list[Episode]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------- checkpointing
-def _save_checkpoint(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
-
-
 @dataclass
 class TrainState:
     update: int = 0
@@ -198,6 +223,7 @@ class TrainState:
     best_update: int = -1
     history: list[dict[str, float]] = field(default_factory=list)
     traj_offset: int = 0
+    failed: int = 0  # episodes ended by a failed call
 
 
 class ResumeMismatch(ValueError):
@@ -208,7 +234,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
     """What must match for a checkpoint to be resumed; ``episodes`` may grow (to train longer)."""
     # where rollouts run does not change the results: a run may resume with more or fewer workers
     trainer = {k: v for k, v in asdict(config).items()
-               if k not in ("episodes", "rollout_workers", "ray_address")}
+               if k not in ("episodes", "rollout_workers", "ray_address", "max_failed_fraction")}
     pol = {k: v for k, v in asdict(policy.config).items() if k != "greedy"}
     return {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
@@ -235,6 +261,32 @@ def _check_resumable(
         )
 
 
+MIN_EPISODES_FOR_FAILURE_RATE = 64  # a few early failures alone do not stop a run
+
+
+def _load_resumable(path: Path) -> dict[str, Any]:
+    ck = safe_torch_load(path)
+    required = ("policy", "optimizer", "numpy_rng", "torch_rng", "state")
+    if not isinstance(ck, dict) or any(k not in ck for k in required):
+        raise CheckpointError(f"{path} is not a training checkpoint of this project (missing fields)")
+    return ck
+
+
+def _append_lines(path: Path, lines: Sequence[str], offset: int) -> int:
+    """Append ``lines`` durably; on failure cut the file back to ``offset`` (its last good size)."""
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        with contextlib.suppress(OSError), path.open("r+b") as f:
+            f.truncate(offset)
+        raise
+    return path.stat().st_size
+
+
 def train(
     env: ConductorEnv,
     policy: PuppeteerPolicy,
@@ -246,7 +298,11 @@ def train(
     eval_n: int | None = None,
     on_episode: Callable[[Episode], None] | None = None,
 ) -> TrainState:
-    """Train ``policy`` on ``env``; resumes from ``run_dir/checkpoint.pt`` when it exists."""
+    """Train ``policy`` on ``env``; resumes from ``run_dir/checkpoint.pt`` when it exists.
+
+    Raises :class:`TrainingStopped` (checkpoint saved, rerun to resume) when too many calls
+    fail or a run file cannot be written, :class:`CheckpointError` for an unusable checkpoint.
+    """
     if config.baseline not in BASELINES:
         raise KeyError(f"unknown baseline {config.baseline!r}; known: {', '.join(BASELINES)}")
     if config.batch_episodes % config.group_size:
@@ -260,7 +316,7 @@ def train(
     state = TrainState()
     fingerprint = run_fingerprint(env, policy, config)
     if ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
+        ck = _load_resumable(ckpt_path)
         _check_resumable(ck, fingerprint, config, ckpt_path)
         policy.scorer.load_state_dict(ck["policy"])
         opt.load_state_dict(ck["optimizer"])
@@ -270,7 +326,33 @@ def train(
         if traj_path.exists():
             with traj_path.open("r+b") as f:
                 f.truncate(state.traj_offset)
+        if isinstance(logger, Rewindable):
+            logger.rewind(state.episodes)  # metrics logged after the checkpoint are logged again
         log.info("resumed from update %d (%d episodes)", state.update, state.episodes)
+    saved_update = state.update
+
+    def checkpoint(numpy_rng: dict[str, Any], torch_rng: torch.Tensor) -> None:
+        nonlocal saved_update
+        atomic_torch_save(
+            {
+                "policy": policy.scorer.state_dict(),
+                "optimizer": opt.state_dict(),
+                "numpy_rng": numpy_rng,
+                "torch_rng": torch_rng,
+                "state": asdict(state),
+                "config": asdict(config),
+                "fingerprint": fingerprint,
+            },
+            ckpt_path,
+        )
+        saved_update = state.update
+
+    def stop(why: str) -> TrainingStopped:
+        return TrainingStopped(
+            f"training stopped at update {state.update}: {why}; the checkpoint in {run} holds update "
+            f"{saved_update}: rerun the same command to resume"
+        )
+
     baseline_fn = BASELINES[config.baseline]
     envs: list[ConductorEnv] | EnvGroup
     if config.rollout_workers > 0:
@@ -285,11 +367,21 @@ def train(
     n_groups = config.batch_episodes // config.group_size
 
     while state.episodes < config.episodes:
+        rng_before, gen_before = rng.bit_generator.state, gen.get_state()
         specs: list[tuple[int, int | None]] = []
         for _ in range(n_groups):
             task_index = int(rng.integers(len(env.tasks)))
             specs += [(int(rng.integers(2**31)), task_index) for _ in range(config.group_size)]
         flat = run_episodes(envs, policy, specs, generator=gen, on_episode=on_episode)
+        failed = sum(e.error is not None for e in flat)
+        seen = max(state.episodes + len(flat), MIN_EPISODES_FOR_FAILURE_RATE)
+        if failed and (state.failed + failed) / seen > config.max_failed_fraction:
+            checkpoint(rng_before, gen_before)  # the state before this batch: a resume reruns it
+            first = next(e.error for e in flat if e.error is not None)
+            raise stop(
+                f"{state.failed + failed} of {state.episodes + len(flat)} episodes ended on a failed call "
+                f"(limit {config.max_failed_fraction:.0%}; last: {first})"
+            )
         groups = [flat[i : i + config.group_size] for i in range(0, len(flat), config.group_size)]
         baselines = baseline_fn(groups, state.baseline, config)
         feats, actions, advs = [], [], []
@@ -319,11 +411,13 @@ def train(
         batch = [e for g in groups for e in g]
         state.update += 1
         state.episodes += len(batch)
+        state.failed += failed
         metrics = {f"train/{k}": v for k, v in summarize(batch).items()}
         metrics.update(
             {
                 "train/loss": float(loss.detach()),
                 "train/entropy": float(entropy.detach()),
+                "train/failed": failed / len(batch),
                 "episodes": state.episodes,
             }
         )
@@ -336,27 +430,20 @@ def train(
                 state.best, state.best_update = ev["return"], state.update
                 policy.save(run / "best")
         state.history.append(metrics)
-        with traj_path.open("a") as f:
-            for e in batch:
-                f.write(json.dumps(e.trajectory) + "\n")
-        state.traj_offset = traj_path.stat().st_size
-        if logger is not None:
-            logger.log(metrics, state.episodes)
+        try:
+            state.traj_offset = _append_lines(traj_path, [json.dumps(e.trajectory) for e in batch],
+                                              state.traj_offset)
+            if logger is not None:
+                logger.log(metrics, state.episodes)
+        except OSError as exc:
+            raise stop(f"could not write to {run} ({exc.strerror or exc})") from exc
         if progress is not None:
             progress(state.episodes, config.episodes, metrics)
         if state.update % config.checkpoint_every == 0 or state.episodes >= config.episodes:
-            _save_checkpoint(
-                ckpt_path,
-                {
-                    "policy": policy.scorer.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "numpy_rng": rng.bit_generator.state,
-                    "torch_rng": gen.get_state(),
-                    "state": asdict(state),
-                    "config": asdict(config),
-                    "fingerprint": fingerprint,
-                },
-            )
+            try:
+                checkpoint(rng.bit_generator.state, gen.get_state())
+            except CheckpointError as exc:
+                raise stop(str(exc)) from exc
     policy.save(run / "final")
     close = getattr(envs, "close", None)  # Ray workers (they also end when the group is dropped)
     if callable(close):

@@ -1,0 +1,7 @@
+"""The base of errors a user can fix: the CLI prints their message as one line and exits non-zero."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Something in the user's input, files or environment is wrong; the message says what and where."""
