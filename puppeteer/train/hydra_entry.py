@@ -18,7 +18,10 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
     from omegaconf import DictConfig, OmegaConf
     from rich.console import Console
 
+    from puppeteer.train.config_schema import register_configs
     from puppeteer.train.job import run_training
+
+    register_configs()
 
     @hydra.main(config_path=str(data_dir("configs")), config_name="train", version_base="1.3")
     def _main(cfg: DictConfig) -> float:

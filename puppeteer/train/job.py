@@ -12,6 +12,7 @@ from typing import Any
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
+from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 
@@ -38,15 +39,20 @@ def env_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _n(suite: Mapping[str, Any], part: str) -> int | None:
+    """``suite.n_<part>`` capped at what the ``<part>_split`` holds (the sizes are upper bounds)."""
+    return fit_to_split(suite["name"], suite[f"{part}_split"], suite.get(f"n_{part}"))
+
+
 def build(cfg: Mapping[str, Any]) -> tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig]:
     pool = load_pool(cfg["pool"]["name"])
     suite = cfg["suite"]
     kw = env_kwargs(cfg)
     env = ConductorEnv(
-        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=suite.get("n_train"), **kw
+        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=_n(suite, "train"), **kw
     )
     eval_env = ConductorEnv(
-        pool=pool, suite=suite["name"], split=suite["eval_split"], n_tasks=suite.get("n_eval"), **kw
+        pool=pool, suite=suite["name"], split=suite["eval_split"], n_tasks=_n(suite, "eval"), **kw
     )
     pc = cfg["policy"]
     policy = PuppeteerPolicy(
@@ -85,7 +91,7 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
             pool=env.pool,
             suite=cfg["suite"]["name"],
             split=cfg["suite"].get("val_split", "validation"),
-            n_tasks=cfg["suite"].get("n_val"),
+            n_tasks=_n({"val_split": "validation", **cfg["suite"]}, "val"),
             **env_kwargs(cfg),
         )
         state = train(env, policy, tcfg, run, eval_env=val_env, logger=logger, progress=progress_cb)
