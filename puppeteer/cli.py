@@ -147,10 +147,13 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
 # ----------------------------------------------------------------------------- train / quickstart
 def _configure_train(p: argparse.ArgumentParser) -> None:
+    # everything after ``train`` goes to Hydra untouched: overrides and its own flags
+    # (-m/--multirun for sweeps like lam=0,0.1,0.2, --cfg job, --info, --help)
+    p.prefix_chars = "+"
     p.add_argument(
-        "overrides", nargs="*", help="Hydra overrides, e.g. pool=sim-paper suite=mix-paper lam=0.2"
+        "overrides", nargs=argparse.REMAINDER, help="Hydra overrides, e.g. pool=sim-paper suite=gsm8k lam=0.2"
     )
-    p.add_argument("-m", "--multirun", action="store_true", help="Hydra multirun (sweeps like lam=0,0.1,0.2)")
+    p.set_defaults(multirun=False)
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:

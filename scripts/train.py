@@ -3,4 +3,7 @@
 from puppeteer.train.hydra_entry import hydra_main
 
 if __name__ == "__main__":
-    hydra_main()
+    try:
+        hydra_main()
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
