@@ -128,24 +128,14 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
 
 
 def _progress(console: Any | None, total: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from puppeteer.progress import ProgressReporter
 
-    progress = Progress(
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-        transient=False,
-    )
-    task = progress.add_task("train", total=total, info="")
-    progress.start()
+    bar = ProgressReporter("train", total, console=console).start()
 
     def update(done: int, total_: int, metrics: Mapping[str, float]) -> None:
         info = f"return {metrics['train/return']:.3f} acc {metrics['train/accuracy']:.2f}"
         if "eval/return" in metrics:
             info += f" | validation return {metrics['eval/return']:.3f}"
-        progress.update(task, completed=done, info=info)
+        bar.update(done, info=info)
 
-    return update, progress.stop
+    return update, bar.stop
