@@ -25,7 +25,6 @@ import torch
 
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
-from puppeteer.reward import discounted_returns
 from puppeteer.train.logging import MetricLogger
 from puppeteer.trajectories import trajectory_to_dict
 
@@ -96,7 +95,7 @@ def run_episodes(
                 ep.rewards.append(float(r))
                 ep.cost += float(info.get("cost", 0.0))
                 if terminated or truncated:
-                    ep.returns = discounted_returns(ep.rewards, envs[k].config.gamma)
+                    ep.returns = list(info["returns"])  # discounted by the env (puppeteer.reward)
                     ep.correct = bool(info["correct"])
                     ep.trajectory = trajectory_to_dict(info["trajectory"])
                     if on_episode is not None:
