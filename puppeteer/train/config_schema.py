@@ -24,7 +24,7 @@ import re
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from puppeteer.resources import available
 from puppeteer.train.reinforce import ReinforceConfig
@@ -49,9 +49,9 @@ class SuiteConfig:
     train_split: str = "train"
     val_split: str = "validation"
     eval_split: str = "test"
-    n_train: Optional[int] = None  # noqa: UP045 (OmegaConf reads typing.Optional on Python 3.10)
-    n_val: Optional[int] = 50  # noqa: UP045
-    n_eval: Optional[int] = 200  # noqa: UP045
+    n_train: int | None = None
+    n_val: int | None = 50
+    n_eval: int | None = 200
 
 
 @dataclass
@@ -74,7 +74,7 @@ class PolicyNode:
 class WandbConfig:
     enabled: bool = True
     project: str = "puppeteer"
-    mode: Optional[str] = "offline"  # noqa: UP045
+    mode: str | None = "offline"
 
 
 def _node_type(hint: Any) -> Any:
@@ -85,7 +85,7 @@ def _node_type(hint: Any) -> Any:
     if type(None) in args and len(args) == 2:
         inner = next(a for a in args if a is not type(None))
         if inner in _PRIMITIVES:
-            return Optional[inner]  # noqa: UP045
+            return inner | None
     return Any
 
 
@@ -120,15 +120,15 @@ class TrainConfig:
     trainer: Any = field(default_factory=TrainerNode)
     lam: float = 0.1
     gamma: float = 0.99
-    phi: Optional[float] = None  # noqa: UP045
+    phi: float | None = None
     max_steps: int = 5
     min_steps: int = 0
     cost_model: str = "tokens"
     temperature: float = 0.0
-    samples_per_item: Optional[int] = None  # noqa: UP045
-    cache: Optional[str] = None  # noqa: UP045
+    samples_per_item: int | None = None
+    cache: str | None = None
     seed: int = 0
-    out: Optional[str] = None  # noqa: UP045
+    out: str | None = None
     progress: bool = True
     wandb: WandbConfig = field(default_factory=WandbConfig)
 
