@@ -13,10 +13,13 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from puppeteer.cli import main
+from puppeteer.env import EnvConfig
 from puppeteer.resources import available, data_dir
 from puppeteer.tasks import split_sizes
 from puppeteer.tasks.spec import suite_names
 from puppeteer.train.config_schema import (
+    ENV_KEYS,
+    TrainConfig,
     TrainerNode,
     check_overrides,
     fit_to_split,
@@ -78,9 +81,12 @@ def test_defaults_compose_with_types(composer) -> None:
     assert composer("lam=0.2", "trainer.lr=1e-3", "suite.n_eval=7").suite.n_eval == 7
 
 
-def test_trainer_schema_follows_reinforce_config() -> None:
+def test_trainer_and_env_schemas_follow_the_library_dataclasses() -> None:
     names = [f.name for f in dataclasses.fields(TrainerNode)]
     assert names == [f.name for f in dataclasses.fields(ReinforceConfig) if f.name != "seed"]
+    env_defaults = {f.name: f.default for f in dataclasses.fields(EnvConfig) if f.name in ENV_KEYS}
+    assert len(env_defaults) == len(ENV_KEYS)
+    assert {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.name in ENV_KEYS} == env_defaults
 
 
 @pytest.mark.parametrize(

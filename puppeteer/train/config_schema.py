@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from puppeteer.env import EnvConfig
 from puppeteer.resources import available
 from puppeteer.train.reinforce import ReinforceConfig
 
@@ -89,12 +90,15 @@ def _node_type(hint: Any) -> Any:
     return Any
 
 
-def mutable_schema(cls: type, name: str, exclude: Sequence[str] = ()) -> type:
-    """A mutable dataclass with ``cls``'s fields, checkable types and defaults (for OmegaConf)."""
+def mutable_schema(
+    cls: type, name: str, exclude: Sequence[str] = (), only: Sequence[str] | None = None
+) -> type:
+    """A mutable dataclass with ``cls``'s fields (``only`` these, none of ``exclude``), checkable
+    types and defaults (for OmegaConf)."""
     hints = typing.get_type_hints(cls)
     spec: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(cls):
-        if f.name in exclude:
+        if f.name in exclude or (only is not None and f.name not in only):
             continue
         if f.default is not dataclasses.MISSING:
             default = field(default=f.default)
@@ -108,24 +112,19 @@ def mutable_schema(cls: type, name: str, exclude: Sequence[str] = ()) -> type:
 
 # the seed is the job's top-level ``seed``
 TrainerNode = mutable_schema(ReinforceConfig, "TrainerNode", exclude=("seed",))
+# the environment's settings that a training job sets at the top level
+ENV_KEYS = ("lam", "gamma", "phi", "max_steps", "min_steps", "cost_model", "temperature", "samples_per_item")
+EnvNode = mutable_schema(EnvConfig, "EnvNode", only=ENV_KEYS)
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(EnvNode):  # type: ignore[misc,valid-type]
     """Every key of ``configs/train.yaml`` with its type (values: the YAML files)."""
 
     suite: SuiteConfig = field(default_factory=SuiteConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)
     policy: PolicyNode = field(default_factory=PolicyNode)
     trainer: Any = field(default_factory=TrainerNode)
-    lam: float = 0.1
-    gamma: float = 0.99
-    phi: float | None = None
-    max_steps: int = 5
-    min_steps: int = 0
-    cost_model: str = "tokens"
-    temperature: float = 0.0
-    samples_per_item: int | None = None
     cache: str | None = None
     seed: int = 0
     out: str | None = None
