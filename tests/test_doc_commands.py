@@ -181,7 +181,7 @@ def shrink_eval(argv: list[str], tmp: Path) -> list[str]:
 def shrink_train(argv: list[str], tmp: Path) -> list[str]:
     # the suite keeps its default sizes: they must fit the suite (mix-paper's test split holds 150)
     tiny = {"trainer.episodes": "8", "trainer.batch_episodes": "8", "trainer.group_size": "4",
-            "trainer.parallel_envs": "4", "trainer.eval_every": "1", "policy.encoder": "hashing",
+            "trainer.eval_every": "1", "policy.encoder": "hashing", "policy.hidden": "16",
             "wandb.enabled": "false", "hydra.run.dir": str(tmp / "run"),
             "hydra.sweep.dir": str(tmp / "sweep")}
     for key, value in tiny.items():
