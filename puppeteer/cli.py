@@ -172,10 +172,14 @@ def _print_trajectory(console: Console, task: Task, traj: Trajectory) -> None:
 
 # ----------------------------------------------------------------------------- train / quickstart
 def _configure_train(p: argparse.ArgumentParser) -> None:
+    # everything after ``train`` goes to Hydra untouched: overrides and its own flags
+    # (-m/--multirun for sweeps like lam=0,0.1,0.2, --cfg job, --info, --help) and ``+key=value``
+    # additions: no character that starts an override or a Hydra flag marks an option here
+    p.prefix_chars = "\x00"
     p.add_argument(
-        "overrides", nargs="*", help="Hydra overrides, e.g. pool=sim-paper suite=mix-paper lam=0.2"
+        "overrides", nargs=argparse.REMAINDER, help="Hydra overrides, e.g. pool=sim-paper suite=gsm8k lam=0.2"
     )
-    p.add_argument("-m", "--multirun", action="store_true", help="Hydra multirun (sweeps like lam=0,0.1,0.2)")
+    p.set_defaults(multirun=False)
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:

@@ -188,19 +188,13 @@ def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
 
 @contextmanager
 def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
-    """Yields ``advance(correct_so_far, done)``; a rich progress bar when enabled."""
-    if not enabled:
-        yield lambda correct, done: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    """Yields ``advance(correct_so_far, done)`` for :class:`~puppeteer.progress.ProgressReporter`."""
+    from puppeteer.progress import ProgressReporter
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("acc {task.fields[acc]}"), TimeRemainingColumn())
-    with Progress(*columns, transient=False) as bar:
-        task_id = bar.add_task(label, total=total, acc="-")
+    with ProgressReporter(label, total, enabled=enabled) as bar:
 
         def advance(correct: int, done: int) -> None:
-            bar.update(task_id, advance=1, acc=f"{correct / done:.3f}" if done else "-")
+            bar.update(done, info=f"acc {correct / done:.3f}" if done else "")
 
         yield advance
 

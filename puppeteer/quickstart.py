@@ -22,6 +22,7 @@ from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import EvalResult, default_response_cache, evaluate_policy
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
+from puppeteer.progress import ProgressReporter
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import Episode, ReinforceConfig, train
 from puppeteer.trajectories import read_trajectories
@@ -78,7 +79,6 @@ def run_quickstart(
 ) -> dict[str, Any]:
     from rich.console import Console
     from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     console = console or Console()
@@ -124,22 +124,11 @@ def run_quickstart(
         parallel_envs=4,
         seed=cfg.seed,
     )
-    with Progress(
-        TextColumn(f"[bold]train ({backend_name})"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-    ) as progress:
-        bar = progress.add_task("train", total=cfg.episodes, info="")
+    with ProgressReporter(f"train ({backend_name})", cfg.episodes, console=console) as bar:
 
         def on_episode(ep: Episode) -> None:
-            progress.update(
-                bar,
-                advance=1,
-                info=f"last: {len(ep.trajectory['steps'])} calls, {'correct' if ep.correct else 'wrong'}",
-            )
+            calls = len(ep.trajectory["steps"])
+            bar.update(advance=1, info=f"last: {calls} calls, {'correct' if ep.correct else 'wrong'}")
 
         state = train(env, policy, tcfg, run / "train", on_episode=on_episode)
     policy.save(run / "policy")

@@ -8,5 +8,5 @@ from puppeteer.train.hydra_entry import hydra_main
 if __name__ == "__main__":
     try:
         hydra_main()
-    except UserError as e:
+    except (UserError, ValueError) as e:
         sys.exit(f"error: {e}")

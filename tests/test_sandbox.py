@@ -109,7 +109,8 @@ def test_exception_is_an_error_with_a_clean_traceback() -> None:
     assert result.status == "error" and not result.ok and result.returncode == 1
     assert "Traceback" in result.stderr and "ZeroDivisionError" in result.stderr
     assert 'File "main.py", line 4, in f' in result.stderr
-    assert "<string>" not in result.stderr  # the sandbox's own frames are hidden
+    assert "sandbox_child" not in result.stderr  # the sandbox's own frames are hidden
+    assert result.stderr.count('File "') == 2  # only main.py's: <module> and f
 
 
 def test_syntax_error_and_exit_code() -> None:

@@ -29,15 +29,13 @@ def run_plan(
     for i in range(len(env.tasks)):
         env.reset(seed=seed + i, options={"task_index": i})
         actions = [*plan(env.task), env.pool.terminator_id]
-        total, disc, cost = 0.0, 1.0, 0.0
+        cost = 0.0
         for a in actions:
-            _, r, terminated, _, info = env.step(a)
-            total += disc * r
-            disc *= env.config.gamma
+            _, _, terminated, _, info = env.step(a)
             cost += info.get("cost", 0.0)
             if terminated:
                 break
-        rets.append(total)
+        rets.append(info["returns"][0])  # the env's discounted return (puppeteer.reward)
         accs.append(info["correct"])
         costs.append(cost)
         calls.append(len(info["trajectory"].steps))

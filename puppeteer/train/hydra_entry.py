@@ -30,7 +30,7 @@ def _plain(overrides: Sequence[str]) -> list[str] | None:
     return [item for item in overrides if not item.lstrip("+~").startswith(("hydra.", "hydra/", "hydra="))]
 
 
-def check_overrides(overrides: Sequence[str]) -> None:
+def check_values(overrides: Sequence[str]) -> None:
     """Compose the training config with ``overrides`` and check its values; one-line errors."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
@@ -52,8 +52,10 @@ def check_overrides(overrides: Sequence[str]) -> None:
 def hydra_main(overrides: Sequence[str] | None = None) -> None:
     """Run the training job under Hydra with the packaged configs; ``overrides`` like Hydra's CLI.
 
-    Raises :class:`~puppeteer.errors.UserError` (one-line message) for a bad override or value,
-    an unusable checkpoint or cache, or a run that stopped (after the other sweep jobs ran).
+    Hydra's flags pass through (``--cfg job``, ``--info``, ``-m``). Raises
+    :class:`~puppeteer.errors.UserError` (one-line message) for an override that does not compose
+    (``lam=abc``, an unknown suite) or a bad value, before any work; for an unusable checkpoint or
+    cache, or a run that stopped (after the other sweep jobs ran).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -63,16 +65,22 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
     from rich.console import Console
 
     from puppeteer.redaction import redact
+    from puppeteer.train.config_schema import check_overrides, register_configs
     from puppeteer.train.job import run_training
 
+    register_configs()
     split = split_secret_overrides(sys.argv[1:] if overrides is None else overrides)
     for name, value in split.secrets.items():
         log.warning("a credential override was moved to the environment variable %s; "
                     "pass keys as environment variables", name)
         os.environ[name] = value
-    plain = _plain(split.kept)
+    args = list(split.kept)
+    problem = check_overrides(str(data_dir("configs")), "train", args)
+    if problem is not None:
+        raise TrainConfigError(f"config: {problem}")
+    plain = _plain(args)
     if plain is not None:
-        check_overrides(plain)  # fail before Hydra creates a run directory
+        check_values(plain)  # fail before Hydra creates a run directory
     failures: list[str] = []
 
     @hydra.main(config_path=str(data_dir("configs")), config_name="train", version_base="1.3")
@@ -96,8 +104,9 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
         )
         return float(h["return"])
 
-    argv0 = sys.argv[0]
-    sys.argv = [argv0, *split.kept]
+    sys.argv = [sys.argv[0], *args]
+    for handler in list(logging.root.handlers):  # Hydra configures logging itself (--info adds a handler)
+        logging.root.removeHandler(handler)
     _main()
     if failures:
         raise TrainConfigError(failures[0] if len(failures) == 1 else f"{len(failures)} runs failed; first: "

@@ -14,6 +14,7 @@ from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
 from puppeteer.redaction import redact
+from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 
@@ -63,15 +64,20 @@ def env_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _n(suite: Mapping[str, Any], part: str) -> int | None:
+    """``suite.n_<part>`` capped at what the ``<part>_split`` holds (the sizes are upper bounds)."""
+    return fit_to_split(suite["name"], suite[f"{part}_split"], suite.get(f"n_{part}"))
+
+
 def build(cfg: Mapping[str, Any]) -> tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig]:
     pool = load_pool(cfg["pool"]["name"])
     suite = cfg["suite"]
     kw = env_kwargs(cfg)
     env = ConductorEnv(
-        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=suite.get("n_train"), **kw
+        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=_n(suite, "train"), **kw
     )
     eval_env = ConductorEnv(
-        pool=pool, suite=suite["name"], split=suite["eval_split"], n_tasks=suite.get("n_eval"), **kw
+        pool=pool, suite=suite["name"], split=suite["eval_split"], n_tasks=_n(suite, "eval"), **kw
     )
     pc = cfg["policy"]
     policy = PuppeteerPolicy(
@@ -111,7 +117,7 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
             pool=env.pool,
             suite=cfg["suite"]["name"],
             split=cfg["suite"].get("val_split", "validation"),
-            n_tasks=cfg["suite"].get("n_val"),
+            n_tasks=_n({"val_split": "validation", **cfg["suite"]}, "val"),
             **env_kwargs(cfg),
         )
         state = train(env, policy, tcfg, run, eval_env=val_env, logger=logger, progress=progress_cb)
@@ -148,24 +154,14 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
 
 
 def _progress(console: Any | None, total: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from puppeteer.progress import ProgressReporter
 
-    progress = Progress(
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"),
-        console=console,
-        transient=False,
-    )
-    task = progress.add_task("train", total=total, info="")
-    progress.start()
+    bar = ProgressReporter("train", total, console=console).start()
 
     def update(done: int, total_: int, metrics: Mapping[str, float]) -> None:
         info = f"return {metrics['train/return']:.3f} acc {metrics['train/accuracy']:.2f}"
         if "eval/return" in metrics:
             info += f" | validation return {metrics['eval/return']:.3f}"
-        progress.update(task, completed=done, info=info)
+        bar.update(done, info=info)
 
-    return update, progress.stop
+    return update, bar.stop

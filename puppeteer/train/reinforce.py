@@ -28,7 +28,6 @@ from puppeteer.checks import integer, number
 from puppeteer.env import ConductorEnv
 from puppeteer.envgroup import EnvGroup, as_env_group
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
-from puppeteer.reward import discounted_returns
 from puppeteer.safeload import CheckpointError, atomic_torch_save, safe_torch_load
 from puppeteer.train.logging import MetricLogger, Rewindable
 from puppeteer.trajectories import trajectory_to_dict
@@ -132,7 +131,7 @@ def run_episodes(
                 ep.rewards.append(float(r))
                 ep.cost += float(info.get("cost", 0.0))
                 if terminated or truncated:
-                    ep.returns = discounted_returns(ep.rewards, group.gamma)
+                    ep.returns = list(info["returns"])  # discounted by the env (puppeteer.reward)
                     ep.correct = bool(info["correct"])
                     ep.trajectory = trajectory_to_dict(info["trajectory"])
                     if info.get("error"):

@@ -1,0 +1,278 @@
+"""Every ``puppeteer ...`` command that README.md and docs/*.md show runs (on the sim pool, tiny sizes).
+
+The commands are read from the markdown itself, so a changed or added command is tested without
+editing this file. Each runs in-process through ``puppeteer.cli.main`` in a scratch directory,
+shrunk by the rules in ``SHRINK`` (fewer items, a handful of episodes, the hashing encoder,
+outputs under the scratch directory). Commands that need real models or a network are listed in
+``NEEDS_REAL_MODELS`` with the reason: skipped in the fast run; the cheap ones run in the slow
+suite. A new doc command that needs real models fails here until it is listed.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from puppeteer.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+PROGRAM = "puppeteer"
+_FENCE = re.compile(r"^\s*(```|~~~)\s*(\S*)")
+_SHELL_FENCES = frozenset({"", "bash", "sh", "shell", "console", "zsh"})
+_INLINE = re.compile(r"`([^`\n]+)`")
+_SEPARATORS = frozenset({"&&", "||", ";", "|"})
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    """One ``puppeteer`` invocation shown in a document."""
+
+    argv: tuple[str, ...]
+    source: str
+    line: int
+
+    @property
+    def text(self) -> str:
+        return shlex.join([PROGRAM, *self.argv])
+
+    @property
+    def subcommand(self) -> str:
+        return self.argv[0] if self.argv else ""
+
+
+def _split(text: str) -> list[str] | None:
+    """Shell words of ``text`` (comments dropped), or ``None`` while a quote is still open."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        return list(lexer)
+    except ValueError:
+        return None
+
+
+def _invocations(words: list[str]) -> Iterator[tuple[str, ...]]:
+    """The argv (after the program name) of each ``puppeteer`` command in a pipeline or chain."""
+    segment: list[str] = []
+    for word in [*words, "&&"]:
+        if word in _SEPARATORS:
+            if PROGRAM in segment:
+                yield tuple(segment[segment.index(PROGRAM) + 1 :])
+            segment = []
+        else:
+            segment.append(word)
+
+
+def _block_commands(lines: list[str], start: int, source: str) -> Iterator[DocCommand]:
+    pending, first = "", 0
+    for offset, raw in enumerate(lines):
+        line = raw.strip()
+        if not pending:
+            line = line.removeprefix("$ ").strip()
+            if not re.search(rf"(^|\s|&&\s*){PROGRAM}\s", line):
+                continue
+            first = start + offset
+        pending = f"{pending}\n{raw}" if pending else line
+        if pending.endswith("\\"):
+            pending = pending[:-1]
+            continue
+        words = _split(pending)
+        if words is None:
+            continue
+        for argv in _invocations(words):
+            if argv:
+                yield DocCommand(argv, source, first)
+        pending = ""
+
+
+def _inline_commands(text: str, line: int, source: str) -> Iterator[DocCommand]:
+    for match in _INLINE.finditer(text):
+        words = _split(match.group(1))
+        if words and PROGRAM in words:
+            for argv in _invocations(words):
+                if argv and not argv[0].startswith(("-", "`")):
+                    yield DocCommand(argv, source, line)
+
+
+def commands_in(path: Path, root: Path | None = None) -> list[DocCommand]:
+    """Every ``puppeteer`` command in one markdown file, in order."""
+    source = str(path.relative_to(root)) if root is not None else str(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[DocCommand] = []
+    i = 0
+    while i < len(lines):
+        fence = _FENCE.match(lines[i])
+        if fence:
+            end = next((j for j in range(i + 1, len(lines)) if _FENCE.match(lines[j])), len(lines))
+            if fence.group(2).lower() in _SHELL_FENCES:
+                found += _block_commands(lines[i + 1 : end], i + 2, source)
+            i = end + 1
+            continue
+        found += _inline_commands(lines[i], i + 1, source)
+        i += 1
+    return found
+
+
+def doc_commands(paths: Iterable[Path], root: Path | None = None) -> list[DocCommand]:
+    """Commands of several files; a command shown in several places is kept once (first place)."""
+    seen: set[tuple[str, ...]] = set()
+    out: list[DocCommand] = []
+    for path in paths:
+        for cmd in commands_in(path, root):
+            if cmd.argv not in seen:
+                seen.add(cmd.argv)
+                out.append(cmd)
+    return out
+
+
+# --------------------------------------------------------------------------- which commands, how shrunk
+
+
+@dataclass(frozen=True)
+class RealModels:
+    """Why a command cannot run in the fast suite, and whether the slow suite runs it as shown."""
+
+    reason: str
+    slow: bool
+
+
+NEEDS_REAL_MODELS: dict[tuple[str, ...], RealModels] = {
+    ("quickstart",): RealModels(
+        "trains on real local llama.cpp models for ~17 min on 2 cores (docs/quickstart/report.md); "
+        "the same code path runs on the simulator in tests/test_quickstart.py", slow=False),
+    ("run", "--pool", "local"): RealModels(
+        "calls a real local llama.cpp model (one generation, ~1 min on 2 cores)", slow=True),
+}
+
+
+def real_models(cmd: DocCommand) -> RealModels | None:
+    argv = cmd.argv
+    for prefix, why in NEEDS_REAL_MODELS.items():
+        if argv[: len(prefix)] == prefix:
+            return why
+    return None
+
+
+def _set(argv: list[str], flag: str, value: str) -> list[str]:
+    """``flag value`` in an argparse command line, replacing an existing value."""
+    if flag in argv:
+        i = argv.index(flag)
+        return [*argv[: i + 1], value, *argv[i + 2 :]]
+    return [*argv, flag, value]
+
+
+def _override(argv: list[str], key: str, value: str) -> list[str]:
+    """``key=value`` in a Hydra command line, replacing an existing one."""
+    kept = [a for a in argv if a.split("=", 1)[0].lstrip("+~") != key]
+    return [*kept, f"{key}={value}"]
+
+
+def shrink_eval(argv: list[str], tmp: Path) -> list[str]:
+    return [*_set(_set(argv, "--n", "4"), "--out", str(tmp / "eval")), "--quiet"]
+
+
+def shrink_train(argv: list[str], tmp: Path) -> list[str]:
+    # the suite keeps its default sizes: they must fit the suite (mix-paper's test split holds 150)
+    tiny = {"trainer.episodes": "8", "trainer.batch_episodes": "8", "trainer.group_size": "4",
+            "trainer.eval_every": "1", "policy.encoder": "hashing", "policy.hidden": "16",
+            "wandb.enabled": "false", "hydra.run.dir": str(tmp / "run"),
+            "hydra.sweep.dir": str(tmp / "sweep")}
+    for key, value in tiny.items():
+        argv = _override(argv, key, value)
+    return argv
+
+
+SHRINK: dict[str, Callable[[list[str], Path], list[str]]] = {
+    "eval": shrink_eval,
+    "train": shrink_train,
+}
+
+
+def runnable(cmd: DocCommand, tmp: Path) -> list[str]:
+    shrink = SHRINK.get(cmd.subcommand)
+    return shrink(list(cmd.argv), tmp) if shrink else list(cmd.argv)
+
+
+COMMANDS = doc_commands(DOCS, ROOT)
+SLOW = [c for c in COMMANDS if (why := real_models(c)) is not None and why.slow]
+
+
+def _id(cmd: DocCommand) -> str:
+    return f"{cmd.source}:{cmd.line}:{' '.join(cmd.argv)[:60]}"
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=_id)
+def test_doc_command_runs_on_the_simulator(cmd: DocCommand, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    why = real_models(cmd)
+    if why is not None:
+        pytest.skip(f"needs real models: {why.reason}" + ("; runs in the slow suite" if why.slow else ""))
+    monkeypatch.chdir(tmp_path)  # anything written to a relative path lands in the scratch directory
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(runnable(cmd, tmp_path)) == 0, cmd.text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", SLOW, ids=_id)
+def test_doc_command_runs_on_real_models(cmd: DocCommand, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("llama_cpp")
+    monkeypatch.chdir(tmp_path)
+    assert main(runnable(cmd, tmp_path)) == 0, cmd.text
+
+
+def test_the_documents_show_the_main_commands() -> None:
+    """The extraction finds what the README shows (a broken extractor must not pass vacuously)."""
+    subcommands = {c.subcommand for c in COMMANDS}
+    assert {"pool", "run", "eval", "train", "quickstart"} <= subcommands
+    assert ("train", "pool=sim-paper", "suite=mix-paper", "lam=0.2") in {c.argv for c in COMMANDS}
+    assert sum(real_models(c) is None for c in COMMANDS) >= 5
+
+
+def test_every_skip_is_listed_with_a_reason_and_matches_a_shown_command() -> None:
+    for prefix, why in NEEDS_REAL_MODELS.items():
+        assert why.reason
+        assert any(c.argv[: len(prefix)] == prefix for c in COMMANDS), f"stale entry {prefix}"
+
+
+# --------------------------------------------------------------------------- the extractor itself
+
+
+def test_extractor_handles_prompts_chains_comments_and_multiline_quotes(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "Run `puppeteer pool list` first, then the `puppeteer quickstart` job.\n\n"
+        "```bash\n"
+        "pip install x && puppeteer eval --n 3   # a comment\n"
+        "$ puppeteer run --workflow 'model_id=[0]\n"
+        "subtasks=[\"a b\"]' \"What is 2?\"\n"
+        "puppeteer train \\\n"
+        "  lam=0.2\n"
+        "```\n\n"
+        "```python\nimport puppeteer  # not a command\n```\n"
+    )
+    assert [c.argv for c in commands_in(doc)] == [
+        ("pool", "list"),
+        ("quickstart",),
+        ("eval", "--n", "3"),
+        ("run", "--workflow", 'model_id=[0]\nsubtasks=["a b"]', "What is 2?"),
+        ("train", "lam=0.2"),
+    ]
+    assert [c.line for c in commands_in(doc)] == [1, 1, 4, 5, 7]
+
+
+def test_shrinking_replaces_sizes_and_keeps_the_rest(tmp_path: Path) -> None:
+    cmd = DocCommand(("train", "-m", "lam=0,0.1", "trainer.episodes=1000"), "x.md", 1)
+    argv = runnable(cmd, tmp_path)
+    assert argv[:2] == ["train", "-m"] and "lam=0,0.1" in argv
+    assert "trainer.episodes=8" in argv and "trainer.episodes=1000" not in argv
+    assert not any(a.startswith("suite.") for a in argv)  # default sizes are part of what is tested
+    ev = runnable(DocCommand(("eval", "--pool", "sim-paper", "--n", "100"), "x.md", 1), tmp_path)
+    assert ev[ev.index("--n") + 1] == "4" and "--quiet" in ev
