@@ -106,6 +106,7 @@ def run_offline_study(
             lam=cfg.lam,
             max_steps=cfg.max_steps,
             progress=False,
+            tasks=train_env.tasks,  # the same items under every log seed (other seeds: other sample indices)
         )
         logs.append(d)
     random_ret = float(np.mean([json.loads((d / "results.json").read_text())["mean_reward"] for d in logs]))

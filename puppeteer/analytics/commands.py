@@ -56,7 +56,7 @@ def ab_command(args: argparse.Namespace, console: Console) -> int:
         lam=args.lam,
         cache=cache,
     )
-    console.print(markdown(result), markup=False)
+    console.print(markdown(result), markup=False, soft_wrap=True)
     console.print(f"written: {out / 'ab.md'}, {out / 'ab.json'}, {out / 'ab.png'}")
     return 0
 
@@ -106,7 +106,7 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
         n_eval=args.n_eval,
         train=not args.gather_only,
     )
-    console.print(markdown(df, args.cost), markup=False)
+    console.print(markdown(df, args.cost), markup=False, soft_wrap=True)
     out = Path(args.out)
     console.print(f"written: {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'sweep.png'}")
     return 0
@@ -123,7 +123,7 @@ def graph_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.analytics.graph_report import build_report
 
     report = build_report(args.runs, args.out, n_bins=args.checkpoints)
-    console.print(report.metrics.to_string(index=False), markup=False)
+    console.print(report.metrics.to_string(index=False), markup=False, soft_wrap=True)
     console.print(f"report: {report.html}")
     return 0
 
@@ -147,5 +147,5 @@ def query_command(args: argparse.Namespace, console: Console) -> int:
     with TrajectoryStore(args.db) as store:
         added = sum(store.ingest(r) for r in find_runs(args.runs))
         console.print(f"{args.db}: {added} new episodes indexed")
-        console.print(store.query(args.sql).to_string(index=False), markup=False)
+        console.print(store.query(args.sql).to_string(index=False), markup=False, soft_wrap=True)
     return 0
