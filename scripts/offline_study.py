@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from puppeteer.offline_study import OfflineStudyConfig, run_offline_study
@@ -24,6 +25,7 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=d.online_episodes, help="online episodes per arm")
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--n-eval", type=int, default=None)
+    p.add_argument("--updates", type=int, default=d.offline.updates, help="offline gradient steps")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     cfg = OfflineStudyConfig(
@@ -35,6 +37,7 @@ def main() -> None:
         log_seeds=tuple(int(x) for x in args.log_seeds.split(",")),
         online_episodes=args.episodes,
         n_eval=args.n_eval,
+        offline=replace(d.offline, updates=args.updates),
     )
     run_offline_study(cfg, args.out, say=logging.getLogger("offline_study").info)
     print(Path(args.out, "offline_study.md").read_text())

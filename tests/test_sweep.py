@@ -65,7 +65,7 @@ def _fake_evaluate(spec: str, **kw: Any) -> SimpleNamespace:
 
 def test_gather_summarize_and_pareto(tmp_path: Path) -> None:
     _fake_runs(tmp_path)
-    df = gather(tmp_path, PuppeteerTrack(), list(BASELINES), evaluate=_fake_evaluate)
+    df = gather(tmp_path, PuppeteerTrack(), list(BASELINES), evaluate=_fake_evaluate, reevaluate=True)
     assert len(df) == 6 and (tmp_path / "sweep.csv").exists()
     s = summarize(df).set_index("lam")
     assert s.loc[0.0, "accuracy_mean"] == pytest.approx(0.85)
@@ -116,7 +116,11 @@ def test_sweep_command_trains_and_gathers_on_the_simulator(tmp_path: Path) -> No
     df = pd.read_csv(out / "sweep.csv")
     assert sorted(df["lam"].dropna()) == [0.0, 0.5] and (df["kind"] == "baseline").sum() == 1
     assert set(df["backend"]) == {"sim"} and set(df["n"]) == {10}
-    assert (out / "lam0.0_seed0" / "eval" / "trajectories.jsonl").exists()
+    trained = df[df["kind"] == "trained"].set_index("lam")
+    for lam in (0.0, 0.5):  # rows of trained runs are the held-out numbers their training job wrote
+        heldout = json.loads((out / f"lam{lam}_seed0" / "results.json").read_text())["heldout"]
+        assert trained.loc[lam, "accuracy"] == heldout["accuracy"]
+        assert trained.loc[lam, "mean_tokens"] == heldout["tokens"]
     cfg = json.loads((out / "lam0.5_seed0" / "config.json").read_text())
     assert cfg["min_steps"] == 1 and cfg["lam"] == 0.5
     assert (out / "sweep.png").stat().st_size > 5000 and "backend: sim" in (

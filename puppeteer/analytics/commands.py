@@ -88,6 +88,12 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gather-only", action="store_true", help="do not train; gather the runs already in --out"
     )
+    p.add_argument(
+        "--reevaluate",
+        action="store_true",
+        help="evaluate each trained policy again with evaluate_policy (per-item trajectories, the baselines' "
+        "sample indices) instead of reading the held-out numbers its training job wrote",
+    )
     p.epilog = "added unless given: " + " ".join(f"{k}={v}" for k, v in SWEEP_DEFAULTS.items())
 
 
@@ -105,6 +111,7 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
         cost=args.cost,
         n_eval=args.n_eval,
         train=not args.gather_only,
+        reevaluate=args.reevaluate,
     )
     console.print(markdown(df, args.cost), markup=False, soft_wrap=True)
     out = Path(args.out)

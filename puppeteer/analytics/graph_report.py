@@ -41,7 +41,11 @@ class GraphReport:
 
 
 def run_label(run_path: str, policy: str | None) -> str:
-    return f"{Path(run_path).name} ({policy})" if policy else Path(run_path).name
+    """A short row label: the run directory's name, and the policy kind for eval runs."""
+    name = Path(run_path).name
+    name = name if len(name) <= 32 else name[:29] + "..."
+    kind = (policy or "").split(":", 1)[0]
+    return f"{name} ({kind})" if kind and kind not in name else name
 
 
 def draw_graph(g: nx.DiGraph, path: Path, title: str) -> Path:
@@ -74,6 +78,7 @@ def draw_graph(g: nx.DiGraph, path: Path, title: str) -> Path:
         )
     else:
         ax.text(0.5, 0.5, "no agent activations", ha="center")
+    ax.margins(0.2)  # room for the node circles and labels at the edge of the layout
     ax.set_axis_off()
     ax.set_title(_title(title), fontsize=9)
     return save(fig, path)

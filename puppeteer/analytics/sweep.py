@@ -129,14 +129,35 @@ def _eval_row(result: Any, **extra: Any) -> dict[str, Any]:
     }
 
 
+def heldout_row(run: TrainedRun, track: SweepTrack, **extra: Any) -> dict[str, Any]:
+    """A sweep row from the held-out evaluation the training job already ran."""
+    from puppeteer.analytics.stats import wilson_interval
+
+    res = json.loads((run.run_dir / "results.json").read_text())
+    h, n = res["heldout"], int(res["n_eval"])
+    lo, hi = wilson_interval(round(h["accuracy"] * n), n)
+    return {
+        **extra, "policy": track.policy_spec(run.run_dir), "n": n, "accuracy": h["accuracy"], "ci_low": lo,
+        "ci_high": hi, "mean_tokens": h["tokens"], "mean_usd": h["usd"], "mean_calls": h["calls"],
+        "mean_reward": h["return"], "backend": res["backend"],
+    }
+
+
 def gather(
     out: Path,
     track: SweepTrack,
     baselines: Sequence[str] = (),
     n_eval: int | None = None,
     evaluate: Callable[..., Any] | None = None,
+    reevaluate: bool = False,
 ) -> pd.DataFrame:
-    """Evaluate every trained run (and each baseline spec once) on the held-out split; one row each."""
+    """One row per trained run and per baseline spec, all on the held-out split.
+
+    Trained runs: the held-out numbers the training job wrote (``results.json`` ``heldout``:
+    accuracy, tokens, usd, calls, return over ``n_eval`` items), or with ``reevaluate`` a fresh
+    :func:`~puppeteer.evaluation.evaluate_policy` run of ``track.policy_spec`` (per-item
+    trajectories, the baselines' sample indices; slower). Baselines: ``evaluate_policy`` once each.
+    """
     if evaluate is None:
         from puppeteer.evaluation import evaluate_policy as evaluate
     runs = find_trained(out, track.param)
@@ -154,8 +175,12 @@ def gather(
     )
     rows = []
     for r in runs:
-        res = evaluate(track.policy_spec(r.run_dir), out_dir=r.run_dir / "eval", lam=r.value, **common)
-        rows.append(_eval_row(res, kind="trained", lam=r.value, seed=r.seed, run_dir=str(r.run_dir)))
+        extra = dict(kind="trained", lam=r.value, seed=r.seed, run_dir=str(r.run_dir))
+        if reevaluate:
+            res = evaluate(track.policy_spec(r.run_dir), out_dir=r.run_dir / "eval", lam=r.value, **common)
+            rows.append(_eval_row(res, **extra))
+        else:
+            rows.append(heldout_row(r, track, **extra))
     for spec in baselines:
         from puppeteer.evaluation import slug
 
@@ -287,6 +312,7 @@ def run_sweep(
     cost: str = "tokens",
     n_eval: int | None = None,
     train: bool = True,
+    reevaluate: bool = False,
 ) -> pd.DataFrame:
     """Train (unless ``train=False``: gather only), evaluate, and write sweep.csv/.md/.png under ``out``."""
     tr = TRACKS[track]
@@ -294,7 +320,7 @@ def run_sweep(
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if train:
         tr.launch(values, seed_list, out, with_defaults(overrides))
-    df = gather(out, tr, baselines, n_eval)
+    df = gather(out, tr, baselines, n_eval, reevaluate=reevaluate)
     backend = ",".join(sorted(set(df["backend"])))
     suite = json.loads(next(out.glob("*/config.json")).read_text())["suite"]["name"]
     plot_sweep(
