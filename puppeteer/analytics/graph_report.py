@@ -22,7 +22,7 @@ import pandas as pd
 
 from puppeteer.analytics import graphs
 from puppeteer.analytics.plots import _title, save
-from puppeteer.analytics.store import load
+from puppeteer.analytics.store import find_runs, load
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,10 @@ def build_report(
     steps = load(*runs, level="steps")
     if episodes.empty:
         raise ValueError(f"no episodes in {', '.join(map(str, runs))}")
+    order = {str(r.resolve()): i for i, r in enumerate(find_runs(runs))}  # runs in the order given
+    episodes = episodes.sort_values(
+        ["run_id", "episode"], key=lambda c: c.map(order) if c.name == "run_id" else c, kind="stable"
+    ).reset_index(drop=True)
     episodes["run"] = [
         run_label(p, pol) for p, pol in zip(episodes["run_path"], episodes["policy"], strict=True)
     ]
