@@ -241,6 +241,22 @@ def commands() -> tuple[Command, ...]:
             _configure_quickstart,
             _quickstart,
         ),
+        *analytics_commands(),
+    )
+
+
+def analytics_commands() -> tuple[Command, ...]:
+    from puppeteer.analytics import commands as ac
+
+    return (
+        Command("ab", "paired A/B test of two policies (specs or run dirs) on the same items",
+                ac.configure_ab, ac.ab_command),
+        Command("sweep", "train and evaluate one policy per (lambda, seed); cost-accuracy plot",
+                ac.configure_sweep, ac.sweep_command),
+        Command("graph", "emergent collaboration graphs of runs: PNGs and an HTML report", ac.configure_graph,
+                ac.graph_command),
+        Command("query", "index runs into the SQLite trajectory store and run SQL", ac.configure_query,
+                ac.query_command),
     )
 
 

@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import time
@@ -60,19 +59,10 @@ def default_response_cache() -> Path:
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion; ``(0, 1)`` when ``n == 0``."""
-    if n <= 0:
-        return 0.0, 1.0
-    if not 0 <= successes <= n:
-        raise ValueError(f"successes must be in 0..{n}, got {successes}")
-    p = successes / n
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    center = (p + z2 / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
-    low = 0.0 if successes == 0 else max(0.0, center - half)  # the bounds are exact at 0 and n
-    high = 1.0 if successes == n else min(1.0, center + half)
-    return low, high
+    """Wilson score interval for a binomial proportion; ``(0, 1)`` when ``n == 0`` (scipy underneath)."""
+    from puppeteer.analytics.stats import wilson_interval as _wilson
+
+    return _wilson(successes, n, z)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,212 @@
+"""Paired A/B comparison of two policies on the same items, sample indices and pool.
+
+Each arm is a policy spec (run here with :func:`puppeteer.evaluation.evaluate_policy`, which
+seeds every item from ``(seed, task id)``, so both arms see the same sample index per item) or a
+finished eval run directory. Items are paired by task id. Accuracy: exact McNemar test on the
+discordant pairs; cost, tokens, calls and reward: paired bootstrap 95% intervals of B - A.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from puppeteer.analytics.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
+from puppeteer.analytics.store import load, run_metadata
+
+log = logging.getLogger(__name__)
+
+# (column of the episodes table, label); accuracy is handled by McNemar
+PAIRED_METRICS: tuple[tuple[str, str], ...] = (
+    ("cost_usd", "USD per item"),
+    ("tokens", "tokens per item"),
+    ("calls", "calls per item"),
+    ("reward", "reward"),
+)
+
+
+@dataclass(frozen=True)
+class Arm:
+    label: str  # "A" or "B"
+    spec: str  # the policy spec or run directory given
+    run_dir: str
+    backend: str
+    n: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
+class ABResult:
+    a: Arm
+    b: Arm
+    pool: str
+    suite: str
+    n_pairs: int
+    accuracy: McNemar
+    metrics: dict[str, PairedDiff]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["accuracy"]["diff"] = self.accuracy.diff
+        return d
+
+
+def is_run_dir(source: str) -> bool:
+    p = Path(source)
+    return p.is_dir() and (p / "trajectories.jsonl").exists()
+
+
+def _run_arm(source: str, label: str, out: Path, pool: str, suite: str, **eval_kwargs: Any) -> Path:
+    """The run directory of one arm: given, or produced now by ``evaluate_policy``."""
+    if is_run_dir(source):
+        return Path(source)
+    from puppeteer.evaluation import evaluate_policy, slug
+
+    run_dir = out / f"{label}_{slug(source)}"
+    evaluate_policy(source, pool, suite, out_dir=run_dir, progress=False, **eval_kwargs)
+    return run_dir
+
+
+def _arm(label: str, spec: str, run_dir: Path, df: pd.DataFrame) -> Arm:
+    k, n = int(df["correct"].sum()), len(df)
+    lo, hi = wilson_interval(k, n)
+    meta = run_metadata(run_dir)
+    return Arm(label, spec, str(run_dir), str(meta.get("backend") or "?"), n, k / n if n else 0.0, lo, hi)
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, spec_a: str = "", spec_b: str = "") -> ABResult:
+    """Pair two finished eval runs by task id and compare them."""
+    ma, mb = run_metadata(run_a), run_metadata(run_b)
+    if ma.get("seed") != mb.get("seed"):
+        log.warning(
+            "the runs used different seeds (%s, %s): sample indices differ per item",
+            ma.get("seed"),
+            mb.get("seed"),
+        )
+    da = load(run_a).drop_duplicates("task_id")
+    db = load(run_b).drop_duplicates("task_id")
+    both = da.merge(db, on="task_id", suffixes=("_a", "_b"))
+    if both.empty:
+        raise ValueError(f"{run_a} and {run_b} share no items")
+    dropped = len(da) + len(db) - 2 * len(both)
+    if dropped:
+        log.warning("%d items are in only one of the runs and are left out", dropped)
+    mc = mcnemar_exact(both["correct_a"].to_numpy(), both["correct_b"].to_numpy())
+    metrics = {
+        col: paired_bootstrap(both[f"{col}_a"].fillna(0).to_numpy(), both[f"{col}_b"].fillna(0).to_numpy())
+        for col, _ in PAIRED_METRICS
+    }
+    a = _arm("A", spec_a or str(run_a), Path(run_a), da[da["task_id"].isin(both["task_id"])])
+    b = _arm("B", spec_b or str(run_b), Path(run_b), db[db["task_id"].isin(both["task_id"])])
+    return ABResult(a, b, str(ma.get("pool")), str(ma.get("suite")), len(both), mc, metrics)
+
+
+def run_ab(
+    a: str,
+    b: str,
+    pool: str,
+    suite: str,
+    out: str | Path,
+    n: int | None = None,
+    split: str = "test",
+    seed: int = 0,
+    max_steps: int = 5,
+    lam: float = 0.1,
+    cache: str | Path | None = None,
+) -> ABResult:
+    """Run (or read) both arms on the same items and write ``ab.md``, ``ab.json`` and ``ab.png``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    kw = dict(n=n, split=split, seed=seed, max_steps=max_steps, lam=lam, cache=cache)
+    run_a = _run_arm(a, "A", out, pool, suite, **kw)
+    run_b = _run_arm(b, "B", out, pool, suite, **kw)
+    result = compare_runs(run_a, run_b, a, b)
+    write_report(result, out)
+    return result
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def markdown(result: ABResult) -> str:
+    a, b, mc = result.a, result.b, result.accuracy
+    backends = a.backend if a.backend == b.backend else f"{a.backend} / {b.backend}"
+    lines = [
+        f"A = `{a.spec}`, B = `{b.spec}`; pool {result.pool}, suite {result.suite}, "
+        f"{result.n_pairs} paired items; backend: {backends}",
+        "",
+        "| metric | A | B | B - A | 95% interval / test |",
+        "|---|---:|---:|---:|---|",
+        f"| accuracy | {a.accuracy:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}] | "
+        f"{b.accuracy:.3f} [{b.ci_low:.3f}, {b.ci_high:.3f}] | {mc.diff:+.3f} | "
+        f"exact McNemar p = {mc.p_value:.3g} (A only {mc.only_a}, B only {mc.only_b}, "
+        f"both {mc.both}, neither {mc.neither}) |",
+    ]
+    for col, label in PAIRED_METRICS:
+        d = result.metrics[col]
+        lines.append(
+            f"| {label} | {_fmt(d.mean_a)} | {_fmt(d.mean_b)} | {d.diff:+.3g} | "
+            f"[{d.ci_low:+.3g}, {d.ci_high:+.3g}] paired bootstrap |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: ABResult, path: str | Path) -> Path:
+    """One panel per metric: B - A with its interval (accuracy: Wilson intervals of both arms)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from puppeteer.analytics.plots import _title, save
+
+    fig, axes = plt.subplots(1, 1 + len(PAIRED_METRICS), figsize=(3.2 * (1 + len(PAIRED_METRICS)), 3.6))
+    a, b = result.a, result.b
+    ax = axes[0]
+    for i, arm in enumerate((a, b)):
+        ax.errorbar(
+            i,
+            arm.accuracy,
+            yerr=[[arm.accuracy - arm.ci_low], [arm.ci_high - arm.accuracy]],
+            fmt="o",
+            capsize=4,
+            color=f"C{i}",
+        )
+    ax.set_xticks([0, 1], ["A", "B"])
+    ax.set_xlim(-0.5, 1.5)
+    ax.set_title(f"accuracy (McNemar p={result.accuracy.p_value:.2g})", fontsize=9)
+    for ax, (col, label) in zip(axes[1:], PAIRED_METRICS, strict=True):
+        d = result.metrics[col]
+        ax.errorbar(
+            0, d.diff, yerr=[[d.diff - d.ci_low], [d.ci_high - d.diff]], fmt="s", capsize=4, color="k"
+        )
+        ax.axhline(0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks([0], ["B - A"])
+        ax.set_title(label, fontsize=9)
+    fig.suptitle(
+        _title(
+            f"A/B on {result.suite} ({result.n_pairs} items, backend {a.backend}): A={a.spec}  B={b.spec}"
+        ),
+        fontsize=9,
+    )
+    return save(fig, path)
+
+
+def write_report(result: ABResult, out: str | Path) -> tuple[Path, Path, Path]:
+    out = Path(out)
+    md, js, png = out / "ab.md", out / "ab.json", out / "ab.png"
+    md.write_text(markdown(result))
+    js.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    plot(result, png)
+    return md, js, png

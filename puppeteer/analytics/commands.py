@@ -1,0 +1,158 @@
+"""CLI sub-commands of the analytics layer: ``ab``, ``sweep``, ``graph`` and ``query``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+# ----------------------------------------------------------------------------- ab
+def configure_ab(p: argparse.ArgumentParser) -> None:
+    from puppeteer.policies.baselines import SPEC_FORMS
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "A and B: a policy spec or a finished eval run directory. Policy specs:\n  " + "\n  ".join(
+        SPEC_FORMS
+    )
+    p.add_argument("a", help="arm A: policy spec or run directory")
+    p.add_argument("b", help="arm B: policy spec or run directory")
+    p.add_argument("--pool", default="sim-paper", help="pool name or YAML path (for spec arms)")
+    p.add_argument("--suite", default="mix-paper")
+    p.add_argument("--split", default="test")
+    p.add_argument("--n", type=int, default=None, help="first N items (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="run seed: fixes each item's sample index")
+    p.add_argument("--max-steps", type=int, default=5)
+    p.add_argument("--lam", type=float, default=0.1)
+    p.add_argument("--cache", default=None, help="SQLite response cache (model-calling pools)")
+    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--out", default=None, help="output directory (default runs/ab/<A>_vs_<B>)")
+
+
+def ab_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.analytics.ab import markdown, run_ab
+    from puppeteer.evaluation import resolve_cache, slug
+    from puppeteer.pool import load_pool
+
+    cache = resolve_cache(load_pool(args.pool), args.cache, args.no_cache)
+    out = Path(args.out) if args.out else Path("runs") / "ab" / slug(f"{args.a}_vs_{args.b}")
+    result = run_ab(
+        args.a,
+        args.b,
+        args.pool,
+        args.suite,
+        out,
+        n=args.n,
+        split=args.split,
+        seed=args.seed,
+        max_steps=args.max_steps,
+        lam=args.lam,
+        cache=cache,
+    )
+    console.print(markdown(result), markup=False, soft_wrap=True)
+    console.print(f"written: {out / 'ab.md'}, {out / 'ab.json'}, {out / 'ab.png'}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- sweep
+def configure_sweep(p: argparse.ArgumentParser) -> None:
+    from puppeteer.analytics.sweep import SWEEP_DEFAULTS, TRACKS
+
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        help="Hydra overrides for every run, e.g. pool=sim-paper "
+        "suite=mix-paper trainer.episodes=256 policy.encoder=hashing",
+    )
+    p.add_argument("--lam", type=_floats, default=[0.0, 0.05, 0.1, 0.2, 0.5], help="comma-separated values")
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per value")
+    p.add_argument("--track", choices=sorted(TRACKS), default="puppeteer")
+    p.add_argument(
+        "--baselines",
+        default="",
+        help="comma-free list separated by ';' of baseline specs "
+        "evaluated as points (e.g. 'oracle;vote:3;single:gpt-5')",
+    )
+    p.add_argument("--cost", choices=("tokens", "usd", "calls"), default="tokens", help="x axis")
+    p.add_argument(
+        "--n-eval", type=int, default=None, help="held-out items (default: the suite config's n_eval)"
+    )
+    p.add_argument("--out", default="runs/sweep/latest")
+    p.add_argument(
+        "--gather-only", action="store_true", help="do not train; gather the runs already in --out"
+    )
+    p.add_argument(
+        "--reevaluate",
+        action="store_true",
+        help="evaluate each trained policy again with evaluate_policy (per-item trajectories, the baselines' "
+        "sample indices) instead of reading the held-out numbers its training job wrote",
+    )
+    p.epilog = "added unless given: " + " ".join(f"{k}={v}" for k, v in SWEEP_DEFAULTS.items())
+
+
+def sweep_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.analytics.sweep import markdown, run_sweep
+
+    baselines = [s.strip() for s in args.baselines.split(";") if s.strip()]
+    df = run_sweep(
+        args.lam,
+        args.seeds,
+        args.out,
+        args.overrides,
+        baselines,
+        track=args.track,
+        cost=args.cost,
+        n_eval=args.n_eval,
+        train=not args.gather_only,
+        reevaluate=args.reevaluate,
+    )
+    console.print(markdown(df, args.cost), markup=False, soft_wrap=True)
+    out = Path(args.out)
+    console.print(f"written: {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'sweep.png'}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- graph
+def configure_graph(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", help="run directories (eval or training) or folders of runs")
+    p.add_argument("--out", default="runs/graph", help="output directory (report.html, PNGs, metrics.csv)")
+    p.add_argument("--checkpoints", type=int, default=6, help="stretches of training updates to compare")
+
+
+def graph_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.analytics.graph_report import build_report
+
+    report = build_report(args.runs, args.out, n_bins=args.checkpoints)
+    console.print(report.metrics.to_string(index=False), markup=False, soft_wrap=True)
+    console.print(f"report: {report.html}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- query
+def configure_query(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="*", help="run directories or folders of runs to index first")
+    p.add_argument("--db", default="runs/store.sqlite", help="the SQLite trajectory store")
+    p.add_argument(
+        "--sql",
+        default="SELECT r.policy, e.suite, COUNT(*) AS episodes, AVG(e.correct) AS accuracy, "
+        "AVG(e.tokens) AS tokens, AVG(e.calls) AS calls FROM episodes e JOIN runs r USING (run_id) "
+        "GROUP BY r.policy, e.suite",
+        help="a query over tables runs, episodes, steps",
+    )
+
+
+def query_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.analytics.store import TrajectoryStore, find_runs
+
+    with TrajectoryStore(args.db) as store:
+        added = sum(store.ingest(r) for r in find_runs(args.runs))
+        console.print(f"{args.db}: {added} new episodes indexed")
+        console.print(store.query(args.sql).to_string(index=False), markup=False, soft_wrap=True)
+    return 0

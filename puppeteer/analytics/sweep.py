@@ -1,0 +1,335 @@
+"""Cost-weight sweeps: train one policy per (lambda, seed) with Hydra multirun, gather, plot.
+
+A *track* says how to train one configuration and which policy spec evaluates the result. The
+step-wise puppeteer (Hydra key ``lam``) is registered here; the conductor track (key
+``workflow_lam``) registers itself in :data:`TRACKS` with a :class:`SweepTrack` of its own.
+
+Every trained policy and every baseline is evaluated with
+:func:`puppeteer.evaluation.evaluate_policy` on the same held-out items, so accuracy and cost
+(tokens or USD per item) are comparable between them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from puppeteer.analytics.plots import CostPoint, _title, pareto_front, save
+
+log = logging.getLogger(__name__)
+
+COST_COLUMNS = {"tokens": "mean_tokens", "usd": "mean_usd", "calls": "mean_calls"}
+
+
+class SweepTrack(Protocol):
+    """How one policy track is swept."""
+
+    name: str
+    param: str  # the Hydra key that carries the cost weight
+
+    def launch(
+        self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
+    ) -> None:
+        """Train every (value, seed) into ``out/<param><value>_seed<seed>/``."""
+        ...
+
+    def policy_spec(self, run_dir: Path) -> str:
+        """The policy spec that evaluates the policy trained in ``run_dir``."""
+        ...
+
+
+def _hydra_list(values: Sequence[Any]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class PuppeteerTrack:
+    """The step-wise puppeteer trained with REINFORCE (``puppeteer train``), swept over ``lam``."""
+
+    name: str = "puppeteer"
+    param: str = "lam"
+    checkpoint: str = "final"
+
+    def launch(
+        self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
+    ) -> None:
+        from puppeteer.train.hydra_entry import hydra_main
+
+        hydra_main(
+            [
+                "-m",
+                f"{self.param}={_hydra_list(values)}",
+                f"seed={_hydra_list(seeds)}",
+                f"hydra.sweep.dir={out}",
+                f"hydra.sweep.subdir={self.param}${{{self.param}}}_seed${{seed}}",
+                *overrides,
+            ]
+        )
+
+    def policy_spec(self, run_dir: Path) -> str:
+        return f"puppeteer:{run_dir / self.checkpoint}"
+
+
+TRACKS: dict[str, SweepTrack] = {"puppeteer": PuppeteerTrack()}
+
+# defaults a sweep adds unless the user overrides them (key=value, Hydra syntax)
+SWEEP_DEFAULTS: Mapping[str, str] = {"min_steps": "1", "wandb.enabled": "false", "progress": "false"}
+
+
+def with_defaults(overrides: Sequence[str], defaults: Mapping[str, str] = SWEEP_DEFAULTS) -> list[str]:
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    return [*overrides, *(f"{k}={v}" for k, v in defaults.items() if k not in given)]
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    run_dir: Path
+    value: float  # the cost weight
+    seed: int
+    config: Mapping[str, Any]
+
+
+def find_trained(out: Path, param: str = "lam") -> list[TrainedRun]:
+    """Finished runs under ``out`` (those with ``results.json`` and ``config.json``)."""
+    runs = []
+    for cfg_path in sorted(out.glob("*/config.json")):
+        d = cfg_path.parent
+        if not (d / "results.json").exists():
+            log.warning("%s has no results.json (unfinished?), left out", d)
+            continue
+        cfg = json.loads(cfg_path.read_text())
+        runs.append(TrainedRun(d, float(cfg[param]), int(cfg["seed"]), cfg))
+    return runs
+
+
+def _eval_row(result: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        **extra,
+        "policy": result.policy,
+        "n": result.n,
+        "accuracy": result.accuracy,
+        "ci_low": result.ci_low,
+        "ci_high": result.ci_high,
+        "mean_tokens": result.mean_tokens,
+        "mean_usd": result.mean_usd,
+        "mean_calls": result.mean_calls,
+        "mean_reward": result.mean_reward,
+        "backend": ",".join(result.backends),
+    }
+
+
+def heldout_row(run: TrainedRun, track: SweepTrack, **extra: Any) -> dict[str, Any]:
+    """A sweep row from the held-out evaluation the training job already ran."""
+    from puppeteer.analytics.stats import wilson_interval
+
+    res = json.loads((run.run_dir / "results.json").read_text())
+    h, n = res["heldout"], int(res["n_eval"])
+    lo, hi = wilson_interval(round(h["accuracy"] * n), n)
+    return {
+        **extra, "policy": track.policy_spec(run.run_dir), "n": n, "accuracy": h["accuracy"], "ci_low": lo,
+        "ci_high": hi, "mean_tokens": h["tokens"], "mean_usd": h["usd"], "mean_calls": h["calls"],
+        "mean_reward": h["return"], "backend": res["backend"],
+    }
+
+
+def gather(
+    out: Path,
+    track: SweepTrack,
+    baselines: Sequence[str] = (),
+    n_eval: int | None = None,
+    evaluate: Callable[..., Any] | None = None,
+    reevaluate: bool = False,
+) -> pd.DataFrame:
+    """One row per trained run and per baseline spec, all on the held-out split.
+
+    Trained runs: the held-out numbers the training job wrote (``results.json`` ``heldout``:
+    accuracy, tokens, usd, calls, return over ``n_eval`` items), or with ``reevaluate`` a fresh
+    :func:`~puppeteer.evaluation.evaluate_policy` run of ``track.policy_spec`` (per-item
+    trajectories, the baselines' sample indices; slower). Baselines: ``evaluate_policy`` once each.
+    """
+    if evaluate is None:
+        from puppeteer.evaluation import evaluate_policy as evaluate
+    runs = find_trained(out, track.param)
+    if not runs:
+        raise FileNotFoundError(f"no finished runs under {out}")
+    cfg = runs[0].config
+    suite = cfg["suite"]
+    common = dict(
+        pool=cfg["pool"]["name"],
+        suite=suite["name"],
+        split=suite["eval_split"],
+        n=n_eval or suite.get("n_eval"),
+        max_steps=int(cfg["max_steps"]),
+        progress=False,
+    )
+    rows = []
+    for r in runs:
+        extra = dict(kind="trained", lam=r.value, seed=r.seed, run_dir=str(r.run_dir))
+        if reevaluate:
+            res = evaluate(track.policy_spec(r.run_dir), out_dir=r.run_dir / "eval", lam=r.value, **common)
+            rows.append(_eval_row(res, **extra))
+        else:
+            rows.append(heldout_row(r, track, **extra))
+    for spec in baselines:
+        from puppeteer.evaluation import slug
+
+        res = evaluate(spec, out_dir=out / "baselines" / slug(spec), lam=float(cfg[track.param]), **common)
+        rows.append(_eval_row(res, kind="baseline", lam=np.nan, seed=np.nan, run_dir=""))
+    df = pd.DataFrame(rows)
+    df.to_csv(out / "sweep.csv", index=False)
+    return df
+
+
+def summarize(df: pd.DataFrame, cost: str = "tokens") -> pd.DataFrame:
+    """Mean and standard deviation over seeds per lambda."""
+    col = COST_COLUMNS[cost]
+    trained = df[df["kind"] == "trained"]
+    g = trained.groupby("lam")
+    return pd.DataFrame(
+        {
+            "seeds": g.size(),
+            "accuracy_mean": g["accuracy"].mean(),
+            "accuracy_std": g["accuracy"].std(ddof=1).fillna(0.0),
+            f"{cost}_mean": g[col].mean(),
+            f"{cost}_std": g[col].std(ddof=1).fillna(0.0),
+            "calls_mean": g["mean_calls"].mean(),
+            "reward_mean": g["mean_reward"].mean(),
+        }
+    ).reset_index()
+
+
+def pareto_labels(df: pd.DataFrame, cost: str = "tokens") -> list[str]:
+    """Labels of the points (lambda means and baselines) on the cost-accuracy Pareto front."""
+    return [p.label for p in pareto_front(_points(df, cost))]
+
+
+def _points(df: pd.DataFrame, cost: str) -> list[CostPoint]:
+    s = summarize(df, cost)
+    pts = [
+        CostPoint(
+            f"lambda={r.lam:g}",
+            float(getattr(r, f"{cost}_mean")),
+            float(r.accuracy_mean),
+            float(r.accuracy_mean - r.accuracy_std),
+            float(r.accuracy_mean + r.accuracy_std),
+        )
+        for r in s.itertuples()
+    ]
+    col = COST_COLUMNS[cost]
+    pts += [
+        CostPoint(str(r.policy), float(getattr(r, col)), float(r.accuracy), float(r.ci_low), float(r.ci_high))
+        for r in df[df["kind"] == "baseline"].itertuples()
+    ]
+    return pts
+
+
+def plot_sweep(df: pd.DataFrame, path: Path, title: str, cost: str = "tokens") -> Path:
+    """Cost vs accuracy: each seed faint, each lambda's mean with +-1 sd bars, baselines, Pareto front."""
+    col = COST_COLUMNS[cost]
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    trained = df[df["kind"] == "trained"]
+    s = summarize(df, cost)
+    cmap = plt.get_cmap("viridis")
+    for i, r in enumerate(s.itertuples()):
+        c = cmap(i / max(len(s) - 1, 1))
+        seeds = trained[trained["lam"] == r.lam]
+        ax.scatter(seeds[col], seeds["accuracy"], color=c, alpha=0.35, s=18)
+        ax.errorbar(
+            getattr(r, f"{cost}_mean"),
+            r.accuracy_mean,
+            xerr=getattr(r, f"{cost}_std"),
+            yerr=r.accuracy_std,
+            fmt="o",
+            color=c,
+            capsize=3,
+            markersize=8,
+            label=f"puppeteer lambda={r.lam:g} (n seeds={r.seeds})",
+        )
+    for j, r in enumerate(df[df["kind"] == "baseline"].itertuples()):
+        ax.errorbar(
+            getattr(r, col),
+            r.accuracy,
+            yerr=[[r.accuracy - r.ci_low], [r.ci_high - r.accuracy]],
+            fmt="sD^vP*Xh<>"[j % 10],
+            color=plt.get_cmap("tab10")(j % 10),
+            capsize=2,
+            label=str(r.policy),
+        )
+    front = pareto_front(_points(df, cost))
+    ax.plot([p.cost for p in front], [p.accuracy for p in front], "k--", linewidth=0.9, label="Pareto front")
+    ax.scatter([p.cost for p in front], [p.accuracy for p in front], s=160, facecolors="none", edgecolors="k")
+    positive = df[col] > 0
+    if positive.all() and df[col].max() / max(df[col].min(), 1e-12) > 20:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"{cost} per item (held-out)")
+    ax.set_ylabel("accuracy (held-out)")
+    ax.set_title(_title(title), fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return save(fig, path)
+
+
+def markdown(df: pd.DataFrame, cost: str = "tokens") -> str:
+    s = summarize(df, cost)
+    front = set(pareto_labels(df, cost))
+    lines = [
+        f"| lambda | seeds | accuracy (mean +- sd) | {cost}/item (mean +- sd) | calls | Pareto |",
+        "|---:|---:|---|---|---:|:-:|",
+    ]
+    for r in s.itertuples():
+        label = f"lambda={r.lam:g}"
+        lines.append(
+            f"| {r.lam:g} | {r.seeds} | {r.accuracy_mean:.3f} +- {r.accuracy_std:.3f} | "
+            f"{getattr(r, f'{cost}_mean'):.4g} +- {getattr(r, f'{cost}_std'):.3g} | {r.calls_mean:.2f} | "
+            f"{'*' if label in front else ''} |"
+        )
+    col = COST_COLUMNS[cost]
+    for r in df[df["kind"] == "baseline"].itertuples():
+        lines.append(
+            f"| baseline `{r.policy}` | - | {r.accuracy:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] | "
+            f"{getattr(r, col):.4g} | {r.mean_calls:.2f} | {'*' if r.policy in front else ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_sweep(
+    values: Sequence[float],
+    seeds: int | Sequence[int],
+    out: str | Path,
+    overrides: Sequence[str] = (),
+    baselines: Sequence[str] = (),
+    track: str = "puppeteer",
+    cost: str = "tokens",
+    n_eval: int | None = None,
+    train: bool = True,
+    reevaluate: bool = False,
+) -> pd.DataFrame:
+    """Train (unless ``train=False``: gather only), evaluate, and write sweep.csv/.md/.png under ``out``."""
+    tr = TRACKS[track]
+    out = Path(out).resolve()
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+    if train:
+        tr.launch(values, seed_list, out, with_defaults(overrides))
+    df = gather(out, tr, baselines, n_eval, reevaluate=reevaluate)
+    backend = ",".join(sorted(set(df["backend"])))
+    suite = json.loads(next(out.glob("*/config.json")).read_text())["suite"]["name"]
+    plot_sweep(
+        df,
+        out / "sweep.png",
+        f"{tr.name}: cost vs accuracy over {tr.param} on {suite} [backend: {backend}]",
+        cost,
+    )
+    (out / "sweep.md").write_text(
+        f"Backend: {backend}. Suite {suite} (held-out split).\n\n" + markdown(df, cost)
+    )
+    return df

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from analytics_fixtures import trajectory, write_eval_run, write_train_run
+
+from puppeteer.analytics import graphs, load
+from puppeteer.analytics.graph_report import build_report
+
+
+@pytest.fixture()
+def step_run(tmp_path: Path) -> Path:
+    trajs = [
+        trajectory("t0", ["A", "B", "A"], True),
+        trajectory("t1", ["A", "A"], True),
+        trajectory("t2", ["B"], False),
+    ]
+    return write_eval_run(tmp_path / "step", trajs)
+
+
+def test_step_mode_graph_metrics_on_hand_built_episodes(step_run: Path) -> None:
+    steps, eps = load(step_run, level="steps"), load(step_run)
+    g = graphs.fold(steps)
+    assert {(u, v): d["weight"] for u, v, d in g.edges(data=True)} == {
+        ("A", "B"): 1,
+        ("B", "A"): 1,
+        ("A", "A"): 1,
+    }
+    m = graphs.metrics(steps, eps)
+    assert m.density == pytest.approx(3 / 2)  # 3 edges over 2 * 1 ordered pairs (self-loops count)
+    assert m.cycles[1] == 1 and m.cycles[2] == 1 and m.cycles[3] == 0
+    assert m.mean_steps == pytest.approx(2.0)
+    assert m.cyclic_fraction == pytest.approx(2 / 3)  # A->B->A and A->A come back; B alone does not
+    assert m.accuracy == pytest.approx(2 / 3)
+    assert m.distribution == pytest.approx({"A": 4 / 6, "B": 2 / 6})
+    assert m.degree == {"A": 4.0, "B": 2.0}  # A: out 2 (incl. self-loop) + in 2; B: 1 + 1
+    assert m.hub == "A" and sum(m.pagerank.values()) == pytest.approx(1.0)
+
+
+def test_workflow_mode_uses_access_edges(tmp_path: Path) -> None:
+    t = trajectory("w0", ["A", "B", "C"], True, mode="workflow", access=[[], [0], [0, 1]])
+    run = write_eval_run(tmp_path / "wf", [t])
+    g = graphs.fold(load(run, level="steps"))
+    assert sorted(g.edges) == [("A", "B"), ("A", "C"), ("B", "C")]
+    assert graphs.cycles_by_length(g) == {1: 0, 2: 0, 3: 0, 4: 0, 5: 0}
+    assert graphs.episode_edges(["A", "B"], [[], []], "workflow") == []  # independent steps: no edges
+
+
+def test_evolution_across_training_updates(tmp_path: Path) -> None:
+    # updates 1-2: single agents (no cycles); updates 3-4: A -> B -> A every time
+    early = [trajectory(f"e{i}", ["A"], False) for i in range(4)]
+    late = [trajectory(f"l{i}", ["A", "B", "A"], True) for i in range(4)]
+    run = write_train_run(tmp_path / "tr", early + late, batch_episodes=2)
+    evo = graphs.evolution(load(run, level="steps"), load(run), n_bins=2)
+    assert list(evo["checkpoint"]) == [2, 4]
+    assert list(evo["cyclic_fraction"]) == [0.0, 1.0]
+    assert list(evo["mean_steps"]) == [1.0, 3.0]
+    assert list(evo["accuracy"]) == [0.0, 1.0]
+    assert evo["density"].iloc[1] > evo["density"].iloc[0]
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def test_html_report_is_self_contained(step_run: Path, tmp_path: Path) -> None:
+    train = write_train_run(
+        tmp_path / "tr",
+        [trajectory(f"t{i}", ["A", "B"][: 1 + i % 2], True) for i in range(8)],
+        batch_episodes=2,
+    )
+    report = build_report([step_run, train], tmp_path / "report")
+    html = report.html.read_text()
+    assert "<img" in html and "data:image/png;base64," in html
+    assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html)  # nothing fetched at view time
+    for table_id in ("metrics", "paths", "distribution", "evolution"):
+        assert f'id="{table_id}"' in html
+    assert all(p.stat().st_size > 2000 for p in report.images)
+    assert len(report.metrics) == 2
+
+
+def _chromium_run(browser: str, *args: str) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [browser, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+
+def test_html_report_renders_in_headless_chromium(step_run: Path, tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium); CI installs it")
+    from PIL import Image
+
+    report = build_report([step_run], tmp_path / "report")
+    url = report.html.resolve().as_uri()
+    dom = _chromium_run(browser, "--dump-dom", url).stdout
+    assert 'id="metrics"' in dom and "<td>" in dom and "density" in dom
+    assert dom.count("data:image/png;base64,") >= 2
+    shot = tmp_path / "shot.png"
+    _chromium_run(browser, f"--screenshot={shot}", "--window-size=1200,2400", url)
+    assert shot.exists()
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert pixels.std() > 10  # not a blank page
+    # some of the orange edge colour of the graph drawing (#fb8500) is on screen
+    rgb = np.asarray(Image.open(shot).convert("RGB"), dtype=int)
+    orange = (abs(rgb[..., 0] - 0xFB) < 30) & (abs(rgb[..., 1] - 0x85) < 40) & (rgb[..., 2] < 60)
+    assert orange.sum() > 50
