@@ -152,7 +152,12 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         "calls a real local llama.cpp model (one generation, ~1 min on 2 cores)", slow=True)),
     (r"^(eval|run|ab|graph|sweep)$", RealModels(
         "a mention of the sub-command in prose, not a command", slow=False)),
-    (r"\.\.\.|\[[A-Z_]+\]|HEAD_IP|=ADDRESS|=N\b| K\b", RealModels(
+    (r"^(graph|query) ", RealModels(
+        "reads runs that earlier commands of the page made; tests/test_analytics_*.py run it",
+        slow=False)),
+    (r"^sweep .*--seeds [3-9]", RealModels(
+        "the full documented study (many training runs); the page's quick sweep runs here", slow=False)),
+    (r"\.\.\.|\[[A-Z_]+\]|\[--|^ab A B\b|HEAD_IP|=ADDRESS|=N\b| K\b", RealModels(
         "a usage template with placeholders, not a runnable command", slow=False)),
     (r"--ray (auto|ray://)|ray_address=auto", RealModels("needs a running Ray cluster", slow=False)),
     (r"--ray\b|rollout_workers=[1-9]", RealModels(
@@ -203,7 +208,12 @@ def shrink_train(argv: list[str], tmp: Path) -> list[str]:
     return argv
 
 
+def shrink_ab(argv: list[str], tmp: Path) -> list[str]:
+    return _set(_set(argv, "--n", "20"), "--out", str(tmp / "ab"))
+
+
 SHRINK: dict[str, Callable[[list[str], Path], list[str]]] = {
+    "ab": shrink_ab,
     "eval": shrink_eval,
     "train": shrink_train,
 }
