@@ -227,29 +227,33 @@ def test_final_text() -> None:
 
 
 # --------------------------------------------------------------------------- cost bounds
+# Guards against catastrophic (super-linear) regex backtracking on multi-megabyte inputs: the bound is
+# CPU seconds of this process, not wall time, so a loaded machine does not fail it, and it is ~10x what a
+# linear scan needs; a quadratic scan of these inputs would take hours.
+CPU_BOUND_S = 10.0
 
 
 def test_huge_text_is_fast() -> None:
     big = ("Let me think about 1,234 and 5/6 carefully (A) **B** \\boxed{ " * 100_000) + " The answer is 42."
     assert len(big) > 5_000_000
-    start = time.perf_counter()
+    start = time.process_time()
     assert extract_number(big) == "42"
     extract_letter(big)
     extract_math(big)
     extract_boxed(big)
     extract_final_text(big)
     extract_code(big)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < CPU_BOUND_S
 
 
 def test_pathological_digits_and_braces_are_fast() -> None:
-    start = time.perf_counter()
+    start = time.process_time()
     extract_number("1" * 5_000_000 + "x")
     extract_number("\\boxed{" + "9" * 19_000 + "}")
     extract_boxed("\\boxed{" + "{" * 20_000)
     extract_letter("(" * 1_000_000 + "**" * 1_000_000)
     extract_code("```" * 1_000_000)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < CPU_BOUND_S
 
 
 # --------------------------------------------------------------------------- recorded local-model outputs
