@@ -183,8 +183,12 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.train.conductor_entry import conductor_main, is_conductor_track
     from puppeteer.train.hydra_entry import hydra_main
 
+    if is_conductor_track(args.overrides):  # GRPO on the conductor: configs/conductor.yaml
+        conductor_main([*(["-m"] if args.multirun else []), *args.overrides])
+        return 0
     hydra_main([*(["-m"] if args.multirun else []), *args.overrides])
     return 0
 
@@ -234,7 +238,12 @@ def commands() -> tuple[Command, ...]:
             eval_command,
         ),
         Command("serve", "serve a policy as an OpenAI-compatible endpoint", configure_serve, serve_command),
-        Command("train", "train the step-wise puppeteer (Hydra overrides)", _configure_train, _train),
+        Command(
+            "train",
+            "train the step-wise puppeteer, or the conductor with track=conductor (Hydra overrides)",
+            _configure_train,
+            _train,
+        ),
         Command(
             "quickstart",
             "train and evaluate on real local models, write a report",

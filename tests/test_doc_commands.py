@@ -164,6 +164,9 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         "starts a local Ray instance (slow on 2 cores); tests/test_ray.py runs the same paths", slow=True)),
     (r"(sb3|puppeteer|conductor):(runs|/)", RealModels(
         "needs a policy trained by an earlier command of the same page", slow=False)),
+    (r"track=conductor", RealModels(
+        "trains a language model with GRPO (CPU minutes to GPU hours); tests/test_conductor_grpo.py runs "
+        "one step of each shipped config with a tiny model", slow=False)),
     (r"^serve\b", RealModels(
         "starts a server that runs until stopped; tests/test_serve.py runs it on 127.0.0.1", slow=False)),
     (r"--pool (local|api-example)\b|pool=(local|api-example)\b|conductor(:qwen|:hf|:litellm|\b(?!:))",

@@ -1,0 +1,1 @@
+"""Adapters that plug ``Conductor-v0`` into other libraries (trl, ...)."""

@@ -1,0 +1,299 @@
+"""``Conductor-v0`` for ``trl.GRPOTrainer``: the conductor dataset, the reward function, a tool environment.
+
+The reward function parses and executes every sampled workflow in a workflow-mode
+:class:`~puppeteer.env.ConductorEnv` (0 unparsable, 0.5 parsed but wrong, 1 correct,
+minus ``workflow_lam`` x cost when the env sets it). The workflows of one batch run
+concurrently, each in its own clone of the env (clones share the backend, so models
+are loaded once)::
+
+    from trl import GRPOConfig, GRPOTrainer
+    from puppeteer.env import ConductorEnv
+    from puppeteer.integrations.trl import ConductorReward, conductor_dataset
+
+    env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", split="train", n_tasks=64)
+    trainer = GRPOTrainer(model="HuggingFaceTB/SmolLM2-135M-Instruct", reward_funcs=ConductorReward(env),
+                          train_dataset=conductor_dataset(env), args=GRPOConfig(output_dir="runs/grpo"))
+
+The dataset carries a ``task_id`` column; trl passes it to the reward function, which
+finds the item (and its gold answer) in the env's tasks. :class:`ConductorToolEnv` is the
+same conductor as a multi-turn tool for ``GRPOTrainer(environment_factory=...)``.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from puppeteer.env import ConductorEnv
+from puppeteer.evaluation import item_seed
+from puppeteer.types import Task, Trajectory
+
+if TYPE_CHECKING:
+    import datasets
+
+MetricLog = Callable[[str, float], None]
+METRIC_PREFIX = "conductor"
+
+
+@dataclass(frozen=True)
+class WorkflowOutcome:
+    """What executing one sampled workflow gave: the reward and its components."""
+
+    task_id: str
+    parsed: bool
+    correct: bool
+    reward: float
+    cost: float
+    steps: int
+    calls: int
+    final_answer: str | None = None
+    parse_error: str | None = None
+
+
+def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
+    """The text of a trl completion: a string (standard format) or a list of messages (conversational)."""
+    if isinstance(completion, str):
+        return completion
+    parts = [str(m.get("content") or "") for m in completion if m.get("role", "assistant") == "assistant"]
+    return "\n".join(parts)
+
+
+def conductor_prompts(env: ConductorEnv, tasks: Sequence[Task] | None = None) -> list[tuple[Task, str]]:
+    """(task, the env's conductor prompt) for each task (default: all of the env's tasks)."""
+    if env.config.mode != "workflow":
+        raise ValueError("the conductor needs a workflow-mode env (ConductorEnv(mode='workflow', ...))")
+    probe = env.clone()
+    out = []
+    for task in tasks if tasks is not None else env.tasks:
+        obs, _ = probe.reset(options={"task": task})
+        out.append((task, str(obs["prompt"])))
+    return out
+
+
+def conductor_rows(
+    env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False
+) -> list[dict[str, Any]]:
+    """Dataset rows: ``prompt`` (text, or one user message when ``chat``), ``task_id``, ``suite``."""
+    rows = []
+    for task, prompt in conductor_prompts(env, tasks):
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": prompt}] if chat else prompt,
+                "task_id": task.id,
+                "suite": task.suite,
+            }
+        )
+    return rows
+
+
+def conductor_dataset(
+    env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False
+) -> datasets.Dataset:
+    """A ``datasets.Dataset`` of conductor prompts for ``GRPOTrainer(train_dataset=...)``.
+
+    ``chat=False`` gives completion-style prompts (the prompt ends with "Thinking:"), which small
+    models continue in the few-shot format; ``chat=True`` wraps each prompt as one user message.
+    """
+    import datasets
+
+    return datasets.Dataset.from_list(conductor_rows(env, tasks, chat=chat))
+
+
+def outcome_from(task_id: str, reward: float, info: Mapping[str, Any]) -> WorkflowOutcome:
+    traj: Trajectory = info["trajectory"]
+    parse_error = info.get("parse_error")
+    return WorkflowOutcome(
+        task_id=task_id,
+        parsed=parse_error is None,
+        correct=bool(info.get("correct", False)),
+        reward=float(reward),
+        cost=float(info.get("cost", 0.0)),
+        steps=len(traj.steps),
+        calls=sum(1 + s.tool_calls for s in traj.steps),
+        final_answer=traj.final_answer,
+        parse_error=parse_error,
+    )
+
+
+def summarize(outcomes: Sequence[WorkflowOutcome]) -> dict[str, float]:
+    """Mean reward and its components over a batch (``nan``-free: an empty batch gives zeros)."""
+    n = max(len(outcomes), 1)
+    parsed = [o for o in outcomes if o.parsed]
+    return {
+        "reward": sum(o.reward for o in outcomes) / n,
+        "parse_rate": len(parsed) / n,
+        "accuracy": sum(o.correct for o in outcomes) / n,
+        "cost": sum(o.cost for o in outcomes) / n,
+        "steps": sum(o.steps for o in outcomes) / n,
+        "calls": sum(o.calls for o in outcomes) / n,
+        "steps_parsed": sum(o.steps for o in parsed) / max(len(parsed), 1),
+    }
+
+
+class WorkflowScorer:
+    """Executes conductor completions in ``Conductor-v0``, the workflows of a batch concurrently.
+
+    Each worker thread takes its own clone of ``env`` (same tasks, pool and backend); an item is
+    reset with the evaluation seed of its task id (:func:`puppeteer.evaluation.item_seed`), so a
+    group of completions for one question faces the same workers' draws and only the workflows differ.
+    """
+
+    def __init__(self, env: ConductorEnv, max_workers: int = 16, seed: int = 0) -> None:
+        if env.config.mode != "workflow":
+            raise ValueError("WorkflowScorer needs a workflow-mode env (ConductorEnv(mode='workflow', ...))")
+        if max_workers < 1:
+            raise ValueError("max_workers must be >= 1")
+        self.env = env
+        self.seed = seed
+        self.max_workers = max_workers
+        self._tasks: dict[str, Task] = {t.id: t for t in env.tasks}
+        self._idle: queue.SimpleQueue[ConductorEnv] = queue.SimpleQueue()
+
+    def task(self, task_id: str) -> Task:
+        try:
+            return self._tasks[task_id]
+        except KeyError:
+            raise KeyError(f"task {task_id!r} is not among the reward env's tasks") from None
+
+    @contextmanager
+    def _env(self) -> Iterator[ConductorEnv]:
+        try:
+            env = self._idle.get_nowait()
+        except queue.Empty:
+            env = self.env.clone()
+        try:
+            yield env
+        finally:
+            self._idle.put(env)
+
+    def score_one(self, task_id: str, completion: str | Sequence[Mapping[str, Any]]) -> WorkflowOutcome:
+        task = self.task(task_id)
+        with self._env() as env:
+            env.reset(seed=item_seed(self.seed, task_id), options={"task": task})
+            _, reward, _, _, info = env.step(completion_text(completion))
+        return outcome_from(task_id, float(reward), info)
+
+    def score(
+        self, task_ids: Sequence[str], completions: Sequence[str | Sequence[Mapping[str, Any]]]
+    ) -> list[WorkflowOutcome]:
+        """One outcome per (task id, completion), in order; executed concurrently."""
+        if len(task_ids) != len(completions):
+            raise ValueError(f"{len(task_ids)} task ids for {len(completions)} completions")
+        if len(task_ids) <= 1 or self.max_workers == 1:
+            return [self.score_one(t, c) for t, c in zip(task_ids, completions, strict=True)]
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(task_ids))) as pool:
+            return list(pool.map(self.score_one, task_ids, completions))
+
+
+class ConductorReward:
+    """A ``reward_funcs`` entry for ``trl.GRPOTrainer``: runs each sampled workflow, returns its reward.
+
+    trl calls it with the batch's prompts, completions and dataset columns (``task_id`` among them)
+    and a ``log_metric`` hook, through which the reward's components are logged per step as
+    ``conductor/parse_rate``, ``conductor/accuracy``, ``conductor/cost``, ``conductor/steps``.
+    The last batch's outcomes stay in :attr:`last` for inspection.
+    """
+
+    __name__ = "conductor"
+
+    def __init__(self, env: ConductorEnv | WorkflowScorer, max_workers: int = 16, seed: int = 0) -> None:
+        self.scorer = env if isinstance(env, WorkflowScorer) else WorkflowScorer(env, max_workers, seed)
+        self.last: tuple[WorkflowOutcome, ...] = ()
+
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[str | Sequence[Mapping[str, Any]]],
+        task_id: Sequence[str] | None = None,
+        log_metric: MetricLog | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        if task_id is None:
+            raise ValueError("the conductor reward needs a 'task_id' dataset column (see conductor_dataset)")
+        outcomes = self.scorer.score(list(task_id), list(completions))
+        self.last = tuple(outcomes)
+        if log_metric is not None:
+            for name, value in summarize(outcomes).items():
+                if name != "reward":
+                    log_metric(f"{METRIC_PREFIX}/{name}", value)
+        return [o.reward for o in outcomes]
+
+
+class ConductorToolEnv:
+    """The conductor as a multi-turn tool environment for ``GRPOTrainer(environment_factory=...)``.
+
+    trl calls :meth:`reset` with the dataset row (``task_id`` selects the item), exposes
+    :meth:`run_workflow` to the model as a tool (it may call it, read the answer, and call it
+    again), and scores the rollout with :meth:`get_reward`: the reward of the last workflow run,
+    0 when none was run. Needs a conductor model whose chat template supports tools.
+    """
+
+    def __init__(self, env: ConductorEnv, seed: int = 0) -> None:
+        if env.config.mode != "workflow":
+            raise ValueError("ConductorToolEnv needs a workflow-mode env")
+        self._env = env
+        self._seed = seed
+        self._tasks = {t.id: t for t in env.tasks}
+        self._task: Task | None = None
+        self.outcome: WorkflowOutcome | None = None
+
+    def reset(self, task_id: str | None = None, **kwargs: Any) -> str | None:
+        """Start a rollout on the row's item; the prompt holds the question: nothing is appended."""
+        if task_id is None:
+            raise ValueError("ConductorToolEnv.reset needs the row's task_id")
+        self._task = self._tasks[task_id]
+        self.outcome = None
+        return None
+
+    def run_workflow(self, model_id: list[int], subtasks: list[str], access_list: list[Any]) -> str:
+        """Run a workflow of agents on the current question and return the final answer.
+
+        Args:
+            model_id: The agent id of each step, in order.
+            subtasks: The instruction given to each step's agent.
+            access_list: For each step, "all" (it sees every earlier step) or a list of earlier step indices.
+
+        Returns:
+            The last step's answer, or why the workflow was rejected.
+        """
+        if self._task is None:
+            raise RuntimeError("call reset() first")
+        text = f"model_id = {model_id!r}\nsubtasks = {subtasks!r}\naccess_list = {access_list!r}"
+        self._env.reset(seed=item_seed(self._seed, self._task.id), options={"task": self._task})
+        _, reward, _, _, info = self._env.step(text)
+        self.outcome = outcome_from(self._task.id, float(reward), info)
+        if not self.outcome.parsed:
+            return f"invalid workflow: {self.outcome.parse_error}"
+        return f"final answer: {self.outcome.final_answer}"
+
+    def get_reward(self) -> float:
+        return self.outcome.reward if self.outcome is not None else 0.0
+
+
+class ConductorToolEnvFactory:
+    """``environment_factory``: one :class:`ConductorToolEnv` per rollout, each on a clone of ``env``."""
+
+    def __init__(self, env: ConductorEnv, seed: int = 0) -> None:
+        self.env = env
+        self.seed = seed
+
+    def __call__(self) -> ConductorToolEnv:
+        return ConductorToolEnv(self.env.clone(), seed=self.seed)
+
+
+__all__ = [
+    "ConductorReward",
+    "ConductorToolEnv",
+    "ConductorToolEnvFactory",
+    "WorkflowOutcome",
+    "WorkflowScorer",
+    "completion_text",
+    "conductor_dataset",
+    "conductor_prompts",
+    "conductor_rows",
+    "summarize",
+]

@@ -1,0 +1,456 @@
+"""GRPO training of the conductor (plan-all-at-once) with ``trl.GRPOTrainer``.
+
+One job, top to bottom: build a workflow-mode env on the train split, load the conductor LM
+(:mod:`puppeteer.train.conductor_model`), evaluate it greedily on held-out items, train with
+:class:`~puppeteer.integrations.trl.ConductorReward` (every sampled workflow executed in
+``Conductor-v0``, a batch concurrently), checkpoint (exact resume through the HF Trainer state),
+evaluate again, and write ``results.json``, ``metrics.jsonl`` and ``learning_curve.png``.
+The hyperparameters under ``grpo`` go to :class:`trl.GRPOConfig` unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import resource
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from puppeteer.env import ConductorEnv
+from puppeteer.evaluation import wilson_interval
+from puppeteer.integrations.trl import (
+    ConductorReward,
+    WorkflowOutcome,
+    WorkflowScorer,
+    conductor_dataset,
+    conductor_rows,
+    summarize,
+)
+from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
+from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+
+log = logging.getLogger(__name__)
+
+OnLog = Callable[[int, Mapping[str, float]], None]
+# trl's own names for the headline numbers, and ours for the reward's components
+CURVE_KEYS = ("reward", "conductor/parse_rate", "conductor/accuracy")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: str | tuple[str, ...] = "all-linear"
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        target = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
+        return LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=target,
+            task_type="CAUSAL_LM",
+        )
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    before: bool = True  # also evaluate the untrained conductor (the "before" of before/after)
+    max_new_tokens: int = 256
+    batch_size: int = 8
+
+
+@dataclass(frozen=True)
+class GRPOJob:
+    """Everything one conductor GRPO run needs; built from the Hydra config by :meth:`from_mapping`."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    suite: str = "arith"
+    pool: str = "sim-paper"
+    train_split: str = "train"
+    eval_split: str = "test"
+    n_train: int | None = None
+    n_eval: int | None = None
+    chat: bool = False
+    workflow_max_steps: int = 5
+    workflow_lam: float = 0.0
+    cost_model: str = "tokens"
+    reward_workers: int = 16
+    lora: LoraSpec | None = None
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    grpo: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    resume: str = "auto"  # auto (latest checkpoint in the run dir, if any) | never | a checkpoint path
+    cache: str | None = None
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any]) -> GRPOJob:
+        suite = cfg.get("suite") or {}
+        suite = {"name": suite} if isinstance(suite, str) else suite
+        pool = cfg.get("pool") or {}
+        pool_name = pool if isinstance(pool, str) else pool.get("name", "sim-paper")
+        lora = dict(cfg.get("lora") or {})
+        lora_spec = None
+        if lora.pop("enabled", False):
+            if isinstance(lora.get("target_modules"), list):
+                lora["target_modules"] = tuple(lora["target_modules"])
+            lora_spec = LoraSpec(**lora)
+
+        def pick(key: str, suite_key: str, default: Any) -> Any:
+            value = cfg.get(key)
+            return value if value is not None else suite.get(suite_key, default)
+
+        return cls(
+            model=ModelSpec.from_mapping(cfg.get("model") or {}),
+            suite=str(suite.get("name", "arith")),
+            pool=str(pool_name),
+            train_split=str(suite.get("train_split", "train")),
+            eval_split=str(suite.get("eval_split", "test")),
+            n_train=pick("n_train", "n_train", None),
+            n_eval=pick("n_eval", "n_eval", None),
+            chat=bool(cfg.get("chat", False)),
+            workflow_max_steps=int(cfg.get("workflow_max_steps", 5)),
+            workflow_lam=float(cfg.get("workflow_lam", 0.0)),
+            cost_model=str(cfg.get("cost_model", "tokens")),
+            reward_workers=int(cfg.get("reward_workers", 16)),
+            lora=lora_spec,
+            eval=EvalSpec(**dict(cfg.get("eval") or {})),
+            grpo=dict(cfg.get("grpo") or {}),
+            seed=int(cfg.get("seed", 0)),
+            resume=str(cfg.get("resume", "auto")),
+            cache=cfg.get("cache"),
+        )
+
+    def env(self, split: str, n: int | None, pool: Any = None) -> ConductorEnv:
+        return ConductorEnv(
+            mode="workflow",
+            pool=pool if pool is not None else self.pool,
+            suite=self.suite,
+            split=split,
+            n_tasks=n,
+            max_steps=self.workflow_max_steps,
+            workflow_lam=self.workflow_lam,
+            cost_model=self.cost_model,
+            cache=self.cache,
+        )
+
+
+def grpo_config(job: GRPOJob, output_dir: Path) -> Any:
+    """The ``trl.GRPOConfig``: the job's ``grpo`` mapping plus what this wiring fixes (logging, seed)."""
+    import torch
+    from trl import GRPOConfig
+
+    kwargs: dict[str, Any] = {
+        "logging_steps": 1,
+        "save_strategy": "steps",
+        "report_to": "none",  # metrics go to the project's logger through MetricForwarder
+        "disable_tqdm": True,
+        **dict(job.grpo),
+        "output_dir": str(output_dir),
+        "seed": job.seed,
+    }
+    if not torch.cuda.is_available():  # trl fails on CPU with bf16 (DESIGN.md)
+        kwargs.update(use_cpu=True, bf16=False, fp16=False)
+    return GRPOConfig(**kwargs)
+
+
+def metric_forwarder(logger: MetricLogger, on_log: OnLog | None = None) -> TrainerCallback:
+    """A trainer callback that sends numeric log entries to the project's metric logger as ``train/...``."""
+    from transformers import TrainerCallback
+
+    class MetricForwarder(TrainerCallback):
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kw: Any
+        ):
+            numeric = {f"train/{k}": float(v) for k, v in (logs or {}).items() if isinstance(v, int | float)}
+            if numeric:
+                logger.log(numeric, step=int(state.global_step))
+                if on_log is not None:
+                    on_log(int(state.global_step), numeric)
+
+    return MetricForwarder()
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if not directory.is_dir():
+        return None
+    last = get_last_checkpoint(str(directory))
+    return Path(last) if last else None
+
+
+def resume_from(job: GRPOJob, checkpoints: Path) -> str | None:
+    if job.resume == "never":
+        return None
+    if job.resume == "auto":
+        last = latest_checkpoint(checkpoints)
+        return str(last) if last else None
+    path = Path(job.resume)
+    if not path.is_dir():
+        raise FileNotFoundError(f"resume checkpoint {path} not found")
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- held-out evaluation
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str | Sequence[Mapping[str, str]]],
+    max_new_tokens: int,
+    batch_size: int = 8,
+) -> list[str]:
+    """Greedy completions, batched with left padding; prompts as text or as chat messages."""
+    import torch
+
+    texts = [
+        p
+        if isinstance(p, str)
+        else tokenizer.apply_chat_template(list(p), tokenize=False, add_generation_prompt=True)
+        for p in prompts
+    ]
+    chat = not isinstance(prompts[0], str) if prompts else False
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out: dict[int, str] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        for lo in range(0, len(order), batch_size):
+            idx = order[lo : lo + batch_size]
+            enc = tokenizer(
+                [texts[i] for i in idx], return_tensors="pt", padding=True, add_special_tokens=not chat
+            ).to(model.device)
+            with torch.no_grad():
+                gen = model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            new = gen[:, enc["input_ids"].shape[1] :]
+            for i, row in zip(idx, tokenizer.batch_decode(new, skip_special_tokens=True), strict=True):
+                out[i] = row
+            log.info("generated %d/%d held-out completions", len(out), len(texts))
+    finally:
+        model.train(was_training)
+    return [out[i] for i in range(len(texts))]
+
+
+def heldout_summary(outcomes: Sequence[WorkflowOutcome]) -> dict[str, Any]:
+    n = len(outcomes)
+    correct = sum(o.correct for o in outcomes)
+    parsed = sum(o.parsed for o in outcomes)
+    return {
+        "n": n,
+        **summarize(outcomes),
+        "accuracy_ci95": list(wilson_interval(correct, n)),
+        "parse_rate_ci95": list(wilson_interval(parsed, n)),
+    }
+
+
+def evaluate_conductor(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    env: ConductorEnv,
+    spec: EvalSpec,
+    chat: bool,
+    seed: int,
+    records: Path | None = None,
+    workers: int = 16,
+) -> dict[str, Any]:
+    """Greedy workflows for every item of ``env``, executed and graded: accuracy, parse rate, Wilson CIs."""
+    rows = conductor_rows(env, chat=chat)
+    completions = generate(
+        model, tokenizer, [r["prompt"] for r in rows], spec.max_new_tokens, spec.batch_size
+    )
+    outcomes = WorkflowScorer(env, max_workers=workers, seed=seed).score(
+        [r["task_id"] for r in rows], completions
+    )
+    if records is not None:
+        with records.open("w") as f:
+            for o, text in zip(outcomes, completions, strict=True):
+                f.write(json.dumps({**o.__dict__, "completion": text}) + "\n")
+    return heldout_summary(outcomes)
+
+
+# ----------------------------------------------------------------------------- the job
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def backend_label(job: GRPOJob, env: ConductorEnv) -> str:
+    import torch
+
+    device = "GPU" if torch.cuda.is_available() else "CPU"
+    return f"conductor = transformers on {device} ({job.model.id}), workers = {','.join(env.pool.backends())}"
+
+
+def run_conductor_training(
+    cfg: Mapping[str, Any],
+    run_dir: str | Path,
+    on_log: OnLog | None = None,
+    extra_reward_funcs: Sequence[Callable[..., list[float]]] = (),
+    callbacks: Sequence[TrainerCallback] = (),
+) -> dict[str, Any]:
+    """Train the conductor with GRPO; write ``results.json`` (before/after held-out), curves and the model.
+
+    ``extra_reward_funcs`` are added to the conductor reward (trl sums them; e.g. a format bonus);
+    ``callbacks`` are extra ``transformers.TrainerCallback``s.
+    """
+    from trl import GRPOTrainer
+
+    job = GRPOJob.from_mapping(cfg)
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+    start = time.perf_counter()
+    train_env = job.env(job.train_split, job.n_train)
+    eval_env = job.env(job.eval_split, job.n_eval, pool=train_env.pool)
+    model, tokenizer = load_conductor_model(job.model)
+    label = backend_label(job, train_env)
+    log.info(
+        "conductor GRPO: %s; %d train items, %d held-out", label, len(train_env.tasks), len(eval_env.tasks)
+    )
+
+    before_path = run / "heldout_before.json"
+    before: dict[str, Any] | None = None
+    if before_path.is_file():
+        before = json.loads(before_path.read_text())
+    elif job.eval.before:
+        before = evaluate_conductor(
+            model,
+            tokenizer,
+            eval_env,
+            job.eval,
+            job.chat,
+            job.seed,
+            run / "heldout_before.jsonl",
+            job.reward_workers,
+        )
+        before_path.write_text(json.dumps(before, indent=2))
+
+    loggers: list[MetricLogger] = [JsonlLogger(run / "metrics.jsonl")]
+    wb = cfg.get("wandb") or {}
+    if wb.get("enabled"):
+        loggers.append(
+            WandbLogger(run, wb.get("project", "puppeteer"), cfg, mode=wb.get("mode"), name="conductor")
+        )
+    logger = MultiLogger(*loggers)
+    if before is not None:
+        logger.log({f"eval/{k}": v for k, v in before.items() if isinstance(v, int | float)}, step=0)
+
+    checkpoints = run / "checkpoints"
+    args = grpo_config(job, checkpoints)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[
+            ConductorReward(train_env, max_workers=job.reward_workers, seed=job.seed),
+            *extra_reward_funcs,
+        ],
+        args=args,
+        train_dataset=conductor_dataset(train_env, chat=job.chat),
+        processing_class=tokenizer,
+        peft_config=job.lora.peft_config() if job.lora else None,
+        callbacks=[metric_forwarder(logger, on_log), *callbacks],
+    )
+    resumed = resume_from(job, checkpoints)
+    train_start = time.perf_counter()
+    try:
+        trainer.train(resume_from_checkpoint=resumed)
+        train_wall = time.perf_counter() - train_start
+        trainer.save_model(str(run / "final"))
+        tokenizer.save_pretrained(str(run / "final"))
+        after = evaluate_conductor(
+            trainer.model,
+            tokenizer,
+            eval_env,
+            job.eval,
+            job.chat,
+            job.seed,
+            run / "heldout_after.jsonl",
+            job.reward_workers,
+        )
+        logger.log(
+            {f"eval/{k}": v for k, v in after.items() if isinstance(v, int | float)},
+            step=int(trainer.state.global_step),
+        )
+    finally:
+        logger.close()
+    history = [dict(h) for h in trainer.state.log_history]
+    results = {
+        "track": "conductor",
+        "backend": label,
+        "model": job.model.id,
+        "suite": job.suite,
+        "pool": train_env.pool.name,
+        "eval_split": job.eval_split,
+        "n_train": len(train_env.tasks),
+        "n_eval": len(eval_env.tasks),
+        "steps": int(trainer.state.global_step),
+        "resumed_from": resumed,
+        "heldout_before": before,
+        "heldout_after": after,
+        "wall_s": time.perf_counter() - start,
+        "train_wall_s": train_wall,
+        "peak_rss_mb": _peak_rss_mb(),
+        "seed": job.seed,
+        "grpo": {k: v for k, v in dict(job.grpo).items()},
+        "lora": job.lora.__dict__ if job.lora else None,
+    }
+    (run / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (run / "log_history.json").write_text(json.dumps(history, indent=2))
+    conductor_curve(
+        history, run / "learning_curve.png", f"conductor GRPO on {job.suite} [{label}]", before, after
+    )
+    return results
+
+
+def conductor_curve(
+    history: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    title: str,
+    before: Mapping[str, Any] | None = None,
+    after: Mapping[str, Any] | None = None,
+) -> Path:
+    """Train reward, parse rate and accuracy per GRPO step; held-out accuracy before/after (95% CIs)."""
+    from puppeteer.analytics.plots import _title, plt, save
+
+    rows = [h for h in history if "reward" in h and "step" in h]
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    labels = {
+        "reward": "train reward (mean)",
+        "conductor/parse_rate": "train parse rate",
+        "conductor/accuracy": "train accuracy",
+    }
+    for key in CURVE_KEYS:
+        pts = [(h["step"], h[key]) for h in rows if key in h]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker=".", alpha=0.8, label=labels[key])
+    last = max((h["step"] for h in rows), default=1)
+    for x, res, name in ((0, before, "before"), (last, after, "after")):
+        if res:
+            lo, hi = res["accuracy_ci95"]
+            acc = res["accuracy"]
+            ax.errorbar(
+                [x],
+                [acc],
+                yerr=[[acc - lo], [hi - acc]],
+                fmt="s",
+                color="black",
+                capsize=4,
+                label="held-out accuracy, greedy (95% CI)" if name == "before" else None,
+            )
+    ax.set_xlabel("GRPO step")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(_title(title), fontsize=9)
+    ax.legend(fontsize=8)
+    return save(fig, path)

