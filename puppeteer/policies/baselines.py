@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from puppeteer.policies.base import StepPolicy
+from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.pool import Pool
 from puppeteer.reasoning import PATTERNS
 from puppeteer.types import Task, Workflow
@@ -355,6 +356,7 @@ SPEC_FORMS: tuple[str, ...] = (
     "oracle                best single agent per task from the skill table (sim pools only)",
     "random-step           step mode: random agent each step, Terminator with probability 1/max_steps",
     "puppeteer:PATH        step mode: a trained PuppeteerPolicy directory, greedy",
+    *CONDUCTOR_SPEC_FORMS,
 )
 
 
@@ -431,6 +433,12 @@ def _puppeteer(arg: str, pool: Pool, max_steps: int) -> Policy:
     return LearnedStep(arg, pool)
 
 
+def _conductor(arg: str, pool: Pool, max_steps: int) -> Policy:
+    from puppeteer.policies.conductor import make_conductor
+
+    return make_conductor(arg)  # type: ignore[return-value]
+
+
 PARSERS: Mapping[str, Parser] = MappingProxyType({
     "single": _single,
     "random": _random,
@@ -441,6 +449,7 @@ PARSERS: Mapping[str, Parser] = MappingProxyType({
     "oracle": _oracle,
     "random-step": _random_step,
     "puppeteer": _puppeteer,
+    "conductor": _conductor,
 })
 
 
