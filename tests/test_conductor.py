@@ -252,3 +252,52 @@ def test_conductor_specs() -> None:
     assert (hf.backend, hf.target) == ("transformers", "/ckpt/step-10")
     with pytest.raises(SpecError):
         make_policy("conductor:no-such-model", pool)
+
+
+def test_env_checker_passes_with_k_of_n_and_recursion() -> None:
+    # (step mode with k of n raises InvalidAction on the checker's random masked actions, by design)
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    env = gym.make("Conductor-v0", mode="workflow", pool="sim-paper", suite="arith", k_available=3, max_depth=1)
+    check_env(env.unwrapped, skip_render_check=True)
+    for seed in range(3):
+        obs, _ = env.reset(seed=seed)
+        assert env.observation_space.contains(obs)
+
+
+# --------------------------------------------------------------------------- real models (slow)
+
+
+@pytest.mark.slow
+def test_smollm2_conducts_end_to_end_through_llamacpp(tmp_path) -> None:
+    pytest.importorskip("llama_cpp")
+    result = evaluate_policy("conductor:smollm2-135m", "sim-paper", "arith", n=2, out_dir=tmp_path,
+                             cache=tmp_path / "cache.sqlite", progress=False)
+    assert result.n == 2 and result.n_errors == 0 and result.completed
+    assert result.mean_conductor_calls == 1.0 and result.mean_conductor_completion_tokens > 0
+    lines = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    for line in lines:
+        call = line["conductor"][0]
+        assert call["text"] and call["prompt_tokens"] > 100 and call["latency_s"] > 0
+        # parsed or not, the status is recorded and the reward follows it
+        assert (line["parse_error"] is None) == (line["reward"] > 0)
+    # a second run replays the conductor from the response cache
+    again = evaluate_policy("conductor:smollm2-135m", "sim-paper", "arith", n=2,
+                            cache=tmp_path / "cache.sqlite", progress=False)
+    assert again.correct == result.correct and again.n_parse_errors == result.n_parse_errors
+
+
+@pytest.mark.slow
+def test_transformers_backend_conducts_with_the_embedded_gguf(tmp_path) -> None:
+    pytest.importorskip("gguf")
+    policy = make_policy("conductor:hf:embedded:smollm2-135m", _pool())
+    assert isinstance(policy, ConductorPolicy)
+    policy.max_tokens = 48
+    env = _env()
+    obs, info = env.reset(seed=0)
+    text = policy.act(obs, info)
+    call = policy.calls[0]
+    assert text == call.text and call.completion_tokens > 0 and call.prompt_tokens > 100
+    _, r, term, *_ = env.step(text)
+    assert term and r in (0.0, 0.5, 1.0)
