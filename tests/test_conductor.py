@@ -259,7 +259,8 @@ def test_env_checker_passes_with_k_of_n_and_recursion() -> None:
     import gymnasium as gym
     from gymnasium.utils.env_checker import check_env
 
-    env = gym.make("Conductor-v0", mode="workflow", pool="sim-paper", suite="arith", k_available=3, max_depth=1)
+    env = gym.make("Conductor-v0", mode="workflow", pool="sim-paper", suite="arith", k_available=3,
+                   max_depth=1)
     check_env(env.unwrapped, skip_render_check=True)
     for seed in range(3):
         obs, _ = env.reset(seed=seed)
