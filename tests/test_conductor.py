@@ -302,3 +302,18 @@ def test_transformers_backend_conducts_with_the_embedded_gguf(tmp_path) -> None:
     assert text == call.text and call.completion_tokens > 0 and call.prompt_tokens > 100
     _, r, term, *_ = env.step(text)
     assert term and r in (0.0, 0.5, 1.0)
+
+
+def test_training_config_turns_on_k_of_n_for_the_training_env_only() -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from puppeteer.resources import data_dir
+    from puppeteer.train.job import build
+
+    with initialize_config_dir(config_dir=str(data_dir("configs")), version_base="1.3"):
+        cfg = compose("train", overrides=["k_available=3", "policy.encoder=hashing"])
+    env, eval_env, _, _ = build(OmegaConf.to_container(cfg, resolve=True))  # type: ignore[arg-type]
+    assert env.config.k_available == 3 and eval_env.config.k_available is None
+    obs, _ = env.reset(seed=0)
+    assert obs["mask"][: len(env.pool)].sum() == 3
