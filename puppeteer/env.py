@@ -34,6 +34,7 @@ from gymnasium import spaces
 from gymnasium.error import InvalidAction, ResetNeeded
 
 from puppeteer.aggregate import aggregator
+from puppeteer.availability import draw_subset, resolve_available
 from puppeteer.backends import make_router
 from puppeteer.backends.base import Backend
 from puppeteer.conductor_prompt import (
@@ -85,23 +86,6 @@ class EnvConfig:
 
 
 FOLLOWUP_ANSWER_CHARS = 800
-
-
-def resolve_available(pool: Pool, refs: Sequence[str | int]) -> np.ndarray:
-    """Boolean mask over the pool's agents from agent names or ids."""
-    mask = np.zeros(len(pool), dtype=bool)
-    for ref in refs:
-        if isinstance(ref, str) and not ref.strip().isdigit():
-            i = pool.index(ref.strip())
-            if i == pool.terminator_id:
-                raise ValueError("the terminator is always available; list agents only")
-        else:
-            i = int(ref)
-            pool.agent(i)  # range check
-        mask[i] = True
-    if not mask.any():
-        raise ValueError("an episode needs at least one available agent")
-    return mask
 
 
 def sim_answer_key(tasks: Sequence[Task]) -> dict[str, Any]:
@@ -387,10 +371,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                 raise ValueError("options['available'] names an agent the env was told is unavailable")
             mask[:n] = chosen
         elif self.config.k_available is not None:
-            base = np.flatnonzero(self._base_mask[:n])
-            pick = self.np_random.choice(base, size=self.config.k_available, replace=False)
-            mask[:n] = 0
-            mask[pick] = 1
+            mask[:n] = draw_subset(self.np_random, self._base_mask[:n].astype(bool), self.config.k_available)
         return mask
 
     def step(self, action: Any):  # type: ignore[override]
