@@ -81,7 +81,7 @@ def summarize(path: Path) -> dict[str, Any] | None:
         c_out=mean([sum(c["completion_tokens"] for c in cs) for cs in conductor]),
         c_s=mean([sum(c["latency_s"] for c in cs) for cs in conductor]),
         c_trunc=sum(any(c["truncated"] for c in cs) for cs in conductor),
-        backends=", ".join(meta.get("backends", ())) or "?",
+        backends=", ".join(meta.get("backends") or load_pool(path.name.split("_")[0]).backends()),
         completed=bool(meta.get("completed")) and meta.get("n") == n,
     )
 
@@ -112,8 +112,14 @@ def write_table(args: argparse.Namespace, command: str) -> None:
             if s is not None:
                 rows.append((args.policy, pool, suite, s))
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    runs = " and ".join(f"`python scripts/conductor_eval.py --policy {args.policy} --pools {pool} --suites "
+                        f"{' '.join(args.suites)} --n {args.n}`" for pool in args.pools)
     text = (f"<!-- written by scripts/conductor_eval.py at {stamp} -->\n"
-            f"Command: `{command}`\n\n{table(rows)}\n")
+            f"# Conductor results\n\nTable made {stamp} by `{command} --table-only` from the runs of {runs} "
+            f"(split test, seed 0; a rerun of a run command replays finished items from the response "
+            f"cache and goes on). Conductor backend: llamacpp (policy `{args.policy}`). Means are per item "
+            f"over the items done; `(partial)` marks runs that had not finished all {args.n} items."
+            f"\n\n{table(rows)}\n")
     Path(args.table).write_text(text)
 
 
