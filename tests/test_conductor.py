@@ -290,6 +290,7 @@ def test_smollm2_conducts_end_to_end_through_llamacpp(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # first use converts the GGUF tokenizer and dequantises the weights
 def test_transformers_backend_conducts_with_the_embedded_gguf(tmp_path) -> None:
     pytest.importorskip("gguf")
     policy = make_policy("conductor:hf:embedded:smollm2-135m", _pool())
