@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import yaml
+
 from puppeteer.pool import Pool
-from puppeteer.types import Workflow
+from puppeteer.resources import find_yaml
+from puppeteer.types import Message, Workflow
 from puppeteer.workflow import format_workflow
+
+DEFAULT_PROMPT = "prompt-v1"
 
 
 @dataclass(frozen=True)
@@ -76,15 +83,16 @@ DOMAIN_FAMILIES: dict[str, str] = {
 }
 
 
-def _pick(pool: Pool, pattern: str, fallback: int) -> int:
-    for i, a in enumerate(pool.agents):
-        if a.pattern == pattern:
+def _pick(pool: Pool, pattern: str, fallback: int, available: Sequence[bool] | None = None) -> int:
+    ids = [i for i in range(len(pool.agents)) if available is None or available[i]] or list(range(len(pool)))
+    for i in ids:
+        if pool.agents[i].pattern == pattern:
             return i
-    return fallback % len(pool.agents)
+    return ids[fallback % len(ids)]
 
 
-def example_workflow(pool: Pool, example: Example) -> Workflow:
-    ids = tuple(_pick(pool, pat, k) for k, (pat, _, _) in enumerate(example.plan))
+def example_workflow(pool: Pool, example: Example, available: Sequence[bool] | None = None) -> Workflow:
+    ids = tuple(_pick(pool, pat, k, available) for k, (pat, _, _) in enumerate(example.plan))
     return Workflow(
         model_id=ids,
         subtasks=tuple(s for _, s, _ in example.plan),
@@ -92,36 +100,132 @@ def example_workflow(pool: Pool, example: Example) -> Workflow:
     )
 
 
-def pool_table(pool: Pool) -> str:
+def pool_table(pool: Pool, available: Sequence[bool] | None = None, self_id: int | None = None) -> str:
+    """The agents table; with ``available`` only the available agents (ids stay the pool's ids)."""
     lines = ["id | agent | model | pattern | tools | $/1M in | $/1M out"]
     for i, a in enumerate(pool.agents):
+        if available is not None and not available[i]:
+            continue
         tools = ",".join(a.tools) or "-"
         lines.append(
             f"{i} | {a.name} | {a.model.name} | {a.pattern} | {tools} | "
             f"{a.model.price_in:g} | {a.model.price_out:g}"
         )
+    if self_id is not None:
+        lines.append(f"{self_id} | conductor | (you) | plan again | - | 0 | 0")
     return "\n".join(lines)
 
 
-def conductor_prompt(pool: Pool, question: str, domain: str, max_steps: int = 5, n_examples: int = 2) -> str:
-    """The ready-to-use conductor prompt; few-shot examples come from domains other than ``domain``."""
+@dataclass(frozen=True)
+class PromptConfig:
+    """A versioned prompt (``configs/conductor/<name>.yaml``)."""
+
+    version: str
+    intro: str
+    format: str
+    recursion: str
+    followup: str
+    n_examples: int = 2
+    thought_as_comment: bool = True
+
+
+def load_prompt_config(name: str = DEFAULT_PROMPT) -> PromptConfig:
+    """Load ``configs/conductor/<name>.yaml`` (or a YAML path) through :mod:`puppeteer.resources`."""
+    path = find_yaml("configs", name if name.endswith((".yaml", ".yml")) else f"conductor/{name}")
+    raw = yaml.safe_load(path.read_text())
+    fields = {f.name for f in dataclasses.fields(PromptConfig)}
+    unknown = set(raw) - fields
+    if unknown:
+        raise ValueError(f"unknown keys in {path}: {sorted(unknown)}")
+    return PromptConfig(**raw)
+
+
+@dataclass(frozen=True)
+class Followup:
+    """What a recursive (inner) planning round sees: its parent's workflow and the last answer."""
+
+    parent: str
+    answer: str
+    agent: str
+    depth: int
+    max_depth: int
+
+
+@dataclass(frozen=True)
+class ConductorPrompt:
+    """The conductor's prompt as chat messages; :attr:`text` is the same content as one flat text."""
+
+    messages: tuple[Message, ...]
+
+    @property
+    def text(self) -> str:
+        parts = [self.messages[0].content]
+        if len(self.messages) > 2:
+            parts.append("Examples:")
+        parts += [m.content for m in self.messages[1:]]
+        return "\n\n".join(parts) + "\n"
+
+
+def _shot(example: Example, workflow: Workflow, comment: bool) -> str:
+    body = format_workflow(workflow)
+    return f"# {example.thought}\n{body}" if comment else body
+
+
+def build_prompt(
+    pool: Pool,
+    question: str,
+    domain: str,
+    max_steps: int = 5,
+    *,
+    available: Sequence[bool] | None = None,
+    self_id: int | None = None,
+    followup: Followup | None = None,
+    config: PromptConfig | None = None,
+    n_examples: int | None = None,
+) -> ConductorPrompt:
+    """The conductor prompt: only ``available`` agents, examples from other domains than ``domain``.
+
+    ``self_id`` offers the conductor itself as a worker (recursion); ``followup`` makes this an
+    inner planning round that sees its parent's workflow and last answer.
+    """
+    cfg = config or load_prompt_config()
     family = DOMAIN_FAMILIES.get(domain, domain)
-    examples = [e for e in EXAMPLES if e.domain != family][:n_examples]
-    shots = "\n\n".join(
-        f"Question: {e.question}\nThinking: {e.thought}\n{format_workflow(example_workflow(pool, e))}"
-        for e in examples
-    )
-    return (
-        "You are the conductor of a team of AI agents. Design a workflow of at most "
-        f"{max_steps} steps that solves the question.\n\n"
-        f"Agents:\n{pool_table(pool)}\n\n"
-        "Output format: after your reasoning, write exactly three Python lists:\n"
-        "model_id = [agent ids, one per step]\n"
-        "subtasks = [an instruction string for each step]\n"
-        "access_list = [for each step: 'all' (sees every earlier step), [] (sees none) "
-        "or a list of earlier step indices]\n"
-        "Steps run in order; a step starts once the steps it sees are done. "
-        "The last step's answer is the final answer.\n\n"
-        f"Examples:\n\n{shots}\n\n"
-        f"Question: {question}\nThinking:"
-    )
+    k = cfg.n_examples if n_examples is None else n_examples
+    examples = [e for e in EXAMPLES if e.domain != family][:k]
+    system = [cfg.intro.format(max_steps=max_steps), f"Agents:\n{pool_table(pool, available, self_id)}",
+              cfg.format]
+    if self_id is not None:
+        system.append(cfg.recursion.format(self_id=self_id))
+    messages = [Message("system", "\n\n".join(s.strip() for s in system))]
+    for e in examples:
+        messages.append(Message("user", f"Question: {e.question}"))
+        messages.append(
+            Message("assistant", _shot(e, example_workflow(pool, e, available), cfg.thought_as_comment))
+        )
+    user = f"Question: {question}"
+    if followup is not None:
+        user += "\n\n" + cfg.followup.format(
+            depth=followup.depth, max_depth=followup.max_depth, parent=followup.parent,
+            agent=followup.agent, answer=followup.answer,
+        ).strip()
+    messages.append(Message("user", user))
+    return ConductorPrompt(tuple(messages))
+
+
+def conductor_prompt(
+    pool: Pool,
+    question: str,
+    domain: str,
+    max_steps: int = 5,
+    n_examples: int = 2,
+    *,
+    available: Sequence[bool] | None = None,
+    self_id: int | None = None,
+    followup: Followup | None = None,
+    config: PromptConfig | None = None,
+) -> str:
+    """The ready-to-use conductor prompt as one text (see :func:`build_prompt`)."""
+    return build_prompt(
+        pool, question, domain, max_steps, available=available, self_id=self_id, followup=followup,
+        config=config, n_examples=n_examples,
+    ).text

@@ -7,6 +7,18 @@
 * ``mode="workflow"`` (the conductor): an action is the conductor's completion text
   holding ``model_id``, ``subtasks`` and ``access_list``; one step runs the whole
   workflow; the last step's answer is graded.
+
+Worker subsets (k of n): ``reset(options={"available": [names or ids]})`` fixes the agents of one
+episode; ``k_available=k`` draws a random k-of-n subset each episode (from the agents not listed in
+``unavailable``). The observation's ``mask``, :meth:`action_masks`, the conductor prompt and the
+workflow parser all follow it: a workflow naming an unavailable agent is a parse error (reward 0).
+
+Recursion (workflow mode, ``max_depth >= 1``): the conductor is offered as one more worker with id
+``len(pool)`` and may be named as the LAST step of a workflow. The steps before it run, and the
+episode goes on (``terminated=False``, reward 0) with a new observation whose prompt shows the
+parent workflow and the last worker's answer; the policy acts again with a new workflow, or with
+three empty lists to keep that answer. At depth ``max_depth`` the conductor is no longer offered.
+``info["rounds"]`` lists every planning round (depth, text, parse error, steps, answer).
 """
 
 from __future__ import annotations
@@ -22,10 +34,17 @@ from gymnasium import spaces
 from gymnasium.error import InvalidAction, ResetNeeded
 
 from puppeteer.aggregate import aggregator
+from puppeteer.availability import draw_subset, resolve_available
 from puppeteer.backends import make_router
 from puppeteer.backends.base import Backend
 from puppeteer.checks import check_env_settings
-from puppeteer.conductor_prompt import conductor_prompt
+from puppeteer.conductor_prompt import (
+    DEFAULT_PROMPT,
+    ConductorPrompt,
+    Followup,
+    build_prompt,
+    load_prompt_config,
+)
 from puppeteer.executor import EpisodeContext, Executor
 from puppeteer.pool import Pool, load_pool
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
@@ -36,7 +55,14 @@ from puppeteer.tasks import Grader, default_graders, load_suite
 from puppeteer.textsafe import encodable
 from puppeteer.tools import default_tools
 from puppeteer.types import Step, Task, Trajectory, Workflow
-from puppeteer.workflow import MAX_TEXT_CHARS, WorkflowError, WorkflowLimits, parse_workflow
+from puppeteer.workflow import (
+    MAX_TEXT_CHARS,
+    WorkflowError,
+    WorkflowLimits,
+    extract_lists,
+    format_workflow,
+    parse_workflow,
+)
 
 MAX_OBS_CHARS = 200_000
 RESPONSE_CHARS_IN_STATE = 1_500
@@ -56,6 +82,12 @@ class EnvConfig:
     temperature: float = 0.0
     samples_per_item: int | None = None
     show_question: bool = True
+    k_available: int | None = None
+    max_depth: int = 0
+    prompt: str = DEFAULT_PROMPT
+
+
+FOLLOWUP_ANSWER_CHARS = 800
 
 
 def sim_answer_key(tasks: Sequence[Task]) -> dict[str, Any]:
@@ -97,6 +129,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         samples_per_item: int | None = None,
         show_question: bool = True,
         unavailable: Sequence[int] = (),
+        k_available: int | None = None,
+        max_depth: int = 0,
+        prompt: str = DEFAULT_PROMPT,
         backend: Backend | None = None,
         backend_options: Mapping[str, Mapping[str, Any]] | None = None,
         cache: str | Path | None = None,
@@ -129,7 +164,12 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             temperature=temperature,
             samples_per_item=samples_per_item,
             show_question=show_question,
+            k_available=k_available,
+            max_depth=max_depth,
+            prompt=prompt,
         )
+        if max_depth < 0 or (max_depth and mode != "workflow"):
+            raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
         self.render_mode = render_mode
         self.pool = pool if isinstance(pool, Pool) else load_pool(pool)
         self.tasks: tuple[Task, ...] = (
@@ -141,7 +181,12 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         missing = {t.grader for t in self.tasks} - set(self.graders)
         if missing:
             raise ValueError(f"unknown grader(s) {sorted(missing)}")
-        self._mask = self.pool.availability(unavailable)
+        self._base_mask = self.pool.availability(unavailable)
+        self._mask = self._base_mask.copy()
+        n_base = int(self._base_mask[: len(self.pool)].sum())
+        if k_available is not None and not 1 <= k_available <= n_base:
+            raise ValueError(f"k_available must be in 1..{n_base} (the available agents), got {k_available}")
+        self._prompt_config = load_prompt_config(prompt) if mode == "workflow" else None
         self._cost = get_cost_model(cost_model)
         self._reward = PuppeteerReward(lam=lam, gamma=gamma, phi=float(phi if phi is not None else max_steps))
         self._aggregate = aggregator(aggregate or ("vote" if mode == "step" else "last"))
@@ -172,7 +217,12 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         else:
             self.action_space = UnicodeText(MAX_TEXT_CHARS)
             self.observation_space = spaces.Dict(
-                {"task": UnicodeText(MAX_OBS_CHARS), "prompt": UnicodeText(MAX_OBS_CHARS)}
+                {
+                    "task": UnicodeText(MAX_OBS_CHARS),
+                    "prompt": UnicodeText(MAX_OBS_CHARS),
+                    "mask": spaces.MultiBinary(self.pool.n_actions),
+                    "depth": spaces.Discrete(max_depth + 1),
+                }
             )
         self._task: Task | None = None
         self._steps: list[Step] = []
@@ -182,6 +232,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._rendered = 0  # lines already written in human render mode this episode
         self._grades: dict[str | None, bool] = {}  # this episode's grade per final answer
         self._sample_index = 0
+        self._depth = 0
+        self._rounds: list[dict[str, Any]] = []
+        self._followup: Followup | None = None
+        self._workflow: Workflow | None = None
         if seed is not None:
             self.reset(seed=seed)
 
@@ -243,8 +297,31 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                     [s.agent_id for s in self._steps], minlength=self.pool.n_actions
                 ).astype(np.int64),
             }
-        prompt = conductor_prompt(self.pool, task.question, task.domain, self.config.max_steps)
-        return {"task": task.question[:MAX_OBS_CHARS], "prompt": prompt[:MAX_OBS_CHARS]}
+        return {
+            "task": task.question[:MAX_OBS_CHARS],
+            "prompt": self.prompt().text[:MAX_OBS_CHARS],
+            "mask": self._current_mask(),
+            "depth": self._depth,
+        }
+
+    @property
+    def self_id(self) -> int | None:
+        """The conductor's own worker id while it may still recurse (``len(pool)``), else None."""
+        if self.config.mode == "workflow" and self._depth < self.config.max_depth:
+            return len(self.pool)
+        return None
+
+    def available(self) -> np.ndarray:
+        """Boolean mask over the agents available in this episode (no Terminator)."""
+        return self._mask[: len(self.pool)].astype(bool)
+
+    def prompt(self) -> ConductorPrompt:
+        """The conductor prompt of the current planning round (chat messages; ``.text`` is obs["prompt"])."""
+        return build_prompt(
+            self.pool, self.task.question, self.task.domain, self.config.max_steps,
+            available=self.available(), self_id=self.self_id, followup=self._followup,
+            config=self._prompt_config,
+        )
 
     def _trajectory(
         self,
@@ -267,7 +344,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         )
 
     def _info(self, **extra: Any) -> dict[str, Any]:
-        return {"task_id": self.task.id, "action_mask": self.action_masks(), **extra}
+        info = {"task_id": self.task.id, "action_mask": self.action_masks(), **extra}
+        if self.config.mode == "workflow" and not self._done:
+            info["conductor_prompt"] = self.prompt()  # chat layout of obs["prompt"]
+        return info
 
     # ----------------------------------------------------------------- gym API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):  # type: ignore[override]
@@ -288,9 +368,24 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._steps, self._rewards, self._done = [], [], False
         self._result, self._rendered = None, 0
         self._grades = {}
+        self._depth, self._rounds, self._followup, self._workflow = 0, [], None, None
+        self._mask = self._episode_mask(options)
         if self.render_mode == "human":
             self.render()
         return self._obs(), self._info()
+
+    def _episode_mask(self, options: Mapping[str, Any]) -> np.ndarray:
+        """The action mask of a new episode: ``options["available"]``, a random k of n, or the base."""
+        mask = self._base_mask.copy()
+        n = len(self.pool)
+        if options.get("available") is not None:
+            chosen = resolve_available(self.pool, options["available"])
+            if (chosen & ~self._base_mask[:n].astype(bool)).any():
+                raise ValueError("options['available'] names an agent the env was told is unavailable")
+            mask[:n] = chosen
+        elif self.config.k_available is not None:
+            mask[:n] = draw_subset(self.np_random, self._base_mask[:n].astype(bool), self.config.k_available)
+        return mask
 
     def step(self, action: Any):  # type: ignore[override]
         if self._task is None or self._done:
@@ -375,28 +470,81 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             cost=f,
         )
 
+    def _round(self, text: str | None, **fields: Any) -> dict[str, Any]:
+        record = {"depth": self._depth, "text": text, "parse_error": None, "workflow": None,
+                  "steps": [], "answer": None, "recurse": False, **fields}
+        self._rounds.append(record)
+        return record
+
+    def _parse(self, text: str | None) -> Workflow | None:
+        """The round's workflow; None for the empty-lists "keep the answer" end of an inner round."""
+        if text is None:
+            raise WorkflowError("a workflow action is text")
+        if self._depth > 0:
+            try:
+                if extract_lists(text) == ([], [], []):
+                    return None
+            except WorkflowError:
+                pass
+        self_id = self.self_id
+        available = self.available().tolist() + ([True] if self_id is not None else [])
+        workflow = parse_workflow(
+            text, len(available), available, WorkflowLimits(max_steps=self.config.max_steps)
+        )
+        if self_id is not None and self_id in workflow.model_id[:-1]:
+            raise WorkflowError(f"the conductor (id {self_id}) may only be the last step")
+        return workflow
+
     def _step_workflow(self, action: Any):
         text = encodable(action) if isinstance(action, str) else None  # no lone surrogates past here
         try:
             if text is None:
                 raise WorkflowError(f"a workflow action is text, got {type(action).__name__}")
-            workflow = parse_workflow(
-                text,
-                len(self.pool),
-                self._mask[: len(self.pool)].astype(bool),
-                WorkflowLimits(max_steps=self.config.max_steps),
-            )
+            workflow = self._parse(text)
         except WorkflowError as e:
+            self._round(text, parse_error=str(e))
             traj = self._trajectory(None, False, 0.0, parse_error=str(e))
-            return self._finish(0.0, trajectory=traj, correct=False, final_answer=None, parse_error=str(e))
-        self._steps = list(self.executor.run_workflow(self._context(), workflow))
+            return self._finish(0.0, trajectory=traj, correct=False, final_answer=None, parse_error=str(e),
+                                rounds=list(self._rounds), depth=self._depth)
+        if workflow is None:  # an inner round kept its parent's answer
+            self._round(text, answer=self._steps[-1].answer if self._steps else None)
+            return self._end_workflow(self._workflow)
+        self._workflow = workflow
+        recurse = self.self_id is not None and workflow.model_id[-1] == self.self_id
+        run = workflow
+        if recurse:
+            run = Workflow(workflow.model_id[:-1], workflow.subtasks[:-1], workflow.access_list[:-1])
+        prior = tuple(self._steps[-1:])
+        steps: tuple[Step, ...] = ()
+        if len(run):
+            steps = self.executor.run_workflow(self._context(), run, prior=prior, offset=len(self._steps))
+        self._steps.extend(steps)
+        last = self._steps[-1] if self._steps else None
+        self._round(text, workflow=format_workflow(workflow), steps=[s.index for s in steps],
+                    answer=last.answer if last else None, recurse=recurse)
+        if not recurse:
+            return self._end_workflow(workflow)
+        self._depth += 1
+        self._followup = Followup(
+            parent=format_workflow(workflow),
+            answer=(last.completion.text[-FOLLOWUP_ANSWER_CHARS:] if last else "(no answer yet)"),
+            agent=last.agent_name if last else "-",
+            depth=self._depth,
+            max_depth=self.config.max_depth,
+        )
+        self._rewards.append(0.0)
+        return self._obs(), 0.0, False, False, self._info(round=self._rounds[-1], depth=self._depth,
+                                                          steps=steps)
+
+    def _end_workflow(self, workflow: Workflow | None):
         answer = self._aggregate([s.answer for s in self._steps])
         correct = self._grader().grade(answer, self.task)
         cost = sum(self._cost(s.completion) for s in self._steps)
         reward = conductor_reward(True, correct, cost, self.config.workflow_lam)
         traj = self._trajectory(answer, correct, reward, workflow=workflow)
         return self._finish(
-            reward, trajectory=traj, correct=correct, final_answer=answer, parse_error=None, cost=cost
+            reward, trajectory=traj, correct=correct, final_answer=answer, parse_error=None, cost=cost,
+            rounds=list(self._rounds), depth=self._depth,
         )
 
     def abort(self, error: str):

@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -34,6 +34,7 @@ import numpy as np
 
 from puppeteer.errors import UserError
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
+from puppeteer.policies.conductor import ConductorPolicy, is_conductor_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import trajectory_to_dict
@@ -97,6 +98,15 @@ class EvalResult:
     cache_hits: int | None = None
     cache_misses: int | None = None
     out_dir: str | None = None
+    available: tuple[str, ...] | None = None
+    max_depth: int = 0
+    # the conductor LM's own calls (conductor policies only; the worker means above exclude them)
+    mean_conductor_calls: float = 0.0
+    mean_conductor_prompt_tokens: float = 0.0
+    mean_conductor_completion_tokens: float = 0.0
+    mean_conductor_latency_s: float = 0.0
+    mean_conductor_usd: float = 0.0
+    per_depth: tuple[dict[str, Any], ...] | None = None
 
     @property
     def mean_tokens(self) -> float:
@@ -111,6 +121,7 @@ class _Record:
     correct: bool
     error: str | None
     trajectory: Trajectory | None
+    extra: dict[str, Any] = field(default_factory=dict)  # conductor calls, planning rounds
 
 
 # --------------------------------------------------------------------------- running one item
@@ -122,20 +133,78 @@ def item_seed(seed: int, task_id: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-def _run_workflow(env: ConductorEnv, index: int, seed: int, plan: Workflow) -> Trajectory:
-    env.reset(seed=seed, options={"task_index": index})
+def _run_workflow(env: ConductorEnv, index: int, seed: int, plan: Workflow,
+                  options: dict[str, Any] | None = None) -> Trajectory:
+    env.reset(seed=seed, options={"task_index": index, **(options or {})})
     *_, info = env.step(format_workflow(plan))
     return info["trajectory"]
 
 
-def _run_steps(env: ConductorEnv, index: int, seed: int, policy: Any, rng: np.random.Generator) -> Trajectory:
-    obs, _ = env.reset(seed=seed, options={"task_index": index})
+def _run_steps(env: ConductorEnv, index: int, seed: int, policy: Any, rng: np.random.Generator,
+               options: dict[str, Any] | None = None) -> Trajectory:
+    obs, _ = env.reset(seed=seed, options={"task_index": index, **(options or {})})
     policy.reset(env.task.id)
     for _ in range(env.config.max_steps + 1):
         obs, _, terminated, truncated, info = env.step(policy.act(obs, rng))
         if terminated or truncated:
             return info["trajectory"]
     raise RuntimeError("the environment did not end the episode after max_steps + 1 actions")
+
+
+def _run_conductor(env: ConductorEnv, index: int, seed: int, policy: ConductorPolicy,
+                   options: dict[str, Any] | None = None) -> tuple[Trajectory, dict[str, Any]]:
+    """One episode of a text-writing conductor: act until the env ends it (recursion acts again)."""
+    obs, info = env.reset(seed=seed, options={"task_index": index, **(options or {})})
+    policy.reset(env.task.id)
+    for _ in range(env.config.max_depth + 1):
+        obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
+        if terminated or truncated:
+            grader = env.graders[env.task.grader]
+            rounds = [{**r, "correct": grader.grade(r["answer"], env.task) if r["parse_error"] is None
+                       else False} for r in info["rounds"]]
+            return info["trajectory"], {
+                "conductor": [c.to_dict() for c in policy.calls], "rounds": rounds,
+                "available": [a.name for a, ok in zip(env.pool.agents, env.available(), strict=True) if ok],
+            }
+    raise RuntimeError("the environment did not end the episode after max_depth + 1 planning rounds")
+
+
+def _conductor_fields(records: Sequence[_Record], max_depth: int) -> dict[str, Any]:
+    """Means of the conductor's own calls, and accuracy / calls / cost per recursion depth."""
+    done = [r for r in records if r.trajectory is not None and "conductor" in r.extra]
+    if not done:
+        return {}
+
+    def mean(values: Sequence[float]) -> float:
+        return float(np.mean(values)) if values else 0.0
+
+    calls = [r.extra["conductor"] for r in done]
+    fields: dict[str, Any] = dict(
+        mean_conductor_calls=mean([len(c) for c in calls]),
+        mean_conductor_prompt_tokens=mean([sum(x["prompt_tokens"] for x in c) for c in calls]),
+        mean_conductor_completion_tokens=mean([sum(x["completion_tokens"] for x in c) for c in calls]),
+        mean_conductor_latency_s=mean([sum(x["latency_s"] for x in c) for c in calls]),
+        mean_conductor_usd=mean([sum(x["cost_usd"] for x in c) for c in calls]),
+    )
+    per_depth = []
+    for d in range(max_depth + 1):
+        # each episode as if it had stopped after round d (episodes that ended earlier keep their end)
+        correct, worker_calls, usd, conductor_calls, reached = [], [], [], [], 0
+        for r in done:
+            rounds = r.extra["rounds"][: d + 1]
+            reached += len(r.extra["rounds"]) > d
+            correct.append(bool(rounds[-1]["correct"]))
+            idx = {i for x in rounds for i in x["steps"]}
+            steps = [s for s in r.trajectory.steps if s.index in idx]  # type: ignore[union-attr]
+            worker_calls.append(len(steps))
+            usd.append(sum(s.completion.cost_usd or 0.0 for s in steps)
+                       + sum(c["cost_usd"] for c in r.extra["conductor"][: d + 1]))
+            conductor_calls.append(min(len(r.extra["conductor"]), d + 1))
+        per_depth.append(dict(depth=d, reached=reached, accuracy=mean(correct),
+                              mean_worker_calls=mean(worker_calls),
+                              mean_conductor_calls=mean(conductor_calls), mean_usd_incl_conductor=mean(usd)))
+    fields["per_depth"] = tuple(per_depth)
+    return fields
 
 
 def _record_line(index: int, task: Task, policy: str, record: _Record, mode: str,
@@ -147,7 +216,7 @@ def _record_line(index: int, task: Task, policy: str, record: _Record, mode: str
              "correct": False, "reward": 0.0, "parse_error": None, "workflow": None, "prompt_tokens": 0,
              "completion_tokens": 0, "cost_usd": 0.0, "flops": 0.0}
     d.update(index=index, policy=policy, error=record.error, gold=task.answer, domain=task.domain,
-             wall_s=round(wall_s, 4))
+             wall_s=round(wall_s, 4), **record.extra)
     return d
 
 
@@ -256,6 +325,9 @@ def evaluate_policy(
     tasks: Sequence[Task] | None = None,
     backend: Backend | None = None,
     overwrite: bool = False,
+    available: Sequence[str] | None = None,
+    k_available: int | None = None,
+    max_depth: int = 0,
 ) -> EvalResult:
     """Run every item of ``suite``/``split`` (first ``n``) once under a policy and summarise.
 
@@ -264,6 +336,8 @@ def evaluate_policy(
     cache for model-calling backends. Workflow policies whose plans are longer than
     ``max_steps`` raise the limit for this run (the result records the limit used).
     A finished ``results.json`` in ``out_dir`` is never replaced unless ``overwrite``.
+    ``available`` (agent names) fixes the agents of every episode; ``k_available`` draws a random
+    k-of-n subset per item instead (seeded per item). ``max_depth`` lets a conductor policy recurse.
     """
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
     if isinstance(spec_or_policy, str):
@@ -284,10 +358,17 @@ def evaluate_policy(
     from puppeteer.env import ConductorEnv
 
     seeds = [item_seed(seed, t.id) for t in items]
+    conductor = is_conductor_policy(policy)
     workflow = is_workflow_policy(policy)
     plans: list[Workflow | BaseException] = []
-    env_kwargs: dict[str, Any] = dict(pool=pool, tasks=items, lam=lam, cache=cache, backend=backend)
-    if workflow:
+    env_kwargs: dict[str, Any] = dict(pool=pool, tasks=items, lam=lam, cache=cache, backend=backend,
+                                      k_available=k_available)
+    reset_options: dict[str, Any] = {"available": list(available)} if available else {}
+    if conductor:
+        policy.bind(cache)  # type: ignore[union-attr]
+        env = ConductorEnv(mode="workflow", aggregate="last", workflow_lam=lam, max_steps=max_steps,
+                           max_depth=max_depth, **env_kwargs)
+    elif workflow:
         for t, s in zip(items, seeds, strict=True):
             try:
                 plans.append(policy.plan(t, pool, np.random.default_rng(s)))  # type: ignore[union-attr]
@@ -306,6 +387,7 @@ def evaluate_policy(
         backends=pool.backends(),
         max_steps=max_steps, lam=lam, cache_path=str(cache) if cache is not None else None,
         out_dir=str(out) if out is not None else None,
+        available=tuple(available) if available else None, max_depth=max_depth,
     )
 
     records: list[_Record] = []
@@ -321,18 +403,26 @@ def evaluate_policy(
             for i, task in enumerate(items):
                 t0 = time.perf_counter()
                 try:
-                    if workflow:
+                    extra: dict[str, Any] = {}
+                    if conductor:
+                        traj, extra = _run_conductor(env, i, seeds[i], policy,  # type: ignore[arg-type]
+                                                     reset_options)
+                    elif workflow:
                         plan = plans[i]
                         if isinstance(plan, BaseException):
                             raise plan
-                        traj = _run_workflow(env, i, seeds[i], plan)
+                        traj = _run_workflow(env, i, seeds[i], plan, reset_options)
                     else:
-                        traj = _run_steps(env, i, seeds[i], policy, np.random.default_rng(seeds[i]))
-                    record = _Record(traj.correct, None, traj)
+                        traj = _run_steps(env, i, seeds[i], policy, np.random.default_rng(seeds[i]),
+                                          reset_options)
+                    record = _Record(traj.correct, None, traj, extra)
                 except Exception as e:
                     log.warning("item %d (%s) failed: %s: %s", i, task.id, type(e).__name__, e)
                     record = _Record(False, f"{type(e).__name__}: {e}", None)
                 records.append(record)
+                if conductor and len(records) % 5 == 0:  # rich prints nothing under nohup
+                    log.info("%s: %d/%d items, %d correct", spec, len(records), len(items),
+                             sum(r.correct for r in records))
                 if sink is not None:
                     line = _record_line(i, task, spec, record, mode, time.perf_counter() - t0)
                     try:
@@ -357,6 +447,8 @@ def evaluate_policy(
         if backend is None:  # the caches were opened here: close their SQLite connections
             for c in cached:
                 c.close()
+        if conductor:
+            fields.update(_conductor_fields(records, max_depth))
         result = _summary(records, len(items), wall_s=time.perf_counter() - start,
                           completed=len(records) == len(items), **fields)
         _write_results(out, result)
@@ -454,13 +546,20 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
                         "ray://HEAD:10001 (needs the ray extra; same results as without)")
     p.add_argument("--ray-workers", type=int, default=None, help="shards for --ray (default: cluster CPUs)")
     p.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
+    p.add_argument("--available", default=None,
+                   help="comma-separated agent names: evaluate on this fixed subset of the pool")
+    p.add_argument("--k-available", type=int, default=None,
+                   help="a random k-of-n subset of the agents per item (seeded per item)")
+    p.add_argument("--max-depth", type=int, default=0,
+                   help="conductor policies: how often the conductor may call itself (recursion)")
 
 
-def resolve_cache(pool: Pool, cache: str | None, no_cache: bool) -> Path | None:
-    """The cache the CLI uses: none with --no-cache or for pools without model-calling backends."""
+def resolve_cache(pool: Pool, cache: str | None, no_cache: bool, model_policy: bool = False) -> Path | None:
+    """The cache the CLI uses: none with --no-cache or when nothing calls a model (neither the pool's
+    backends nor, with ``model_policy``, the policy itself: a conductor LM is cached on any pool)."""
     from puppeteer.backends import CACHEABLE
 
-    if no_cache or not set(pool.backends()) & CACHEABLE:
+    if no_cache or not (model_policy or set(pool.backends()) & CACHEABLE):
         return None
     return Path(cache).expanduser() if cache else default_response_cache()
 
@@ -469,12 +568,16 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
     pool = load_pool(args.pool)
-    cache = resolve_cache(pool, args.cache, args.no_cache)
+    cache = resolve_cache(pool, args.cache, args.no_cache,
+                          model_policy=args.policy.strip().lower().startswith("conductor"))
     out = Path(args.out) if args.out else Path("runs") / "eval" / slug(
         f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
+    available = [a.strip() for a in args.available.split(",") if a.strip()] if args.available else None
     if getattr(args, "ray", None) is not None:
         from puppeteer.distributed import evaluate_policy_ray
 
+        if available or args.k_available or args.max_depth:
+            raise UserError("--available, --k-available and --max-depth are not supported with --ray yet")
         result = evaluate_policy_ray(args.policy, pool, args.suite, split=args.split, n=args.n,
                                      seed=args.seed, out_dir=out, cache=cache, max_steps=args.max_steps,
                                      lam=args.lam, address=args.ray, workers=args.ray_workers,
@@ -482,7 +585,8 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     else:
         result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
                                  out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
-                                 progress=not args.quiet, overwrite=args.overwrite)
+                                 progress=not args.quiet, overwrite=args.overwrite, available=available,
+                                 k_available=args.k_available, max_depth=args.max_depth)
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

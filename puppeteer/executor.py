@@ -128,16 +128,24 @@ class Executor:
             completion, calls = self.backend.complete(request), 0
         return self._step(ctx, index, agent_id, subtask, visible, completion, calls)
 
-    async def arun_workflow(self, ctx: EpisodeContext, workflow: Workflow) -> tuple[Step, ...]:
+    async def arun_workflow(
+        self, ctx: EpisodeContext, workflow: Workflow, prior: Sequence[Step] = (), offset: int = 0
+    ) -> tuple[Step, ...]:
+        """Run ``workflow``; its steps get indices ``offset + i``. Steps with access ``'all'`` also
+        see the ``prior`` steps (a recursive round sees its parent's last step)."""
         futures: dict[int, Awaitable[Step]] = {}
 
         async def run(i: int) -> Step:
             deps = [await futures[j] for j in visible_steps(workflow, i)]
-            return await self.arun_step(ctx, i, workflow.model_id[i], workflow.subtasks[i], deps)
+            if workflow.access_list[i] == "all":
+                deps = [*prior, *deps]
+            return await self.arun_step(ctx, offset + i, workflow.model_id[i], workflow.subtasks[i], deps)
 
         for i in range(len(workflow)):
             futures[i] = asyncio.ensure_future(run(i))
         return tuple(await asyncio.gather(*futures.values()))
 
-    def run_workflow(self, ctx: EpisodeContext, workflow: Workflow) -> tuple[Step, ...]:
-        return run_sync(self.arun_workflow(ctx, workflow))
+    def run_workflow(
+        self, ctx: EpisodeContext, workflow: Workflow, prior: Sequence[Step] = (), offset: int = 0
+    ) -> tuple[Step, ...]:
+        return run_sync(self.arun_workflow(ctx, workflow, prior, offset))

@@ -150,7 +150,7 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         "the same code path runs on the simulator in tests/test_quickstart.py", slow=False)),
     (r"^run --pool local\b", RealModels(
         "calls a real local llama.cpp model (one generation, ~1 min on 2 cores)", slow=True)),
-    (r"^(eval|run|ab|graph|sweep)$", RealModels(
+    (r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$", RealModels(
         "a mention of the sub-command in prose, not a command", slow=False)),
     (r"^(graph|query) ", RealModels(
         "reads runs that earlier commands of the page made; tests/test_analytics_*.py run it",

@@ -201,9 +201,12 @@ def test_dataset_rows_carry_the_env_prompt_and_task_id(tasks: tuple[Task, ...]) 
     rows = conductor_rows(env)
     assert [r["task_id"] for r in rows] == [t.id for t in tasks]
     obs, _ = env.reset(options={"task": tasks[3]})
-    assert rows[3]["prompt"] == obs["prompt"] and rows[3]["prompt"].endswith("Thinking:")
+    assert rows[3]["prompt"] == obs["prompt"] and tasks[3].question in rows[3]["prompt"]
     chat = conductor_dataset(env, chat=True)
-    assert chat[0]["prompt"] == [{"role": "user", "content": rows[0]["prompt"]}]
+    messages = chat[3]["prompt"]
+    assert messages == [m.as_dict() for m in env.prompt().messages]  # the env's chat layout
+    assert [m["role"] for m in messages[1:-1]] == ["user", "assistant"] * ((len(messages) - 2) // 2)
+    assert tasks[3].question in messages[-1]["content"] and "model_id" in messages[-2]["content"]
     assert chat.column_names == ["prompt", "task_id", "suite"]
     with pytest.raises(ValueError, match="workflow-mode"):
         conductor_rows(ConductorEnv(mode="step", pool="sim-paper", tasks=tasks))

@@ -14,7 +14,7 @@ from puppeteer.backends.base import Backend, BackendRegistry, Router, SyncBacken
 __all__ = ["Backend", "BackendRegistry", "Router", "SyncBackend", "default_registry", "make_router"]
 
 # Backends that call a model; only these are worth caching (the simulator is deterministic and free).
-CACHEABLE = frozenset({"litellm", "llamacpp"})
+CACHEABLE = frozenset({"litellm", "llamacpp", "transformers"})
 
 
 def _sim(**options: Any) -> Backend:
@@ -35,12 +35,19 @@ def _llamacpp(**options: Any) -> Backend:
     return LlamaCppBackend(**options)
 
 
+def _transformers(**options: Any) -> Backend:
+    from puppeteer.backends.transformers_backend import TransformersBackend
+
+    return TransformersBackend(**options)
+
+
 def default_registry() -> BackendRegistry:
-    """A fresh registry with the built-in backends: ``sim``, ``litellm``, ``llamacpp``."""
+    """A fresh registry with the built-in backends: ``sim``, ``litellm``, ``llamacpp``, ``transformers``."""
     registry = BackendRegistry()
     registry.register("sim", _sim)
     registry.register("litellm", _litellm)
     registry.register("llamacpp", _llamacpp)
+    registry.register("transformers", _transformers)
     return registry
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from puppeteer.policies.base import StepPolicy
+from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.pool import Pool
 from puppeteer.reasoning import PATTERNS
 from puppeteer.types import Task, Workflow
@@ -356,6 +357,7 @@ SPEC_FORMS: tuple[str, ...] = (
     "random-step           step mode: random agent each step, Terminator with probability 1/max_steps",
     "puppeteer:PATH        step mode: a trained PuppeteerPolicy directory, greedy",
     "sb3:PATH              step mode: an sb3/sb3-contrib model saved by scripts/train_maskable_ppo.py",
+    *CONDUCTOR_SPEC_FORMS,
 )
 
 
@@ -440,6 +442,12 @@ def _sb3(arg: str, pool: Pool, max_steps: int) -> Policy:
     return load_sb3(arg, pool)
 
 
+def _conductor(arg: str, pool: Pool, max_steps: int) -> Policy:
+    from puppeteer.policies.conductor import make_conductor
+
+    return make_conductor(arg)  # type: ignore[return-value]
+
+
 PARSERS: Mapping[str, Parser] = MappingProxyType({
     "single": _single,
     "random": _random,
@@ -451,6 +459,7 @@ PARSERS: Mapping[str, Parser] = MappingProxyType({
     "random-step": _random_step,
     "puppeteer": _puppeteer,
     "sb3": _sb3,
+    "conductor": _conductor,
 })
 
 

@@ -125,6 +125,7 @@ class TrainConfig(EnvNode):  # type: ignore[misc,valid-type]
     pool: PoolConfig = field(default_factory=PoolConfig)
     policy: PolicyNode = field(default_factory=PolicyNode)
     trainer: Any = field(default_factory=TrainerNode)
+    k_available: int | None = None  # random k-of-n agent subsets in the training env (None: all)
     cache: str | None = None
     seed: int = 0
     out: str | None = None

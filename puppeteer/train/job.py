@@ -74,7 +74,8 @@ def build(cfg: Mapping[str, Any]) -> tuple[ConductorEnv, ConductorEnv, Puppeteer
     suite = cfg["suite"]
     kw = env_kwargs(cfg)
     env = ConductorEnv(
-        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=_n(suite, "train"), **kw
+        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=_n(suite, "train"),
+        k_available=cfg.get("k_available"), **kw,  # random k-of-n agent subsets while training only
     )
     eval_env = ConductorEnv(
         pool=pool, suite=suite["name"], split=suite["eval_split"], n_tasks=_n(suite, "eval"), **kw

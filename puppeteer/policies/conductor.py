@@ -1,0 +1,145 @@
+"""The conductor as a policy: a language model that writes a whole workflow as text.
+
+``ConductorPolicy`` turns the environment's conductor prompt (workflow mode) into a completion
+through the project's :class:`~puppeteer.backends.base.Backend` protocol, so the response cache,
+the embedded llama.cpp models, litellm and transformers all work unchanged. The policy writes
+TEXT; the environment parses it (parse failures are recorded and score 0). With recursion on, an
+episode may ask the policy to act again (a new planning round with a new prompt).
+
+Spec forms (``make_policy``): see :data:`CONDUCTOR_SPEC_FORMS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from puppeteer.backends import make_router
+from puppeteer.backends.base import Backend
+from puppeteer.backends.models import EMBEDDED_MODELS
+from puppeteer.conductor_prompt import ConductorPrompt
+from puppeteer.types import CompletionRequest, Message, ModelSpec
+
+DEFAULT_CONDUCTOR_MODEL = "qwen2.5-coder-1.5b"
+DEFAULT_MAX_TOKENS = 256
+
+CONDUCTOR_SPEC_FORMS: tuple[str, ...] = (
+    "conductor             prompted LM conductor: Qwen2.5-Coder-1.5B (embedded GGUF, llama.cpp)",
+    "conductor:KEY         an embedded model: qwen2.5-coder-1.5b | qwen2.5-coder-0.5b | smollm2-135m",
+    "conductor:litellm:M   any litellm model string, e.g. conductor:litellm:openai/gpt-4o-mini",
+    "conductor:hf:PATH     transformers: an HF model id, a local dir or a GRPO checkpoint (CPU);"
+    " PATH#FILE.gguf loads a GGUF file in dir PATH",
+)
+
+
+@dataclass(frozen=True)
+class ConductorCall:
+    """One planning round of the conductor LM: its text and its own cost."""
+
+    depth: int
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    cost_usd: float
+    flops: float
+    cached: bool
+    truncated: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _params_b(target: str) -> float:
+    model = EMBEDDED_MODELS.get(target)
+    return model.params_b if model is not None else 0.0
+
+
+def conductor_model(spec_arg: str) -> ModelSpec:
+    """The conductor's :class:`ModelSpec` from the part of the spec after ``conductor:``."""
+    arg = spec_arg.strip()
+    if not arg:
+        arg = DEFAULT_CONDUCTOR_MODEL
+    backend, sep, target = arg.partition(":")
+    if sep and backend in ("litellm", "llamacpp", "hf", "transformers"):
+        backend = "transformers" if backend == "hf" else backend
+    else:
+        backend, target = "llamacpp", arg
+    if not target:
+        raise ValueError(f"conductor:{backend}: needs a model after the colon")
+    if backend == "llamacpp" and target not in EMBEDDED_MODELS:
+        raise ValueError(f"unknown embedded model {target!r}; known: {', '.join(sorted(EMBEDDED_MODELS))}")
+    return ModelSpec(name="conductor", backend=backend, target=target, params_b=_params_b(target))
+
+
+@dataclass
+class ConductorPolicy:
+    """Prompt -> generate -> text action. The environment's parser decides what the text means.
+
+    ``backend`` defaults to a router over the built-in backends (own model instances, so the
+    conductor's KV prefix survives between items); ``bind(cache=...)`` adds the response cache.
+    """
+
+    model: ModelSpec
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float = 0.0
+    backend: Backend | None = None
+    backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    name: str = ""
+    aggregate: str = "last"
+    calls: list[ConductorCall] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = f"conductor:{self.model.backend}:{self.model.target}"
+
+    def bind(self, cache: str | Path | None = None) -> None:
+        """Create the default backend (with a response cache) unless one was given."""
+        if self.backend is None:
+            options = {k: dict(v) for k, v in self.backend_options.items()}
+            options.setdefault("llamacpp", {}).setdefault("n_ctx", 4096)
+            self.backend = make_router(options, cache=cache)
+
+    def reset(self, task_id: str) -> None:
+        """A new episode: forget the previous episode's calls."""
+        self.calls = []
+
+    def request(self, prompt: ConductorPrompt, sample_index: int = 0) -> CompletionRequest:
+        return CompletionRequest(model=self.model, messages=prompt.messages, max_tokens=self.max_tokens,
+                                 temperature=self.temperature, sample_index=sample_index)
+
+    def write(self, prompt: ConductorPrompt, depth: int = 0, sample_index: int = 0) -> str:
+        """The conductor's completion for ``prompt`` (recorded in :attr:`calls`)."""
+        if self.backend is None:
+            self.bind()
+        assert self.backend is not None
+        c = self.backend.complete(self.request(prompt, sample_index))
+        self.calls.append(ConductorCall(
+            depth=depth, text=c.text, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
+            latency_s=c.latency_s, cost_usd=c.cost_usd or 0.0, flops=c.flops, cached=c.cached,
+            truncated=c.truncated,
+        ))
+        return c.text
+
+    def act(self, obs: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> str:
+        """Gym-style: the text action for a workflow-mode observation.
+
+        Uses ``info["conductor_prompt"]`` (chat layout with few-shot turns) when present, else the
+        flat ``obs["prompt"]`` as one user message.
+        """
+        prompt = (info or {}).get("conductor_prompt")
+        if not isinstance(prompt, ConductorPrompt):
+            prompt = ConductorPrompt((Message("user", str(obs["prompt"])),))
+        return self.write(prompt, depth=int(obs.get("depth", 0)))
+
+
+def is_conductor_policy(policy: object) -> bool:
+    return isinstance(policy, ConductorPolicy)
+
+
+def make_conductor(arg: str) -> ConductorPolicy:
+    """``ConductorPolicy`` from the part of a spec after ``conductor:`` (see CONDUCTOR_SPEC_FORMS)."""
+    model = conductor_model(arg)
+    return ConductorPolicy(model=model, name="conductor" + (f":{arg.strip()}" if arg.strip() else ""))
