@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from puppeteer.parallel import default_concurrency, map_as_completed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
@@ -181,6 +182,30 @@ def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
     return found
 
 
+def _workers(env: ConductorEnv, policy: Any, concurrency: int, n: int) -> list[tuple[ConductorEnv, Any]]:
+    """``(env, policy)`` per concurrent item: env clones; step policies are copied (per-episode state)."""
+    import copy
+
+    workers: list[tuple[ConductorEnv, Any]] = [(env, policy)]
+    for _ in range(min(concurrency, n) - 1):
+        try:
+            twin = policy if is_workflow_policy(policy) else copy.deepcopy(policy)
+        except Exception as e:  # a policy that cannot be copied runs its items one at a time
+            log.warning("policy %s cannot be copied (%s); items run one at a time", policy.name, e)
+            return workers[:1]
+        workers.append((env.clone(), twin))
+    return workers
+
+
+def _sort_lines(path: Path) -> None:
+    """Rewrite a finished run's trajectories in item order (they were written in finishing order)."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines.sort(key=lambda line: json.loads(line)["index"])
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.replace(path)
+
+
 # --------------------------------------------------------------------------- progress
 
 
@@ -249,6 +274,7 @@ def evaluate_policy(
     *,
     tasks: Sequence[Task] | None = None,
     backend: Backend | None = None,
+    concurrency: int | None = None,
 ) -> EvalResult:
     """Run every item of ``suite``/``split`` (first ``n``) once under a policy and summarise.
 
@@ -256,6 +282,9 @@ def evaluate_policy(
     the pool's backends (a test double or a custom router). ``cache`` is a SQLite response
     cache for model-calling backends. Workflow policies whose plans are longer than
     ``max_steps`` raise the limit for this run (the result records the limit used).
+    ``concurrency`` items run at once, each on its own environment clone (default: 16 for pools
+    that call models, so the local backend can batch their calls; 1 for the simulator). Results
+    do not depend on it: every item has its own reset seed.
     """
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
     if isinstance(spec_or_policy, str):
@@ -299,45 +328,53 @@ def evaluate_policy(
         out_dir=str(out) if out is not None else None,
     )
 
-    records: list[_Record] = []
+    records: dict[int, _Record] = {}
     cached = _cached_backends(env, pool)
     # a shared backend (``backend=``) keeps counting across runs: report this run's share only
     hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
+    workers = _workers(env, policy, concurrency if concurrency is not None else default_concurrency(
+        pool.backends()), len(items))
+
+    def run_item(worker: tuple[ConductorEnv, Any], i: int) -> tuple[_Record, float]:
+        item_env, item_policy = worker
+        t0 = time.perf_counter()
+        try:
+            if workflow:
+                plan = plans[i]
+                if isinstance(plan, BaseException):
+                    raise plan
+                traj = _run_workflow(item_env, i, seeds[i], plan)
+            else:
+                traj = _run_steps(item_env, i, seeds[i], item_policy, np.random.default_rng(seeds[i]))
+            return _Record(traj.correct, None, traj), time.perf_counter() - t0
+        except Exception as e:
+            log.warning("item %d (%s) failed: %s: %s", i, items[i].id, type(e).__name__, e)
+            return _Record(False, f"{type(e).__name__}: {e}", None), time.perf_counter() - t0
+
     start = time.perf_counter()
     sink: TextIO | None = (out / "trajectories.jsonl").open("w") if out is not None else None
     try:
         with _progress(progress, len(items), f"{spec} on {suite}/{split}") as advance:
-            for i, task in enumerate(items):
-                t0 = time.perf_counter()
-                try:
-                    if workflow:
-                        plan = plans[i]
-                        if isinstance(plan, BaseException):
-                            raise plan
-                        traj = _run_workflow(env, i, seeds[i], plan)
-                    else:
-                        traj = _run_steps(env, i, seeds[i], policy, np.random.default_rng(seeds[i]))
-                    record = _Record(traj.correct, None, traj)
-                except Exception as e:
-                    log.warning("item %d (%s) failed: %s: %s", i, task.id, type(e).__name__, e)
-                    record = _Record(False, f"{type(e).__name__}: {e}", None)
-                records.append(record)
+            for i, (record, wall) in map_as_completed(run_item, len(items), workers):
+                records[i] = record  # lines are written as items finish, each with its index
                 if sink is not None:
-                    line = _record_line(i, task, spec, record, mode, time.perf_counter() - t0)
+                    line = _record_line(i, items[i], spec, record, mode, wall)
                     sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
                     sink.flush()
-                advance(sum(r.correct for r in records), len(records))
+                advance(sum(r.correct for r in records.values()), len(records))
     finally:
         if sink is not None:
             sink.close()
+            if out is not None and len(records) == len(items) and len(workers) > 1:
+                _sort_lines(out / "trajectories.jsonl")
         if cached:
             fields.update(cache_hits=sum(c.stats.hits for c in cached) - hits0,
                           cache_misses=sum(c.stats.misses for c in cached) - misses0)
         if backend is None:  # the caches were opened here: close their SQLite connections
             for c in cached:
                 c.close()
-        result = _summary(records, len(items), wall_s=time.perf_counter() - start,
-                          completed=len(records) == len(items), **fields)
+        result = _summary([records[i] for i in sorted(records)], len(items),
+                          wall_s=time.perf_counter() - start, completed=len(records) == len(items), **fields)
         _write_results(out, result)
     return result
 
@@ -424,6 +461,8 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
                    help="output directory for results.json and trajectories.jsonl "
                         "(default: runs/eval/<pool>_<suite>_<split>_<policy>)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="items in flight at once (default: 16 for pools that call models, 1 for sim)")
 
 
 def resolve_cache(pool: Pool, cache: str | None, no_cache: bool) -> Path | None:
@@ -444,7 +483,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
     result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
                              out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
-                             progress=not args.quiet)
+                             progress=not args.quiet, concurrency=args.concurrency)
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

@@ -62,6 +62,18 @@ class Episode:
     trajectory: dict[str, Any] = field(default_factory=dict)
 
 
+def _step_all(envs: Sequence[ConductorEnv], actions: Sequence[int]) -> list[tuple[Any, ...]]:
+    """``env.step(action)`` for each pair; in threads when the pool calls models, so their calls batch."""
+    from puppeteer.parallel import default_concurrency
+
+    if len(envs) < 2 or default_concurrency(envs[0].pool.backends()) < 2:
+        return [env.step(a) for env, a in zip(envs, actions, strict=True)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(envs), thread_name_prefix="rollout") as pool:
+        return list(pool.map(lambda pair: pair[0].step(pair[1]), zip(envs, actions, strict=True)))
+
+
 def run_episodes(
     envs: Sequence[ConductorEnv],
     policy: PuppeteerPolicy,
@@ -88,8 +100,9 @@ def run_episodes(
             feats = policy.features_batch([obs[k] for k in active])
             actions = policy.choose_batch(feats, generator, greedy=greedy)
             still = []
-            for k, f, a in zip(active, feats, actions, strict=True):
-                obs[k], r, terminated, truncated, info = envs[k].step(a)
+            stepped = _step_all([envs[k] for k in active], actions)  # concurrently when envs call models
+            for k, f, a, result in zip(active, feats, actions, stepped, strict=True):
+                obs[k], r, terminated, truncated, info = result
                 ep = eps[k]
                 ep.feats.append(f)
                 ep.actions.append(a)
