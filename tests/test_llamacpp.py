@@ -290,7 +290,7 @@ def test_prefix_kv_cache_reuse_speeds_up_shared_system_prompt() -> None:
     pytest.importorskip("llama_cpp")
     from puppeteer.backends.llamacpp import LlamaCppBackend
 
-    backend = LlamaCppBackend(n_ctx=2048, n_parallel=1)  # one sequence: the unrelated prompt evicts the prefix
+    backend = LlamaCppBackend(n_ctx=2048, n_parallel=1)  # one sequence: an unrelated prompt evicts the prefix
     key = "smollm2-135m"
     system = "You are a careful assistant in a team of agents. " + " ".join(
         f"Rule {i}: check every intermediate result of step {i} twice before reporting it."
