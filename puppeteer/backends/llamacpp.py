@@ -22,9 +22,10 @@ Options worth knowing:
   finish reasons and token counts are those of the one-at-a-time path; greedy texts agree
   with it for the first tokens and can then diverge (llama.cpp's batched kernels round
   differently), so accuracy is re-measured in docs/benchmarks.md. The loops of all models
-  take turns on one compute lock, so each may use every core: the default ``n_threads`` is
-  all available CPUs. ``batching=False`` is the previous path (one ``create_chat_completion``
-  at a time per model, half the CPUs by default).
+  take turns on one compute lock, so each may use every free core: the default ``n_threads``
+  is the CPUs not busy when the backend is made (:func:`default_threads`).
+  ``batching=False`` is the previous path (one ``create_chat_completion`` at a time per
+  model, half the CPUs by default).
 - ``extra_buffers``: llama.cpp's extra weight buffer types (AMX, CPU repack). The
   ggml in llama-cpp-python 0.3.36 compiled with ``-march=native`` on an AMX CPU
   crashes with SIGILL in its AMX matmul (tile config bug, ggml-org/llama.cpp PR
@@ -117,16 +118,25 @@ def available_cpus() -> int:
 
 
 def default_threads(batching: bool = False) -> int:
-    """All available CPUs with batching (one compute lock for all models), else half of them.
+    """Threads for a model: with batching, the cores not busy at load time; else half the CPUs.
 
-    Without batching, half the CPUs is llama-cpp-python's own default, at least one.
-
-    llama.cpp's OpenMP threads spin at barriers: when more threads run than cores are
-    free (another process, or two models of this backend generating at once) a
-    preempted thread stalls all others and throughput can collapse 10-70x. Half the
-    CPUs leaves room; pass ``n_threads`` explicitly on a dedicated machine.
+    llama.cpp's threads spin at barriers: when more threads run than cores are free (other
+    processes, or two models generating at once) a preempted thread stalls all others and
+    throughput collapses (measured here: Qwen2.5-Coder-0.5B, 2 threads 0.11-0.14 tok/s vs
+    1 thread 3.8-4.1 tok/s on 2 cores at load average ~20; ``scripts/bench_threads.py``).
+    With batching, all models share one compute lock, so this process never runs two at once;
+    the default is then the CPUs minus the 1-minute load average (at least one), which is
+    every core on an idle machine and one on a busy one. Without batching it is half the CPUs
+    (llama-cpp-python's own default). Pass ``n_threads`` explicitly to override.
     """
-    return available_cpus() if batching else max(1, available_cpus() // 2)
+    cpus = available_cpus()
+    if not batching:
+        return max(1, cpus // 2)
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - no load average on this platform
+        busy = 0.0
+    return max(1, min(cpus, round(cpus - busy)))
 
 
 @dataclass
