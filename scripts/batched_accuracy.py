@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from puppeteer.backends import make_router
-from puppeteer.backends.llamacpp import available_cpus
+from puppeteer.backends.llamacpp import default_threads
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.pool import load_pool
 from puppeteer.trajectories import read_trajectories
@@ -45,10 +45,11 @@ def main() -> None:
     parser.add_argument("--policy", default="single:qwen0.5b-cot")
     parser.add_argument("--n", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--n-threads", type=int, default=available_cpus())
+    parser.add_argument("--n-threads", type=int, default=None, help="default: default_threads(batching=True)")
     parser.add_argument("--out", default=None, help="default: runs/batched_accuracy/<policy>_<suite>")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.n_threads = args.n_threads or default_threads(batching=True)
     out = Path(args.out or Path("runs") / "batched_accuracy" / slug(f"{args.policy}_{args.suite}"))
     out.mkdir(parents=True, exist_ok=True)
     sides = {name: run_side(name, batching, args, out)
