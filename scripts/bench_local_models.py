@@ -35,7 +35,7 @@ from typing import Any
 
 import llama_cpp
 
-from puppeteer.backends.llamacpp import LlamaCppBackend, available_cpus, load_llama
+from puppeteer.backends.llamacpp import LlamaCppBackend, default_threads, load_llama
 from puppeteer.backends.models import EMBEDDED_MODELS, model_path
 from puppeteer.types import CompletionRequest, Message, ModelSpec
 
@@ -83,16 +83,17 @@ def bench_model(key: str, args: argparse.Namespace) -> dict[str, dict[str, float
     seq = LlamaCppBackend(n_threads=threads, batching=False, **common)
     bat = LlamaCppBackend(n_threads=threads, batching=True, n_parallel=max(args.batches), **common)
     bat1 = LlamaCppBackend(n_threads=1, batching=True, n_parallel=max(args.batches), **common)
-    raw1 = load_llama(path, n_ctx=args.n_ctx, n_threads=1, seed=0)
+    raw1 = load_llama(path, n_ctx=args.n_ctx, n_threads=1, seed=0) if threads > 1 else raw
     configs: dict[str, tuple[Run, int]] = {
         "raw": (raw_runner(raw, args.tokens), 1),
         "seq": (backend_runner(seq, key, args.tokens, concurrent=False), 1),
         "batch=1": (backend_runner(bat, key, args.tokens, concurrent=False), 1),
         **{f"batch={b}": (backend_runner(bat, key, args.tokens, concurrent=True), b) for b in args.batches},
-        "raw @1t": (raw_runner(raw1, args.tokens), 1),
-        f"batch={args.thread_batch} @1t": (backend_runner(bat1, key, args.tokens, concurrent=True),
-                                           args.thread_batch),
     }
+    if threads > 1:
+        configs["raw @1t"] = (raw_runner(raw1, args.tokens), 1)
+        configs[f"batch={args.thread_batch} @1t"] = (backend_runner(bat1, key, args.tokens, concurrent=True),
+                                                     args.thread_batch)
     for run, _ in configs.values():  # warm-up: load, page the weights in, build graphs
         run(1)
     rates: dict[str, list[float]] = {name: [] for name in configs}
@@ -111,7 +112,8 @@ def bench_model(key: str, args: argparse.Namespace) -> dict[str, dict[str, float
     for closing in (seq, bat, bat1):
         closing.close()
     raw.close()
-    raw1.close()
+    if raw1 is not raw:
+        raw1.close()
     return {name: {"tok_s": statistics.median(rates[name]), "vs_raw": statistics.median(ratios[name]),
                    "in_flight": configs[name][1]} for name in names}
 
@@ -170,13 +172,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32, help="completion tokens per request")
     parser.add_argument("--batches", default="2,4,8,16")
     parser.add_argument("--thread-batch", type=int, default=8, help="batch size of the one-thread comparison")
-    parser.add_argument("--n-threads", type=int, default=available_cpus(), help="default: all CPUs")
+    parser.add_argument("--n-threads", type=int, default=None,
+                        help="default: the batched backend's default (CPUs minus the load average)")
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--cap", type=int, default=48, help="agents' max_tokens cap in part 2")
     parser.add_argument("--skip-episodes", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
+    args.n_threads = args.n_threads or default_threads(batching=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     system = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
