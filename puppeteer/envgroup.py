@@ -61,7 +61,15 @@ class LocalEnvGroup:
         return [self.envs[k].reset(seed=seed, options=options) for k, seed, options in calls]
 
     def step_many(self, calls: Sequence[StepCall]) -> list[StepResult]:
-        return [step_or_abort(self.envs[k], action) for k, action in calls]
+        """Each env's step; in threads when the pool calls models, so that their calls batch."""
+        from puppeteer.parallel import default_concurrency
+
+        if len(calls) < 2 or default_concurrency(self.envs[0].pool.backends()) < 2:
+            return [step_or_abort(self.envs[k], action) for k, action in calls]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="rollout") as pool:
+            return list(pool.map(lambda call: step_or_abort(self.envs[call[0]], call[1]), calls))
 
 
 def as_env_group(envs: Sequence[Any] | EnvGroup) -> EnvGroup:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from puppeteer.errors import UserError
+from puppeteer.parallel import default_concurrency, map_as_completed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.policies.conductor import ConductorPolicy, is_conductor_policy
 from puppeteer.pool import Pool, load_pool
@@ -242,6 +243,35 @@ def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
     return found
 
 
+def _workers(env: ConductorEnv, policy: Any, concurrency: int, n: int) -> list[tuple[ConductorEnv, Any]]:
+    """``(env, policy)`` per concurrent item: env clones; step policies are copied (per-episode state)."""
+    import copy
+
+    workers: list[tuple[ConductorEnv, Any]] = [(env, policy)]
+    for _ in range(min(concurrency, n) - 1):
+        try:
+            if is_workflow_policy(policy):
+                twin = policy  # plans were made up front
+            elif is_conductor_policy(policy):
+                twin = copy.copy(policy)  # its own per-episode record of calls, the same backend
+            else:
+                twin = copy.deepcopy(policy)
+        except Exception as e:  # a policy that cannot be copied runs its items one at a time
+            log.warning("policy %s cannot be copied (%s); items run one at a time", policy.name, e)
+            return workers[:1]
+        workers.append((env.clone(), twin))
+    return workers
+
+
+def _sort_lines(path: Path) -> None:
+    """Rewrite a finished run's trajectories in item order (they were written in finishing order)."""
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines.sort(key=lambda line: json.loads(line)["index"])
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.replace(path)
+
+
 # --------------------------------------------------------------------------- progress
 
 
@@ -328,6 +358,7 @@ def evaluate_policy(
     available: Sequence[str] | None = None,
     k_available: int | None = None,
     max_depth: int = 0,
+    concurrency: int | None = None,
 ) -> EvalResult:
     """Run every item of ``suite``/``split`` (first ``n``) once under a policy and summarise.
 
@@ -338,6 +369,9 @@ def evaluate_policy(
     A finished ``results.json`` in ``out_dir`` is never replaced unless ``overwrite``.
     ``available`` (agent names) fixes the agents of every episode; ``k_available`` draws a random
     k-of-n subset per item instead (seeded per item). ``max_depth`` lets a conductor policy recurse.
+    ``concurrency`` items run at once, each on its own environment clone (default: 16 for pools
+    that call models, so the local backend can batch their calls; 1 for the simulator). Results
+    do not depend on it: every item has its own reset seed.
     """
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
     if isinstance(spec_or_policy, str):
@@ -390,50 +424,52 @@ def evaluate_policy(
         available=tuple(available) if available else None, max_depth=max_depth,
     )
 
-    records: list[_Record] = []
+    records: dict[int, _Record] = {}
     cached = _cached_backends(env, pool)
     # a shared backend (``backend=``) keeps counting across runs: report this run's share only
     hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
+    workers = _workers(env, policy, concurrency if concurrency is not None else default_concurrency(
+        pool.backends()), len(items))
+
+    def run_item(worker: tuple[ConductorEnv, Any], i: int) -> tuple[_Record, float]:
+        item_env, item_policy = worker
+        t0 = time.perf_counter()
+        try:
+            extra: dict[str, Any] = {}
+            if conductor:
+                traj, extra = _run_conductor(item_env, i, seeds[i], item_policy, reset_options)
+            elif workflow:
+                plan = plans[i]
+                if isinstance(plan, BaseException):
+                    raise plan
+                traj = _run_workflow(item_env, i, seeds[i], plan, reset_options)
+            else:
+                traj = _run_steps(item_env, i, seeds[i], item_policy, np.random.default_rng(seeds[i]),
+                                  reset_options)
+            return _Record(traj.correct, None, traj, extra), time.perf_counter() - t0
+        except Exception as e:
+            log.warning("item %d (%s) failed: %s: %s", i, items[i].id, type(e).__name__, e)
+            return _Record(False, f"{type(e).__name__}: {e}", None), time.perf_counter() - t0
+
     start = time.perf_counter()
     sink: TextIO | None = (out / "trajectories.jsonl").open("w") if out is not None else None
     write_error: OSError | None = None
     good = 0  # bytes of trajectories.jsonl known to be whole lines
     try:
         with _progress(progress, len(items), f"{spec} on {suite}/{split}") as advance:
-            for i, task in enumerate(items):
-                t0 = time.perf_counter()
-                try:
-                    extra: dict[str, Any] = {}
-                    if conductor:
-                        traj, extra = _run_conductor(env, i, seeds[i], policy,  # type: ignore[arg-type]
-                                                     reset_options)
-                    elif workflow:
-                        plan = plans[i]
-                        if isinstance(plan, BaseException):
-                            raise plan
-                        traj = _run_workflow(env, i, seeds[i], plan, reset_options)
-                    else:
-                        traj = _run_steps(env, i, seeds[i], policy, np.random.default_rng(seeds[i]),
-                                          reset_options)
-                    record = _Record(traj.correct, None, traj, extra)
-                except Exception as e:
-                    log.warning("item %d (%s) failed: %s: %s", i, task.id, type(e).__name__, e)
-                    record = _Record(False, f"{type(e).__name__}: {e}", None)
-                records.append(record)
-                if conductor and len(records) % 5 == 0:  # rich prints nothing under nohup
-                    log.info("%s: %d/%d items, %d correct", spec, len(records), len(items),
-                             sum(r.correct for r in records))
+            for i, (record, wall) in map_as_completed(run_item, len(items), workers):
+                records[i] = record  # lines are written as items finish, each with its index
                 if sink is not None:
-                    line = _record_line(i, task, spec, record, mode, time.perf_counter() - t0)
+                    line = _record_line(i, items[i], spec, record, mode, wall)
                     try:
                         sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
                         sink.flush()
                         good = sink.tell()
                     except OSError as e:  # e.g. a full disk: stop, keep what is whole
-                        records.pop()
+                        del records[i]
                         write_error = e
                         break
-                advance(sum(r.correct for r in records), len(records))
+                advance(sum(r.correct for r in records.values()), len(records))
     finally:
         if sink is not None:
             with contextlib.suppress(OSError):
@@ -441,6 +477,8 @@ def evaluate_policy(
             if write_error is not None and out is not None:
                 with contextlib.suppress(OSError):
                     os.truncate(out / "trajectories.jsonl", good)
+            elif out is not None and len(records) == len(items) and len(workers) > 1:
+                _sort_lines(out / "trajectories.jsonl")
         if cached:
             fields.update(cache_hits=sum(c.stats.hits for c in cached) - hits0,
                           cache_misses=sum(c.stats.misses for c in cached) - misses0)
@@ -448,9 +486,9 @@ def evaluate_policy(
             for c in cached:
                 c.close()
         if conductor:
-            fields.update(_conductor_fields(records, max_depth))
-        result = _summary(records, len(items), wall_s=time.perf_counter() - start,
-                          completed=len(records) == len(items), **fields)
+            fields.update(_conductor_fields([records[i] for i in sorted(records)], max_depth))
+        result = _summary([records[i] for i in sorted(records)], len(items),
+                          wall_s=time.perf_counter() - start, completed=len(records) == len(items), **fields)
         _write_results(out, result)
     if write_error is not None:
         why = write_error.strerror or write_error
@@ -552,6 +590,8 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
                    help="a random k-of-n subset of the agents per item (seeded per item)")
     p.add_argument("--max-depth", type=int, default=0,
                    help="conductor policies: how often the conductor may call itself (recursion)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="items in flight at once (default: 16 for pools that call models, 1 for sim)")
 
 
 def resolve_cache(pool: Pool, cache: str | None, no_cache: bool, model_policy: bool = False) -> Path | None:
@@ -586,7 +626,8 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
                                  out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
                                  progress=not args.quiet, overwrite=args.overwrite, available=available,
-                                 k_available=args.k_available, max_depth=args.max_depth)
+                                 k_available=args.k_available, max_depth=args.max_depth,
+                                 concurrency=args.concurrency)
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

@@ -1,29 +1,37 @@
-"""Tokens/s of the embedded models: through LlamaCppBackend vs a raw llama_cpp.Llama.
+"""Local-model throughput, side by side in one run (backend: llamacpp).
 
-Both sides load the same GGUF with the same settings (threads, n_ctx, n_batch, extra
-buffer types) and get the same prompts. Runs are interleaved A/B, then B/A, so drift
-in machine load hits both sides alike. Every prompt starts with a fresh nonce, so
-no run reuses another's KV cache: prefill numbers are full prefills.
+Part 1, per model: completion tokens per second (wall clock, prompt included) of
+  raw        a plain ``llama_cpp.Llama.create_chat_completion`` loop, one request at a time
+  seq        the backend's one-at-a-time path (``batching=False``), one request at a time
+  batch=1    the batched backend, one request at a time
+  batch=B    the batched backend with B requests in flight (B in --batches)
+  ... @1t    the same with one thread (is the all-cores default right here?)
+Every request asks for a long count with a fresh nonce and gets ``--tokens`` tokens, greedy.
+Configurations run in a rotated order in each of ``--reps`` rounds; each one's ratio to raw
+is taken within a round, and the table shows medians.
 
-Reported per side (medians over --reps):
-  prefill tok/s  llama.cpp's prompt-eval rate on a long prompt
-  decode tok/s   llama.cpp's generation rate (tokens after the first)
-  e2e tok/s      completion tokens / wall-clock seconds of the whole call
-and the backend/raw ratio of each.
+Part 2, on the ``local`` pool with every agent's budget capped at ``--cap`` tokens and no
+response cache: episodes per second of one REINFORCE batch of 16 (an untrained puppeteer,
+hashing encoder, GSM8K, ``max_steps=2``) and of an eval of 32 GSM8K items
+(``single:qwen0.5b-cot``), each one-at-a-time (``batching=False``, no concurrency) and batched
+(``batching=True``, episodes/items in flight at once).
 
-    python scripts/bench_local_models.py --reps 5
-    python scripts/bench_local_models.py --models smollm2-135m --json out.json
+    python scripts/bench_local_models.py --json runs/bench_local.json
+    python scripts/bench_local_models.py --models qwen2.5-coder-0.5b --reps 1 --skip-episodes
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any
 
 import llama_cpp
 
@@ -31,132 +39,170 @@ from puppeteer.backends.llamacpp import LlamaCppBackend, default_threads, load_l
 from puppeteer.backends.models import EMBEDDED_MODELS, model_path
 from puppeteer.types import CompletionRequest, Message, ModelSpec
 
-FILLER = ("Agents in a team share notes, check each other's arithmetic and report a final answer. "
-          "Each note names the step, the inputs, the result and how it was checked. ")
+Run = Callable[[int], int]  # n requests at once -> completion tokens produced
 
 
-@dataclass(frozen=True)
-class Run:
-    prompt_tokens: int
-    completion_tokens: int
-    wall_s: float
-    p_eval_tokens: int
-    p_eval_ms: float
-    eval_tokens: int
-    eval_ms: float
-
-
-def prefill_messages(words: int) -> list[dict[str, str]]:
-    body = (FILLER * (words // len(FILLER.split()) + 1))
-    return [{"role": "system", "content": f"Session {uuid.uuid4().hex}. {body}"},
-            {"role": "user", "content": "Reply with OK."}]
-
-
-def decode_messages() -> list[dict[str, str]]:
+def messages() -> list[dict[str, str]]:
     nonce = uuid.uuid4().hex[:8]
     return [{"role": "user", "content": f"[{nonce}] Count from 1 to 400, separated by commas."}]
 
 
-def measured(llm: llama_cpp.Llama, call: Callable[[], tuple[int, int]]) -> Run:
-    ctx = llm._ctx.ctx  # llama.cpp's own timers for the context
-    llama_cpp.llama_perf_context_reset(ctx)
-    start = time.perf_counter()
-    prompt_tokens, completion_tokens = call()
-    wall = time.perf_counter() - start
-    perf = llama_cpp.llama_perf_context(ctx)
-    return Run(prompt_tokens, completion_tokens, wall, perf.n_p_eval, perf.t_p_eval_ms, perf.n_eval,
-               perf.t_eval_ms)
+def raw_runner(llm: llama_cpp.Llama, tokens: int) -> Run:
+    def run(n: int) -> int:
+        total = 0
+        for _ in range(n):
+            r = llm.create_chat_completion(messages=messages(), max_tokens=tokens, temperature=0.0, seed=0)
+            total += r["usage"]["completion_tokens"]
+        return total
+
+    return run
 
 
-def via_backend(backend: LlamaCppBackend, key: str) -> Callable[[list[dict[str, str]], int], Run]:
+def backend_runner(backend: LlamaCppBackend, key: str, tokens: int, concurrent: bool) -> Run:
     spec = ModelSpec(name=key, backend="llamacpp", target=key, params_b=EMBEDDED_MODELS[key].params_b)
-    llm = backend.llama(key)
 
-    def run(messages: list[dict[str, str]], max_tokens: int) -> Run:
-        msgs = tuple(Message(m["role"], m["content"]) for m in messages)
-        request = CompletionRequest(model=spec, messages=msgs, max_tokens=max_tokens, temperature=0.0)
+    def request() -> CompletionRequest:
+        msgs = tuple(Message(m["role"], m["content"]) for m in messages())
+        return CompletionRequest(model=spec, messages=msgs, max_tokens=tokens, temperature=0.0)
 
-        def call() -> tuple[int, int]:
-            c = backend.complete(request)
-            return c.prompt_tokens, c.completion_tokens
-
-        return measured(llm, call)
-
-    return run
-
-
-def via_raw(llm: llama_cpp.Llama, seed: int) -> Callable[[list[dict[str, str]], int], Run]:
-    def run(messages: list[dict[str, str]], max_tokens: int) -> Run:
-        def call() -> tuple[int, int]:
-            r = llm.create_chat_completion(messages=messages, max_tokens=max_tokens, temperature=0.0,
-                                           seed=seed, stop=None)
-            return r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"]
-
-        return measured(llm, call)
+    def run(n: int) -> int:
+        reqs = [request() for _ in range(n)]
+        if not concurrent:
+            return sum(backend.complete(r).completion_tokens for r in reqs)
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            return sum(c.completion_tokens for c in pool.map(backend.complete, reqs))
 
     return run
-
-
-def rates(prefill: list[Run], decode: list[Run]) -> dict[str, float]:
-    return {
-        "prefill_tok_s": statistics.median(r.p_eval_tokens / (r.p_eval_ms / 1e3) for r in prefill),
-        "decode_tok_s": statistics.median(r.eval_tokens / (r.eval_ms / 1e3) for r in decode if r.eval_tokens),
-        "e2e_tok_s": statistics.median(r.completion_tokens / r.wall_s for r in decode),
-        "prompt_tokens": statistics.median(r.prompt_tokens for r in prefill),
-        "completion_tokens": statistics.median(r.completion_tokens for r in decode),
-    }
 
 
 def bench_model(key: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    backend = LlamaCppBackend(n_threads=args.n_threads, n_ctx=args.n_ctx, n_batch=args.n_batch, seed=0)
-    raw = load_llama(model_path(key), n_ctx=args.n_ctx, n_threads=backend.n_threads, n_batch=args.n_batch,
-                     seed=0, extra_buffers=backend.extra_buffers)
-    sides = {"backend": via_backend(backend, key), "raw": via_raw(raw, seed=0)}
-    for run in sides.values():  # warm-up: page the weights in, build graphs
-        run(decode_messages(), 8)
-    runs: dict[str, dict[str, list[Run]]] = {name: {"prefill": [], "decode": []} for name in sides}
+    threads = args.n_threads
+    common = dict(n_ctx=args.n_ctx, seed=0)
+    path = model_path(key)
+    raw = load_llama(path, n_ctx=args.n_ctx, n_threads=threads, seed=0)
+    seq = LlamaCppBackend(n_threads=threads, batching=False, **common)
+    bat = LlamaCppBackend(n_threads=threads, batching=True, n_parallel=max(args.batches), **common)
+    bat1 = LlamaCppBackend(n_threads=1, batching=True, n_parallel=max(args.batches), **common)
+    raw1 = load_llama(path, n_ctx=args.n_ctx, n_threads=1, seed=0) if threads > 1 else raw
+    configs: dict[str, tuple[Run, int]] = {
+        "raw": (raw_runner(raw, args.tokens), 1),
+        "seq": (backend_runner(seq, key, args.tokens, concurrent=False), 1),
+        "batch=1": (backend_runner(bat, key, args.tokens, concurrent=False), 1),
+        **{f"batch={b}": (backend_runner(bat, key, args.tokens, concurrent=True), b) for b in args.batches},
+    }
+    if threads > 1:
+        configs["raw @1t"] = (raw_runner(raw1, args.tokens), 1)
+        configs[f"batch={args.thread_batch} @1t"] = (backend_runner(bat1, key, args.tokens, concurrent=True),
+                                                     args.thread_batch)
+    for run, _ in configs.values():  # warm-up: load, page the weights in, build graphs
+        run(1)
+    rates: dict[str, list[float]] = {name: [] for name in configs}
+    ratios: dict[str, list[float]] = {name: [] for name in configs}
+    names = list(configs)
     for rep in range(args.reps):
-        order = list(sides) if rep % 2 == 0 else list(sides)[::-1]
-        for name in order:
-            runs[name]["prefill"].append(sides[name](prefill_messages(args.prefill_words), 1))
-            runs[name]["decode"].append(sides[name](decode_messages(), args.decode_tokens))
-    backend.close()
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            run, n = configs[name]
+            start = time.perf_counter()
+            produced = run(n)
+            rates[name].append(produced / (time.perf_counter() - start))
+            print(f"  {key} rep {rep} {name:<14} {rates[name][-1]:7.1f} tok/s", flush=True)
+        for name in names:
+            ratios[name].append(rates[name][-1] / rates["raw"][-1])
+    for closing in (seq, bat, bat1):
+        closing.close()
     raw.close()
-    return {name: rates(r["prefill"], r["decode"]) for name, r in runs.items()}
+    if raw1 is not raw:
+        raw1.close()
+    return {name: {"tok_s": statistics.median(rates[name]), "vs_raw": statistics.median(ratios[name]),
+                   "in_flight": configs[name][1]} for name in names}
+
+
+# --------------------------------------------------------------------------- episodes
+
+
+def capped_pool(cap: int) -> Any:
+    from puppeteer.pool import load_pool
+
+    pool = load_pool("local")
+    return replace(pool, agents=tuple(replace(a, max_tokens=min(a.max_tokens, cap)) for a in pool.agents))
+
+
+def training_batch(batching: bool, args: argparse.Namespace) -> float:
+    import torch
+
+    from puppeteer.env import ConductorEnv
+    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.tasks import load_suite
+    from puppeteer.train.reinforce import run_episodes
+
+    pool = capped_pool(args.cap)
+    tasks = load_suite("gsm8k", "test", n=16, seed=0)
+    options = {"llamacpp": {"n_ctx": args.n_ctx, "batching": batching, "n_threads": args.n_threads}}
+    env = ConductorEnv(pool=pool, tasks=tasks, mode="step", max_steps=2, backend_options=options)
+    policy = PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", max_steps=2), seed=0)
+    specs = [(1000 + i, i) for i in range(16)]
+    n_envs = 16 if batching else 1  # one env: episodes one after another, as before this change
+    envs = [env, *(env.clone() for _ in range(n_envs - 1))]
+    start = time.perf_counter()
+    eps = run_episodes(envs, policy, specs, generator=torch.Generator().manual_seed(0))
+    wall = time.perf_counter() - start
+    env.executor.backend.backend("llamacpp").close()  # type: ignore[attr-defined]
+    return len(eps) / wall
+
+
+def eval_items(batching: bool, args: argparse.Namespace) -> float:
+    from puppeteer.backends import make_router
+    from puppeteer.evaluation import evaluate_policy
+
+    pool = capped_pool(args.cap)
+    options = {"llamacpp": {"n_ctx": args.n_ctx, "batching": batching, "n_threads": args.n_threads}}
+    router = make_router(options)
+    result = evaluate_policy("single:qwen0.5b-cot", pool, "gsm8k", n=32, backend=router, progress=False,
+                             concurrency=32 if batching else 1)
+    router.backend("llamacpp").close()  # type: ignore[attr-defined]
+    return result.n / result.wall_s
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(EMBEDDED_MODELS), help="comma-separated model keys")
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--decode-tokens", type=int, default=64)
-    parser.add_argument("--prefill-words", type=int, default=300)
-    parser.add_argument("--n-threads", type=int, default=None, help="default: half the CPUs available")
+    parser.add_argument("--models", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=32, help="completion tokens per request")
+    parser.add_argument("--batches", default="2,4,8,16")
+    parser.add_argument("--thread-batch", type=int, default=8, help="batch size of the one-thread comparison")
+    parser.add_argument("--n-threads", type=int, default=None,
+                        help="default: the batched backend's default (CPUs minus the load average)")
     parser.add_argument("--n-ctx", type=int, default=2048)
-    parser.add_argument("--n-batch", type=int, default=512)
+    parser.add_argument("--cap", type=int, default=48, help="agents' max_tokens cap in part 2")
+    parser.add_argument("--skip-episodes", action="store_true")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.n_threads = args.n_threads or default_threads(batching=True)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     system = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
-    threads = args.n_threads or default_threads()
-    print(f"llama-cpp-python {llama_cpp.__version__}; threads={threads}; {system}")
-    header = f"{'model':<20} {'side':<8} {'prefill tok/s':>13} {'decode tok/s':>12} {'e2e tok/s':>10}"
-    print(header)
-    print("-" * len(header))
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    print(f"llama-cpp-python {llama_cpp.__version__}; threads={args.n_threads}; {system}")
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    results: dict[str, Any] = {"models": {}, "episodes": {}}
     for key in args.models.split(","):
-        res = results[key] = bench_model(key, args)
-        for side in ("backend", "raw"):
-            r = res[side]
-            print(f"{key:<20} {side:<8} {r['prefill_tok_s']:>13.1f} {r['decode_tok_s']:>12.1f} "
-                  f"{r['e2e_tok_s']:>10.1f}")
-        ratio = {m: res["backend"][m] / res["raw"][m] for m in ("prefill_tok_s", "decode_tok_s", "e2e_tok_s")}
-        res["ratio"] = ratio
-        print(f"{key:<20} {'ratio':<8} {ratio['prefill_tok_s']:>13.3f} {ratio['decode_tok_s']:>12.3f} "
-              f"{ratio['e2e_tok_s']:>10.3f}", flush=True)
-        print(f"{'':<20} (prompt {res['raw']['prompt_tokens']:.0f} tokens, "
-              f"{res['raw']['completion_tokens']:.0f} generated, medians of {args.reps})", flush=True)
+        res = results["models"][key] = bench_model(key, args)
+        print(f"\n{key}: {'config':<14} {'in flight':>9} {'tok/s':>8} {'vs raw':>7}")
+        for name, r in res.items():
+            pad = " " * (len(key) + 2)
+            print(f"{pad}{name:<14} {r['in_flight']:>9} {r['tok_s']:>8.1f} {r['vs_raw']:>7.2f}")
+        print(flush=True)
+    if not args.skip_episodes:
+        for name, fn in (("training batch of 16", training_batch), ("eval of 32 items", eval_items)):
+            one = fn(False, args)
+            many = fn(True, args)
+            results["episodes"][name] = {"sequential_eps": one, "batched_eps": many, "ratio": many / one}
+            print(f"{name}: one at a time {one:.3f} episodes/s, batched {many:.3f} episodes/s, "
+                  f"ratio {many / one:.2f}", flush=True)
+    results["load_average_end"] = os.getloadavg()
+    print(f"load average at end: {results['load_average_end']}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": vars(args), "system": system, "results": results}, fh, indent=2)

@@ -286,7 +286,11 @@ def test_sampling_seed_follows_sample_index() -> None:
 
 
 @pytest.mark.slow
-def test_prefix_kv_cache_reuse_speeds_up_shared_system_prompt(backend) -> None:
+def test_prefix_kv_cache_reuse_speeds_up_shared_system_prompt() -> None:
+    pytest.importorskip("llama_cpp")
+    from puppeteer.backends.llamacpp import LlamaCppBackend
+
+    backend = LlamaCppBackend(n_ctx=2048, n_parallel=1)  # one sequence: an unrelated prompt evicts the prefix
     key = "smollm2-135m"
     system = "You are a careful assistant in a team of agents. " + " ".join(
         f"Rule {i}: check every intermediate result of step {i} twice before reporting it."
@@ -303,6 +307,7 @@ def test_prefix_kv_cache_reuse_speeds_up_shared_system_prompt(backend) -> None:
         warm.append(backend.complete(req(f"Question {i}: what is {i}+2?")))
     assert cold[0].prompt_tokens > 450
     assert [c.prompt_tokens for c in cold] == [w.prompt_tokens for w in warm]  # usage counts the whole prompt
+    backend.close()
     speedup = statistics.median(c.latency_s for c in cold) / statistics.median(w.latency_s for w in warm)
     assert speedup > 3, f"prefix reuse speedup only {speedup:.1f}x"
 

@@ -15,6 +15,17 @@ Options worth knowing:
   is evaluated in a different batch shape than a fresh prefill, which changes logits
   in the last bits; at ``temperature > 0`` that can change the sampled text. Pass
   ``reuse_prefix=False`` for samples that are bit-reproducible from the seed alone.
+- ``batching`` (default True): every model gets one decoding loop
+  (:class:`~puppeteer.backends.continuous.ContinuousBatcher`) that serves all pending calls
+  in batches, one sequence id per call in one unified KV cache of ``kv_size`` cells (default
+  ``2 * n_ctx``), at most ``n_parallel`` at once. Prompts, stop strings, ``max_tokens``, seeds,
+  finish reasons and token counts are those of the one-at-a-time path; greedy texts agree
+  with it for the first tokens and can then diverge (llama.cpp's batched kernels round
+  differently), so accuracy is re-measured in docs/benchmarks.md. The loops of all models
+  take turns on one compute lock, so each may use every free core: the default ``n_threads``
+  is the CPUs not busy when the backend is made (:func:`default_threads`).
+  ``batching=False`` is the previous path (one ``create_chat_completion`` at a time per
+  model, half the CPUs by default).
 - ``extra_buffers``: llama.cpp's extra weight buffer types (AMX, CPU repack). The
   ggml in llama-cpp-python 0.3.36 compiled with ``-march=native`` on an AMX CPU
   crashes with SIGILL in its AMX matmul (tile config bug, ggml-org/llama.cpp PR
@@ -23,17 +34,20 @@ Options worth knowing:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends.base import SyncBackend
+from puppeteer.backends.continuous import ContinuousBatcher
 from puppeteer.backends.models import EMBEDDED_MODELS, EmbeddedModel, get_model, model_path
 from puppeteer.types import Completion, CompletionRequest
 
@@ -103,23 +117,36 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def default_threads() -> int:
-    """Half the available CPUs (llama-cpp-python's own default), at least one.
+def default_threads(batching: bool = False) -> int:
+    """Threads for a model: with batching, the cores not busy at load time; else half the CPUs.
 
-    llama.cpp's OpenMP threads spin at barriers: when more threads run than cores are
-    free (another process, or two models of this backend generating at once) a
-    preempted thread stalls all others and throughput can collapse 10-70x. Half the
-    CPUs leaves room; pass ``n_threads`` explicitly on a dedicated machine.
+    llama.cpp's threads spin at barriers: when more threads run than cores are free (other
+    processes, or two models generating at once) a preempted thread stalls all others and
+    throughput collapses (measured here: Qwen2.5-Coder-0.5B, 2 threads 0.11-0.14 tok/s vs
+    1 thread 3.8-4.1 tok/s on 2 cores at load average ~20; ``scripts/bench_threads.py``).
+    With batching, all models share one compute lock, so this process never runs two at once;
+    the default is then the CPUs minus the 1-minute load average (at least one), which is
+    every core on an idle machine and one on a busy one. Without batching it is half the CPUs
+    (llama-cpp-python's own default). Pass ``n_threads`` explicitly to override.
     """
-    return max(1, available_cpus() // 2)
+    cpus = available_cpus()
+    if not batching:
+        return max(1, cpus // 2)
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - no load average on this platform
+        busy = 0.0
+    return max(1, min(cpus, round(cpus - busy)))
 
 
 @dataclass
 class _Slot:
-    """One model's state: the lock serialising its calls and, once loaded, the Llama."""
+    """One model's state: the lock serialising its calls and, once loaded, the Llama (and its batcher)."""
 
     lock: threading.Lock
     llama: Llama | None = None
+    batcher: ContinuousBatcher | None = None
+    engine: Any = None
 
 
 class LlamaCppBackend(SyncBackend):
@@ -130,8 +157,12 @@ class LlamaCppBackend(SyncBackend):
     def __init__(self, n_threads: int | None = None, n_ctx: int = 4096, cache_dir: Path | str | None = None,
                  seed: int = 0, verbose: bool = False, n_batch: int = 512,
                  extra_buffers: bool | None = None, reuse_prefix: bool = True,
-                 models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS) -> None:
-        self.n_threads = n_threads or default_threads()
+                 models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS, batching: bool = True,
+                 n_parallel: int = 16, kv_size: int | None = None) -> None:
+        self.batching = batching
+        self.n_parallel = n_parallel
+        self.kv_size = kv_size or 2 * n_ctx
+        self.n_threads = n_threads or default_threads(batching)
         self.n_ctx = n_ctx
         self.n_batch = n_batch
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
@@ -142,6 +173,9 @@ class LlamaCppBackend(SyncBackend):
         self._models = models
         self._slots: dict[str, _Slot] = {}
         self._slots_lock = threading.Lock()
+        self._compute = threading.Lock()  # one model decodes at a time, with all the threads
+        # async callers wait for the decoding loops in these threads (asyncio's default pool is small)
+        self._waiters = ThreadPoolExecutor(max_workers=4 * n_parallel, thread_name_prefix="llamacpp-wait")
 
     # ------------------------------------------------------------------ models
 
@@ -174,6 +208,22 @@ class LlamaCppBackend(SyncBackend):
         """The lock that serialises calls on model ``key``."""
         return self._slot(key).lock
 
+    def batcher(self, key: str) -> tuple[Llama, ContinuousBatcher]:
+        """The ``Llama`` for ``key`` and its decoding loop, both started on first use."""
+        slot = self._slot(key)
+        with slot.lock:
+            if slot.llama is None:
+                slot.llama = self._load(key)
+            if slot.batcher is None:
+                from puppeteer.backends.llamacpp_batch import LlamaCppEngine
+
+                slot.engine = LlamaCppEngine(slot.llama, n_seq_max=self.n_parallel, kv_size=self.kv_size,
+                                             n_ctx=self.n_ctx, n_batch=max(self.n_batch, self.n_parallel),
+                                             n_threads=self.n_threads)
+                slot.batcher = ContinuousBatcher(slot.engine, self._compute, name=key,
+                                                 reuse_prefix=self.reuse_prefix)
+            return slot.llama, slot.batcher
+
     def loaded(self) -> tuple[str, ...]:
         with self._slots_lock:
             return tuple(k for k, s in self._slots.items() if s.llama is not None)
@@ -184,11 +234,18 @@ class LlamaCppBackend(SyncBackend):
             self._slots.clear()
         for slot in slots:
             with slot.lock:
+                if slot.batcher is not None:
+                    slot.batcher.close()
+                    slot.engine.close()
+                    slot.batcher = slot.engine = None
                 if slot.llama is not None:
                     slot.llama.close()
                     slot.llama = None
 
     # ------------------------------------------------------------------ calls
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        return await asyncio.get_running_loop().run_in_executor(self._waiters, self.complete, request)
 
     def _call_kwargs(self, request: CompletionRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -203,8 +260,15 @@ class LlamaCppBackend(SyncBackend):
 
     def complete(self, request: CompletionRequest) -> Completion:
         key = request.model.target
-        slot = self._slot(key)
         kwargs = self._call_kwargs(request)
+        if self.batching:
+            from puppeteer.backends.llamacpp_batch import batched_chat_completion
+
+            llama, batcher = self.batcher(key)
+            start = time.perf_counter()
+            response = batched_chat_completion(llama, batcher.submit, **kwargs)
+            return self._completion(request, response, time.perf_counter() - start)
+        slot = self._slot(key)
         with slot.lock:
             if slot.llama is None:
                 slot.llama = self._load(key)
@@ -213,6 +277,11 @@ class LlamaCppBackend(SyncBackend):
             start = time.perf_counter()
             response = slot.llama.create_chat_completion(**kwargs)
             latency = time.perf_counter() - start
+        return self._completion(request, response, latency)
+
+    @staticmethod
+    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency: float) -> Completion:
+        key = request.model.target
         text = response["choices"][0]["message"].get("content") or ""
         usage = response.get("usage") or {}
         prompt_tokens = int(usage.get("prompt_tokens", 0))

@@ -1,0 +1,203 @@
+"""llama.cpp under the continuous batcher: an :class:`~puppeteer.backends.continuous.Engine` and chat calls.
+
+:class:`LlamaCppEngine` is a second llama.cpp context on a loaded ``llama_cpp.Llama``'s model
+with ``n_seq_max`` sequences in one unified KV cache of ``kv_size`` cells; it fills a
+``llama_batch`` from :class:`~puppeteer.backends.continuous.BatchEntry` rows and samples with
+the sampler chain that ``Llama._init_sampler`` builds (same settings, same seed).
+
+:func:`batched_chat_completion` answers a ``create_chat_completion`` call through the batcher
+while running llama-cpp-python's own chat handler: the handler formats the messages with the
+model's chat template, tokenizes them and merges the template's stop strings, then calls
+``create_completion`` on what it believes is the ``Llama``; that call becomes a
+:class:`~puppeteer.backends.continuous.GenerationJob` and waits for its result. So prompts,
+stop strings and the response dict are the one-at-a-time path's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from puppeteer.backends.continuous import (
+    BatchEntry,
+    DecodeError,
+    GenerationJob,
+    GenerationResult,
+    SamplingParams,
+)
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+Submit = Callable[[GenerationJob], "Future[GenerationResult]"]
+
+# what ``Llama.create_chat_completion`` forwards to its chat handler (llama-cpp-python 0.3.36)
+_HANDLER_ARGS = ("messages", "functions", "function_call", "tools", "tool_choice", "temperature", "top_p",
+                 "top_k", "min_p", "typical_p", "logprobs", "top_logprobs", "stream", "stop", "seed",
+                 "response_format", "max_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
+                 "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "model", "logits_processor",
+                 "grammar", "logit_bias")
+
+
+class _Sampler:
+    def __init__(self, chain: Any, ctx: Any) -> None:
+        self._chain = chain
+        self._ctx = ctx
+
+    def sample(self, index: int) -> int:
+        return int(self._chain.sample(self._ctx, index))
+
+    def close(self) -> None:
+        self._chain.close()
+
+
+class LlamaCppEngine:
+    """A batched llama.cpp context on ``llama``'s model (the ``Llama``'s own context is left alone)."""
+
+    def __init__(self, llama: Llama, *, n_seq_max: int, kv_size: int, n_ctx: int, n_batch: int,
+                 n_threads: int) -> None:
+        import llama_cpp
+        from llama_cpp import _internals
+
+        self._llama = llama
+        self._lib = llama_cpp
+        self.n_seq_max = n_seq_max
+        self.kv_size = kv_size
+        self.n_ctx = n_ctx
+        self.n_batch = n_batch
+        params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
+        params.n_ctx = kv_size
+        params.n_batch = n_batch
+        params.n_ubatch = min(n_batch, params.n_ubatch or n_batch)
+        params.n_seq_max = n_seq_max
+        params.kv_unified = True
+        params.n_threads = params.n_threads_batch = n_threads
+        self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=llama.verbose)
+        self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
+        self._vocab = llama._model.vocab
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._closed = False
+
+    def decode(self, entries: Sequence[BatchEntry]) -> None:
+        batch = self._batch
+        n = 0
+        for entry in entries:
+            last = len(entry.tokens) - 1
+            for j, token in enumerate(entry.tokens):
+                batch.token[n] = token
+                batch.pos[n] = entry.pos0 + j
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = entry.seq
+                batch.logits[n] = entry.logits and j == last
+                n += 1
+        if n > self.n_batch:
+            raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        batch.n_tokens = n
+        status = self._lib.llama_decode(self._ctx.ctx, batch)
+        if status != 0:
+            raise DecodeError(f"llama_decode returned {status} for {len(entries)} sequences, {n} tokens")
+
+    def seq_rm(self, seq: int, start: int) -> None:
+        self._lib.llama_memory_seq_rm(self._memory, seq, start, -1)
+
+    def new_sampler(self, params: SamplingParams) -> _Sampler:
+        # the chain of ``Llama._init_sampler``; it reads the seed from the Llama, and only this
+        # engine's loop thread builds samplers for this Llama
+        self._llama.set_seed(params.seed)
+        chain = self._llama._init_sampler(
+            top_k=params.top_k, top_p=params.top_p, min_p=params.min_p, typical_p=params.typical_p,
+            temp=params.temperature, repeat_penalty=params.repeat_penalty,
+            frequency_penalty=params.frequency_penalty, presence_penalty=params.presence_penalty)
+        return _Sampler(chain, self._ctx)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int]) -> bytes:
+        return self._llama.detokenize(list(tokens), prev_tokens=list(prev_tokens))
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._lib.llama_batch_free(self._batch)
+            self._ctx.close()
+
+
+class _CompletionProxy:
+    """Stands in for the ``Llama`` inside a chat handler: tokenizes with it, generates through ``submit``."""
+
+    def __init__(self, llama: Llama, submit: Submit) -> None:
+        self._llama = llama
+        self._submit = submit
+        self.verbose = llama.verbose
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        return self._llama.tokenize(text, add_bos=add_bos, special=special)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, *, prompt: list[int] | str, max_tokens: int | None = 16,
+                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
+                          typical_p: float = 1.0, top_k: int = 40, stop: str | list[str] | None = None,
+                          seed: int | None = None, stream: bool = False, presence_penalty: float = 0.0,
+                          frequency_penalty: float = 0.0, repeat_penalty: float = 1.0,
+                          stopping_criteria: Any = None, logprobs: int | None = None, grammar: Any = None,
+                          logits_processor: Any = None, logit_bias: Any = None, mirostat_mode: int = 0,
+                          model: str | None = None, **_: Any) -> dict[str, Any]:
+        unsupported = {"stream": stream, "logprobs": logprobs is not None, "grammar": grammar is not None,
+                       "logits_processor": logits_processor is not None, "logit_bias": logit_bias is not None,
+                       "mirostat": mirostat_mode != 0, "text prompt": isinstance(prompt, str)}
+        used = [k for k, v in unsupported.items() if v]
+        if used:
+            raise NotImplementedError(f"batched decoding does not support {', '.join(used)}")
+        if seed is None:
+            raise ValueError("batched decoding needs an explicit seed")
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        criteria = None
+        if stopping_criteria is not None:
+            import numpy as np
+
+            empty = np.zeros(0, dtype=np.single)
+
+            def criteria(tokens: Sequence[int]) -> bool:
+                return bool(stopping_criteria(np.asarray(tokens, dtype=np.intc), empty))
+
+        job = GenerationJob(
+            prompt=tuple(int(t) for t in prompt), max_tokens=-1 if max_tokens is None else int(max_tokens),
+            stop=tuple(s.encode("utf-8") for s in stops),
+            sampling=SamplingParams(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
+                                    typical_p=typical_p, repeat_penalty=repeat_penalty,
+                                    frequency_penalty=frequency_penalty, presence_penalty=presence_penalty),
+            stopping_criteria=criteria)
+        result = self._submit(job).result()
+        n_completion = len(result.completion_tokens)
+        return {
+            "id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
+            "model": model if model is not None else self._llama.model_path,
+            "choices": [{"text": result.text.decode("utf-8", errors="ignore"), "index": 0, "logprobs": None,
+                         "finish_reason": result.finish_reason}],
+            "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": n_completion,
+                      "total_tokens": result.prompt_tokens + n_completion},
+        }
+
+
+def _chat_defaults() -> dict[str, Any]:
+    from llama_cpp import Llama
+
+    sig = inspect.signature(Llama.create_chat_completion)
+    return {name: p.default for name, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+
+
+def batched_chat_completion(llama: Llama, submit: Submit, **kwargs: Any) -> dict[str, Any]:
+    """``llama.create_chat_completion(**kwargs)``, generated through ``submit`` (blocks until done)."""
+    from llama_cpp import llama_chat_format
+
+    handler = (llama.chat_handler or llama._chat_handlers.get(llama.chat_format)
+               or llama_chat_format.get_chat_completion_handler(llama.chat_format))
+    args = {**_chat_defaults(), **kwargs}
+    return handler(llama=_CompletionProxy(llama, submit), **{k: args.get(k) for k in _HANDLER_ARGS})

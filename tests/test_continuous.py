@@ -1,0 +1,301 @@
+"""The continuous batcher on a fake engine: batching, stop handling, budgets, failures, KV accounting."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+import pytest
+
+from puppeteer.backends.continuous import (
+    BatchEntry,
+    ContinuousBatcher,
+    DecodeError,
+    GenerationJob,
+    GenerationResult,
+    SamplingParams,
+)
+
+SEP = 900  # prompt = question bytes, SEP, scripted reply tokens, SEP
+EOG = 1000
+POISON = 666  # a prompt holding this token makes any decode that contains it fail
+BAD_SEED = -7  # a job with this seed gets a sampler that raises
+
+
+class FakeEngine:
+    """A 'model' that replies with the tokens scripted in the prompt, then an end-of-generation token.
+
+    It checks what a real KV cache needs: every sequence is fed at the next free position and
+    the cells in use never exceed ``kv_size``.
+    """
+
+    def __init__(self, n_seq_max: int = 4, kv_size: int = 4096, n_batch: int = 64, n_ctx: int = 512,
+                 gate: threading.Event | None = None) -> None:
+        self.n_seq_max, self.kv_size, self.n_batch, self.n_ctx = n_seq_max, kv_size, n_batch, n_ctx
+        self.kv: dict[int, list[int]] = {i: [] for i in range(n_seq_max)}
+        self.rows: dict[int, list[int]] = {}  # batch index -> context that produced its logits
+        self.batches: list[tuple[int, ...]] = []  # sequence ids of each successful decode
+        self.evaluated = 0
+        self.max_cells = 0
+        self.gate = gate  # decoding waits for it, so tests can queue jobs first
+
+    def decode(self, entries: Sequence[BatchEntry]) -> None:
+        if self.gate is not None:
+            self.gate.wait()
+        assert sum(len(e.tokens) for e in entries) <= self.n_batch
+        assert len({e.seq for e in entries}) == len(entries)
+        if any(POISON in e.tokens for e in entries):
+            raise DecodeError("poisoned batch")
+        rows, index = {}, 0
+        for e in entries:
+            assert e.pos0 == len(self.kv[e.seq]), "tokens must go to the next free position"
+            self.kv[e.seq].extend(e.tokens)
+            index += len(e.tokens)
+            if e.logits:
+                rows[index - 1] = list(self.kv[e.seq])
+        cells = sum(len(v) for v in self.kv.values())
+        assert cells <= self.kv_size, f"{cells} KV cells in use > {self.kv_size}"
+        self.max_cells = max(self.max_cells, cells)
+        self.rows = rows
+        self.batches.append(tuple(e.seq for e in entries))
+        self.evaluated += index
+
+    def seq_rm(self, seq: int, start: int) -> None:
+        del self.kv[seq][start:]
+
+    def new_sampler(self, params: SamplingParams) -> FakeSampler:
+        if params.seed == BAD_SEED:
+            return FakeSampler(self, fail=True)
+        return FakeSampler(self)
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOG
+
+    def detokenize(self, tokens: Sequence[int], prev_tokens: Sequence[int]) -> bytes:
+        return bytes(tokens)
+
+    @staticmethod
+    def next_token(context: list[int]) -> int:
+        first = context.index(SEP)
+        second = context.index(SEP, first + 1)
+        reply = context[first + 1 : second]
+        produced = len(context) - second - 1
+        return reply[produced] if produced < len(reply) else EOG
+
+
+class FakeSampler:
+    def __init__(self, engine: FakeEngine, fail: bool = False) -> None:
+        self.engine, self.fail, self.closed = engine, fail, False
+
+    def sample(self, index: int) -> int:
+        if self.fail:
+            raise RuntimeError("sampler exploded")
+        return self.engine.next_token(self.engine.rows[index])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def prompt(question: bytes, reply: bytes | Sequence[int]) -> tuple[int, ...]:
+    return (*question, SEP, *reply, SEP)
+
+
+def job(question: bytes, reply: bytes | Sequence[int], max_tokens: int = 64, stop: tuple[bytes, ...] = (),
+        seed: int = 0) -> GenerationJob:
+    return GenerationJob(prompt(question, reply), max_tokens, stop, SamplingParams(seed=seed))
+
+
+@pytest.fixture
+def gated():
+    """A batcher whose engine waits until the test opens the gate (so all jobs are queued first)."""
+    gate = threading.Event()
+    engine = FakeEngine(gate=gate)
+    batcher = ContinuousBatcher(engine, name="fake")
+    yield engine, batcher, gate
+    gate.set()
+    batcher.close(timeout=5)
+
+
+def results(futures: Sequence[Future[GenerationResult]]) -> list[GenerationResult]:
+    return [f.result(timeout=10) for f in futures]
+
+
+def test_concurrent_jobs_decode_in_one_batch_and_each_gets_its_own_reply(gated) -> None:
+    engine, batcher, gate = gated
+    futures = [batcher.submit(job(f"q{i}".encode(), f"answer {i}!".encode())) for i in range(4)]
+    gate.set()
+    out = results(futures)
+    assert [r.text for r in out] == [f"answer {i}!".encode() for i in range(4)]
+    assert all(r.finish_reason == "stop" for r in out)  # ended by the end-of-generation token
+    # the end-of-generation token is not counted
+    assert [len(r.completion_tokens) for r in out] == [len(f"answer {i}!") for i in range(4)]
+    assert [r.prompt_tokens for r in out] == [len(prompt(f"q{i}".encode(), f"answer {i}!".encode()))
+                                              for i in range(4)]
+    assert max(len(b) for b in engine.batches) == 4  # all four sequences shared decode calls
+    assert batcher.stats.jobs == 4 and batcher.stats.max_sequences == 4
+    # 4 prompts + 9 decode steps, not 4 x (1 + 9) one-at-a-time calls
+    assert batcher.stats.steps <= 1 + len("answer 0!")
+
+
+def test_stop_string_cuts_text_and_counts_the_tokens_generated(gated) -> None:
+    _, batcher, gate = gated
+    gate.set()
+    r = batcher.submit(job(b"q", b"42 STOP and more", stop=(b"STOP", b"more"))).result(timeout=10)
+    assert r.text == b"42 " and r.finish_reason == "stop"
+    # like llama-cpp-python: the tokens up to the one that completed the stop string
+    assert len(r.completion_tokens) == len(b"42 STOP")
+
+
+def test_max_tokens_ends_with_length(gated) -> None:
+    _, batcher, gate = gated
+    gate.set()
+    r = batcher.submit(job(b"q", b"a long reply", max_tokens=4)).result(timeout=10)
+    assert r.text == b"a lo" and r.finish_reason == "length" and len(r.completion_tokens) == 4
+
+
+def test_budget_is_clipped_to_the_context(gated) -> None:
+    engine, batcher, gate = gated
+    gate.set()
+    reply = bytes(range(65, 91)) * 12  # prompt + reply exceed n_ctx
+    p = prompt(b"q", reply)
+    r = batcher.submit(GenerationJob(p, 10_000)).result(timeout=10)
+    assert r.finish_reason == "length" and len(r.completion_tokens) == engine.n_ctx - len(p)
+
+
+def test_prompt_longer_than_context_fails_alone(gated) -> None:
+    engine, batcher, gate = gated
+    too_long = batcher.submit(GenerationJob(tuple([65] * engine.n_ctx), 8))
+    fine = batcher.submit(job(b"q", b"ok"))
+    gate.set()
+    with pytest.raises(ValueError, match="exceed context window"):
+        too_long.result(timeout=10)
+    assert fine.result(timeout=10).text == b"ok"
+
+
+def test_incomplete_utf8_defers_the_stop_and_length_checks(gated) -> None:
+    _, batcher, gate = gated
+    gate.set()
+    reply = "abé!".encode()  # é is two tokens; after the first, llama-cpp-python skips both checks once
+    stopped = batcher.submit(job(b"q", reply, stop=(b"b\xc3",))).result(timeout=10)
+    assert stopped.text == b"a" and stopped.finish_reason == "stop" and len(stopped.completion_tokens) == 4
+    cut = batcher.submit(job(b"q", reply, max_tokens=3)).result(timeout=10)
+    assert cut.text == "abé".encode() and cut.finish_reason == "length" and len(cut.completion_tokens) == 4
+
+
+def test_a_failing_request_does_not_lose_the_others(gated) -> None:
+    engine, batcher, gate = gated
+    good = [batcher.submit(job(f"q{i}".encode(), f"reply {i}".encode())) for i in range(2)]
+    poisoned = batcher.submit(GenerationJob((*b"q", POISON, SEP, *b"xx", SEP), 16))
+    bad_sampler = batcher.submit(job(b"qs", b"never", seed=BAD_SEED))
+    gate.set()
+    with pytest.raises(DecodeError, match="poisoned"):
+        poisoned.result(timeout=10)
+    with pytest.raises(RuntimeError, match="sampler exploded"):
+        bad_sampler.result(timeout=10)
+    assert [f.result(timeout=10).text for f in good] == [b"reply 0", b"reply 1"]
+    assert batcher.stats.failed == 2 and batcher.stats.jobs == 2
+    assert any(len(b) == 1 for b in engine.batches)  # the failed batch was retried one sequence at a time
+    # the loop keeps serving after failures
+    assert batcher.submit(job(b"again", b"fine")).result(timeout=10).text == b"fine"
+
+
+def test_more_jobs_than_sequences_wait_for_a_free_slot(gated) -> None:
+    engine, batcher, gate = gated
+    futures = [batcher.submit(job(f"q{i}".encode(), f"r{i}".encode())) for i in range(10)]
+    gate.set()
+    assert [r.text for r in results(futures)] == [f"r{i}".encode() for i in range(10)]
+    assert max(len(b) for b in engine.batches) == engine.n_seq_max
+
+
+def test_reservations_never_overflow_the_kv_cache() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(n_seq_max=4, kv_size=120, n_ctx=100, gate=gate)
+    batcher = ContinuousBatcher(engine)
+    try:
+        futures = [batcher.submit(job(f"question {i}".encode(), f"reply {i}".encode(), max_tokens=30))
+                   for i in range(6)]
+        gate.set()
+        assert [r.text for r in results(futures)] == [f"reply {i}".encode() for i in range(6)]
+        assert engine.max_cells <= 120
+        # each job reserves prompt + budget (~50 cells): at most two ran at once
+        assert max(len(b) for b in engine.batches) <= 2
+    finally:
+        batcher.close(timeout=5)
+
+
+def test_a_later_job_reuses_the_kv_prefix_of_an_earlier_one() -> None:
+    engine = FakeEngine()
+    batcher = ContinuousBatcher(engine)
+    try:
+        system = b"You are a careful agent. " * 3
+        first = batcher.submit(job(system + b"Q1", b"one")).result(timeout=10)
+        before = engine.evaluated
+        second = batcher.submit(job(system + b"Q2", b"two")).result(timeout=10)
+        assert first.reused_prefix == 0
+        assert second.reused_prefix == len(system) + 1  # the shared text and the "Q"
+        assert second.text == b"two"
+        assert engine.evaluated - before == len(prompt(system + b"Q2", b"two")) - second.reused_prefix + 3
+    finally:
+        batcher.close(timeout=5)
+
+
+def test_prefix_reuse_can_be_turned_off() -> None:
+    engine = FakeEngine()
+    batcher = ContinuousBatcher(engine, reuse_prefix=False)
+    try:
+        batcher.submit(job(b"same prompt", b"a")).result(timeout=10)
+        again = batcher.submit(job(b"same prompt", b"a")).result(timeout=10)
+        assert again.reused_prefix == 0 and again.text == b"a"
+    finally:
+        batcher.close(timeout=5)
+
+
+def test_long_prompts_are_prefilled_in_chunks_next_to_running_decodes() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(n_batch=16, gate=gate)
+    batcher = ContinuousBatcher(engine)
+    try:
+        short = batcher.submit(job(b"s", b"short reply here"))
+        long = batcher.submit(job(b"x" * 60, b"long"))
+        gate.set()
+        assert short.result(timeout=10).text == b"short reply here"
+        assert long.result(timeout=10).text == b"long"
+        assert len(engine.batches) > 4  # 64 prompt tokens cannot go in one 16-token batch
+    finally:
+        batcher.close(timeout=5)
+
+
+def test_stopping_criteria_sees_the_evaluated_tokens(gated) -> None:
+    _, batcher, gate = gated
+    gate.set()
+    p = prompt(b"q", b"abcdef")
+    seen: list[int] = []
+
+    def criteria(tokens: Sequence[int]) -> bool:
+        seen.append(len(tokens))
+        return tokens[-1] == ord("c")  # stop once "c" has been evaluated
+
+    r = batcher.submit(GenerationJob(p, 32, stopping_criteria=criteria)).result(timeout=10)
+    assert r.text == b"abc" and r.finish_reason == "stop" and len(r.completion_tokens) == 3
+    assert seen[0] == len(p)
+
+
+def test_close_fails_queued_jobs_and_refuses_new_ones() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(n_seq_max=1, gate=gate)
+    batcher = ContinuousBatcher(engine)
+    futures = [batcher.submit(job(f"q{i}".encode(), b"r")) for i in range(3)]
+    closer = threading.Thread(target=batcher.close)
+    closer.start()
+    gate.set()
+    closer.join(5)
+    errors = [f.exception(timeout=5) for f in futures]
+    assert any(isinstance(e, RuntimeError) for e in errors)
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit(job(b"late", b"r"))
+
+
+def test_kv_size_below_context_is_rejected() -> None:
+    with pytest.raises(ValueError, match="kv_size"):
+        ContinuousBatcher(FakeEngine(kv_size=100, n_ctx=200))
