@@ -1,4 +1,4 @@
-"""Earlier work earlier work: as its own past turns (``turns``) or quoted in its user turn (``inline``)."""
+"""A worker sees earlier work as its own past turns (``turns``) or quoted in its user turn (``inline``)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def test_pool_files_choose_the_layout_and_local_keeps_turns() -> None:
     assert v2.subset(["qwen0.5b-cot"]).context_layout == "inline"
     with pytest.raises(PoolError, match="context_layout"):
         pool_from_dict({"name": "p", "context_layout": "sideways",
-                        "models": {"m": {"backend": "sim", "params_b": 1}}, "agents": [{"name": "a", "model": "m"}]})
+                        "models": {"m": {"backend": "sim", "params_b": 1}},
+                        "agents": [{"name": "a", "model": "m"}]})
 
 
 class Recorder:
