@@ -90,6 +90,12 @@ PATTERNS: Mapping[str, Pattern] = MappingProxyType(
                 "Do not explain; write only the code block.",
                 runs_program=True,
             ),
+            Pattern(
+                "toolcall",
+                "You are a careful problem solver who uses tools.",
+                "Call the tool with one <tool_call> that computes the final answer; after its "
+                "<tool_response>, end with the answer.",
+            ),
         )
     }
 )

@@ -18,24 +18,21 @@ ToolFactory = Callable[[], Tool]
 
 
 def native_calculator() -> NativeTool:
-    """The calculator in Qwen2.5's native tool-call format, with one worked example."""
+    """The calculator in Qwen2.5's native tool-call format."""
     return NativeTool(
         Calculator(), argument="expression",
         parameter_description="an arithmetic expression, e.g. (17*23 + 4) / 3",
         function_description="Evaluate an arithmetic expression (+ - * / // % **, sqrt, round, min, max) "
                              "and return its value.",
-        example=("A shop sells 12 boxes of 7 pens and 5 single pens. How many pens?", "12*7 + 5", "89"),
     )
 
 
 def native_python() -> NativeTool:
-    """The python sandbox in Qwen2.5's native tool-call format, with one worked example."""
+    """The python sandbox in Qwen2.5's native tool-call format."""
     return NativeTool(
         PythonTool(), argument="code",
         parameter_description="a complete Python 3 program that print()s what you want to see",
         function_description="Run a Python 3 program in a sandbox and return what it prints.",
-        example=("What is the sum of the squares of 1 to 10?", "print(sum(i * i for i in range(1, 11)))",
-                 "385"),
     )
 
 

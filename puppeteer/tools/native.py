@@ -3,11 +3,17 @@
 Qwen2.5(-Coder)-Instruct models were tuned on this format (their chat template writes the
 tool signatures into the system prompt inside ``<tools></tools>`` and tool results come
 back inside ``<tool_response></tool_response>``); the small local models ignore the
-project's ``<calc>`` syntax. ``NativeTool`` wraps any ``Tool``: it finds the last
-``<tool_call>`` naming that tool, hands the argument to the wrapped tool and wraps the
-output the way the chat template does. ``native_system_prompt`` writes the tools block
-the template would write, plus one worked example (the models follow an example far more
-often than a description).
+project's ``<calc>`` syntax. ``NativeTool`` wraps any ``Tool``: it finds the first call
+naming that tool, hands the argument to the wrapped tool and wraps the output the way
+the chat template does. ``native_system_prompt`` writes the tools block the template
+would write.
+
+``<tool_call>`` and ``</tool_call>`` are special tokens of the Qwen2.5 vocabulary, and
+llama.cpp's chat completion leaves special tokens out of the text: what arrives is the
+bare JSON object (``{"name": ..., "arguments": ...}``), sometimes in a ```json fence. The
+parser therefore reads any JSON object with a ``name`` and ``arguments``, tagged or not.
+The model's turn should end after its first call; small models run on and write more
+calls they have no response for, so the FIRST call is the one that runs.
 """
 
 from __future__ import annotations
@@ -21,18 +27,22 @@ from typing import Any
 
 from puppeteer.tools.base import Tool, ToolResult
 
-# a closing tag is optional at the very end: generation may stop right after the JSON
-_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL)
+# where a call object may start: '{' then "name" (tags, if the text kept them, are ignored)
+_START = re.compile(r'\{\s*"name"\s*:')
+_DECODER = json.JSONDecoder()
 
 
-def parse_tool_calls(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
-    """Every well-formed ``<tool_call>`` in ``text`` as (name, arguments); malformed ones are skipped."""
-    calls = []
-    for payload in _CALL.findall(text):
+def _calls_with_spans(text: str) -> list[tuple[str, Mapping[str, Any], str]]:
+    """(name, arguments, raw JSON text) of every well-formed call object, in order."""
+    calls: list[tuple[str, Mapping[str, Any], str]] = []
+    position = 0
+    while (match := _START.search(text, position)) is not None:
         try:
-            data = json.loads(payload)
+            data, end = _DECODER.raw_decode(text, match.start())
         except json.JSONDecodeError:
+            position = match.end()
             continue
+        position = end
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             continue
         args = data.get("arguments", {})
@@ -42,8 +52,13 @@ def parse_tool_calls(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
             except json.JSONDecodeError:
                 continue
         if isinstance(args, dict):
-            calls.append((data["name"], MappingProxyType(dict(args))))
-    return tuple(calls)
+            calls.append((data["name"], MappingProxyType(dict(args)), text[match.start():end]))
+    return calls
+
+
+def parse_tool_calls(text: str) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    """Every well-formed call object in ``text`` as (name, arguments); malformed ones are skipped."""
+    return tuple((name, args) for name, args, _ in _calls_with_spans(text))
 
 
 @dataclass(frozen=True)
@@ -55,7 +70,6 @@ class NativeTool:
     parameter_description: str
     function_description: str
     name: str = ""
-    example: tuple[str, str, str] = ("", "", "")  # (question, argument value, tool output)
     description: str = field(init=False, default="")
 
     def __post_init__(self) -> None:
@@ -80,15 +94,14 @@ class NativeTool:
                 + "\n</tool_call>")
 
     def find_call(self, text: str) -> str | None:
-        """The last ``<tool_call>`` payload (raw JSON text) that names this tool with its argument."""
-        for payload in reversed(_CALL.findall(text)):
-            calls = parse_tool_calls(f"<tool_call>{payload}</tool_call>")
-            if calls and calls[0][0] == self.function and isinstance(calls[0][1].get(self.argument), str):
-                return payload
+        """The first call (its raw JSON text) that names this tool with its string argument."""
+        for name, args, raw in _calls_with_spans(text):
+            if name == self.function and isinstance(args.get(self.argument), str):
+                return raw
         return None
 
     def run(self, call: str) -> ToolResult:
-        calls = parse_tool_calls(f"<tool_call>{call}</tool_call>")
+        calls = parse_tool_calls(call)
         if not calls or not isinstance(calls[0][1].get(self.argument), str):
             return ToolResult(output="<tool_response>\nerror: malformed tool call\n</tool_response>",
                               ok=False, status="error")
@@ -98,7 +111,8 @@ class NativeTool:
 
 
 def native_system_prompt(tools: Sequence[NativeTool]) -> str:
-    """The tools block of Qwen2.5's chat template, followed by one worked example per tool."""
+    """The tools block of Qwen2.5's chat template (no worked example: with one in the system
+    prompt, the 0.5B model copied its final 'Answer:' line and called no tool; docs/local-pool-v2.md)."""
     schemas = "\n".join(json.dumps(t.schema()) for t in tools)
     text = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
             "You are provided with function signatures within <tools></tools> XML tags:\n"
@@ -106,11 +120,4 @@ def native_system_prompt(tools: Sequence[NativeTool]) -> str:
             "For each function call, return a json object with function name and arguments within "
             "<tool_call></tool_call> XML tags:\n<tool_call>\n"
             '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
-    examples = [t for t in tools if t.example[0]]
-    for t in examples:
-        question, value, output = t.example
-        text += (f"\n\nExample.\nUser: {question}\nAssistant: {t.call_text(value)}\n"
-                 f"User: <tool_response>\n{output}\n</tool_response>\nAssistant: Answer: {output}")
-    text += ("\n\nCall a tool for every calculation, then stop and wait for its <tool_response>. "
-             "When you have the result, finish with 'Answer: <answer>'.")
     return text
