@@ -33,8 +33,8 @@ def _records() -> list[dict[str, object]]:
     ('```json\n{\n  "name": "calculator",\n  "arguments": {\n    "expression": "1/4"\n  }\n}\n```',
      [("calculator", {"expression": "1/4"})]),
     ('{"name": "calculator"', []),
-    ("<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> <tool_call>{\"name\": \"b\", \"arguments\": {}}"
-     "</tool_call>",
+    ('<tool_call>{"name": "a", "arguments": {}}</tool_call> 
+     '<tool_call>{"name": "b", "arguments": {}}</tool_call>',
      [("a", {}), ("b", {})]),
 ])
 def test_parse_tool_calls(text: str, expected: list[tuple[str, dict[str, str]]]) -> None:
