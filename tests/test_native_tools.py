@@ -33,7 +33,7 @@ def _records() -> list[dict[str, object]]:
     ('```json\n{\n  "name": "calculator",\n  "arguments": {\n    "expression": "1/4"\n  }\n}\n```',
      [("calculator", {"expression": "1/4"})]),
     ('{"name": "calculator"', []),
-    ('<tool_call>{"name": "a", "arguments": {}}</tool_call> 
+    ('<tool_call>{"name": "a", "arguments": {}}</tool_call> '
      '<tool_call>{"name": "b", "arguments": {}}</tool_call>',
      [("a", {}), ("b", {})]),
 ])
