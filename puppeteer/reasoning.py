@@ -28,6 +28,7 @@ class Pattern:
     instruction: str
     reads_context: bool = False
     runs_program: bool = False
+    asks_answer_format: bool = True  # False: the instruction itself says how to end
 
 
 PATTERNS: Mapping[str, Pattern] = MappingProxyType(
@@ -89,12 +90,14 @@ PATTERNS: Mapping[str, Pattern] = MappingProxyType(
                 "answer and prints only the final answer (a number, or the letter of the option). "
                 "Do not explain; write only the code block.",
                 runs_program=True,
+                asks_answer_format=False,  # the program's printed output is the answer
             ),
             Pattern(
-                "toolcall",
-                "You are a careful problem solver who uses tools.",
-                "Call the tool with one <tool_call> that computes the final answer; after its "
-                "<tool_response>, end with the answer.",
+                "calculate",
+                "You are a careful problem solver.",
+                "Call the calculator with one <tool_call> whose expression computes the final answer; "
+                "after its <tool_response>, end with a line 'Answer: <answer>'.",
+                asks_answer_format=False,  # asked up front, the small models answer without calling
             ),
         )
     }
@@ -190,7 +193,7 @@ def worker_messages(
     if visible and not p.reads_context:
         parts.append("You may use the earlier work above.")
     parts.append(p.instruction)
-    if not p.runs_program:  # a program's printed output is the answer; no 'Answer:' line to ask for
+    if p.asks_answer_format:
         parts.append(answer_format)
     messages.append(Message("user", "\n\n".join(parts)))
     return tuple(messages)
