@@ -21,7 +21,8 @@ def native_calculator() -> NativeTool:
     """The calculator in Qwen2.5's native tool-call format."""
     return NativeTool(
         Calculator(), argument="expression",
-        parameter_description="an arithmetic expression, e.g. (17*23 + 4) / 3",
+        # no example expression here: the 0.5B model copied "(17*23 + 4) / 3" into its calls
+        parameter_description="an arithmetic expression written with the numbers of the problem",
         function_description="Evaluate an arithmetic expression (+ - * / // % **, sqrt, round, min, max) "
                              "and return its value.",
     )
