@@ -90,7 +90,11 @@ def test_tool_loop_feeds_the_native_response_back() -> None:
     assert feedback.startswith("Tool output (calculator-native):\n<tool_response>\n89")
 
 
-@pytest.mark.parametrize("record", _records(), ids=lambda r: f"{r['agent']}:{r['task_id']}:{r['format']}")
+def _id(record: dict[str, object]) -> str:
+    return f"{record['format']}:{record['completion_tokens']}:{str(record['expected_call'])[:20]}"
+
+
+@pytest.mark.parametrize("record", _records(), ids=_id)
 def test_parser_on_recorded_real_outputs(record: dict[str, object]) -> None:
     """Completions recorded from the local models; ``expected_call`` is a human reading of the text."""
     text = str(record["text"])
@@ -103,5 +107,6 @@ def test_parser_on_recorded_real_outputs(record: dict[str, object]) -> None:
         assert found is not None
         tool, payload = found
         assert tool.name == record["format_tool"]
+        assert dict(parse_tool_calls(payload)[0][1]) == {"expression": expected}
         assert tool.run(payload).output.strip().removeprefix("<tool_response>").removesuffix(
             "</tool_response>").strip() == str(record["expected_output"])

@@ -71,6 +71,7 @@ class NativeTool:
     function_description: str
     name: str = ""
     description: str = field(init=False, default="")
+    ends_turn: bool = field(init=False, default=True)  # text after a call is run-on: the call still runs
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", self.name or f"{self.inner.name}-native")
