@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 
 from puppeteer.backends.base import Backend
 from puppeteer.pool import Pool
-from puppeteer.reasoning import DEFAULT_FORMAT, Turn, worker_messages
-from puppeteer.tools import Tool, tool_prompt
+from puppeteer.pot import run_program
+from puppeteer.reasoning import DEFAULT_FORMAT, Turn, pattern, worker_messages
+from puppeteer.sandbox import DEFAULT_LIMITS
+from puppeteer.tools import PythonTool, Tool, tool_prompt
 from puppeteer.tools.loop import arun_with_tools, run_with_tools
 from puppeteer.types import CallContext, Completion, CompletionRequest, Step, Workflow
 from puppeteer.workflow import visible_steps
@@ -63,10 +65,11 @@ class Executor:
             agent,
             ctx.question,
             subtask,
-            [Turn(s.agent_name, s.subtask, s.completion.text) for s in visible],
+            [Turn(s.agent_name, s.subtask, s.completion.text, s.answer) for s in visible],
             answer_format=ctx.answer_format,
             tool_help=tool_prompt(tuple(agent_tools)) if agent_tools else "",
             show_question=self.show_question,
+            layout=self.pool.context_layout,
         )
         request = CompletionRequest(
             model=agent.model,
@@ -94,6 +97,11 @@ class Executor:
         completion: Completion,
         tool_calls: int,
     ) -> Step:
+        if pattern(self.pool.agent(agent_id).pattern).runs_program:  # program of thought: run it
+            python = self.tools.get("python")
+            limits = python.limits if isinstance(python, PythonTool) else DEFAULT_LIMITS
+            completion = run_program(completion, limits).completion
+            tool_calls += 1
         return Step(
             index=index,
             agent_id=agent_id,

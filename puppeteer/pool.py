@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from puppeteer.reasoning import CONTEXT_LAYOUTS
 from puppeteer.resources import find_yaml
 from puppeteer.types import EMPTY, Agent, ModelSpec
 
@@ -31,6 +32,7 @@ class Pool:
     agents: tuple[Agent, ...]
     description: str = ""
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: EMPTY)
+    context_layout: str = "turns"  # how workers see earlier work: reasoning.CONTEXT_LAYOUTS
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -81,6 +83,7 @@ class Pool:
             agents=agents,
             description=self.description,
             backend_options=self.backend_options,
+            context_layout=self.context_layout,
         )
 
     def backends(self) -> tuple[str, ...]:
@@ -136,11 +139,15 @@ def pool_from_dict(raw: Mapping[str, Any]) -> Pool:
     if len(set(names)) != len(names):
         raise PoolError(f"agent names must be unique: {names}")
     options = {k: MappingProxyType(dict(v or {})) for k, v in (raw.get("backend_options") or {}).items()}
+    layout = str(raw.get("context_layout", "turns"))
+    if layout not in CONTEXT_LAYOUTS:
+        raise PoolError(f"unknown context_layout {layout!r}; known: {', '.join(CONTEXT_LAYOUTS)}")
     return Pool(
         name=str(raw.get("name", "pool")),
         agents=tuple(agents),
         description=str(raw.get("description", "")),
         backend_options=MappingProxyType(options),
+        context_layout=layout,
     )
 
 

@@ -3,11 +3,18 @@
 A pattern is a system prompt plus an instruction for the current turn. Patterns
 that react to earlier work (critique, reflect, refine, verify, summarize) say so
 in their text; which earlier work a worker sees is the executor's business.
+
+``pot`` (program of thought) asks for one Python program that prints the answer;
+``runs_program`` tells the executor to run it in the sandbox (``puppeteer.pot``).
+
+Earlier work reaches a worker in one of the ``CONTEXT_LAYOUTS``: ``turns`` (as past
+user/assistant turns, as if the worker had written them) or ``inline`` (quoted inside
+the current user turn, "Agent X wrote: ...", with the answer it gave).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -20,6 +27,8 @@ class Pattern:
     system: str
     instruction: str
     reads_context: bool = False
+    runs_program: bool = False
+    asks_answer_format: bool = True  # False: the instruction itself says how to end
 
 
 PATTERNS: Mapping[str, Pattern] = MappingProxyType(
@@ -74,6 +83,22 @@ PATTERNS: Mapping[str, Pattern] = MappingProxyType(
                 "Summarise the earlier answers and state the answer most of the evidence supports.",
                 reads_context=True,
             ),
+            Pattern(
+                "pot",
+                "You solve problems by writing Python programs.",
+                "Write one complete Python program in a single ```python``` block that computes the "
+                "answer and prints only the final answer (a number, or the letter of the option). "
+                "Do not explain; write only the code block.",
+                runs_program=True,
+                asks_answer_format=False,  # the program's printed output is the answer
+            ),
+            Pattern(
+                "calculate",
+                "You are a careful problem solver.",
+                "Call the calculator with one <tool_call> whose expression computes the final answer; "
+                "after its <tool_response>, end with a line 'Answer: <answer>'.",
+                asks_answer_format=False,  # asked up front, the small models answer without calling
+            ),
         )
     }
 )
@@ -106,6 +131,42 @@ class Turn:
     agent_name: str
     subtask: str
     response: str
+    answer: str | None = None
+
+
+Layout = Callable[[Sequence[Turn]], tuple[tuple[Message, ...], str]]
+"""Earlier turns -> (messages placed before the request, text placed at the top of the request)."""
+
+
+def turns_layout(visible: Sequence[Turn]) -> tuple[tuple[Message, ...], str]:
+    """Each earlier turn as a past user/assistant exchange (the worker 'wrote' the earlier work)."""
+    messages: list[Message] = []
+    for turn in visible:
+        messages.append(Message("user", f"[{turn.agent_name}] {turn.subtask}"))
+        messages.append(Message("assistant", turn.response))
+    return tuple(messages), ""
+
+
+def inline_layout(visible: Sequence[Turn]) -> tuple[tuple[Message, ...], str]:
+    """Earlier work quoted inside the current user turn, each with the answer it gave."""
+    if not visible:
+        return (), ""
+    blocks = []
+    for turn in visible:
+        answer = turn.answer if turn.answer is not None else "none (it stated no final answer)"
+        blocks.append(f"Agent {turn.agent_name} wrote:\n\"\"\"\n{turn.response.strip()}\n\"\"\"\n"
+                      f"Its answer: {answer}")
+    return (), "Earlier work by other agents (it may contain mistakes):\n\n" + "\n\n".join(blocks)
+
+
+CONTEXT_LAYOUTS: Mapping[str, Layout] = MappingProxyType({"turns": turns_layout, "inline": inline_layout})
+
+
+def context_layout(name: str) -> Layout:
+    try:
+        return CONTEXT_LAYOUTS[name]
+    except KeyError:
+        raise KeyError(f"unknown context layout {name!r}; known: {', '.join(CONTEXT_LAYOUTS)}") from None
 
 
 def worker_messages(
@@ -116,21 +177,23 @@ def worker_messages(
     answer_format: str = DEFAULT_FORMAT,
     tool_help: str = "",
     show_question: bool = True,
+    layout: str = "turns",
 ) -> tuple[Message, ...]:
-    """Messages for one worker call: system, earlier visible turns as past conversation, the request."""
+    """Messages for one worker call: system, earlier visible work (laid out by ``layout``), the request."""
     p = pattern(agent.pattern)
     system = f"{p.system} {tool_help}".strip()
-    messages: list[Message] = [Message("system", system)]
-    for turn in visible:
-        messages.append(Message("user", f"[{turn.agent_name}] {turn.subtask}"))
-        messages.append(Message("assistant", turn.response))
+    earlier, quoted = context_layout(layout)(visible)
+    messages: list[Message] = [Message("system", system), *earlier]
     parts = []
     if show_question and subtask.strip() != question.strip():
         parts.append(f"Problem:\n{question}")
     parts.append(subtask if subtask.strip() else question)
+    if quoted:
+        parts.append(quoted)
     if visible and not p.reads_context:
         parts.append("You may use the earlier work above.")
     parts.append(p.instruction)
-    parts.append(answer_format)
+    if p.asks_answer_format:
+        parts.append(answer_format)
     messages.append(Message("user", "\n\n".join(parts)))
     return tuple(messages)

@@ -152,7 +152,7 @@ def test_clip_keeps_head_and_tail() -> None:
 
 def test_registry_builds_fresh_tools_that_satisfy_the_protocol() -> None:
     first, second = default_tools(), default_tools()
-    assert set(first) == set(TOOLS) == {"python", "calculator"}
+    assert set(first) == set(TOOLS) == {"python", "calculator", "python-native", "calculator-native"}
     assert all(first[name] is not second[name] for name in first)
     for name, tool in first.items():
         assert isinstance(tool, Tool) and tool.name == name and "\n" not in tool.description

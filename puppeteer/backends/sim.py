@@ -651,7 +651,10 @@ class SimBackend:
             text = "I am not sure how to solve this one; my best guess follows.\nAnswer: unknown"
         else:
             lines = _reasoning(pattern, tokens, h)
-            lines.append(_render_final(outcome.answer, decision.kind))
+            if pattern == "pot":  # program of thought: a program that prints the answer
+                lines = ["```python", f"answer = {outcome.answer!r}", "print(answer)", "```"]
+            else:
+                lines.append(_render_final(outcome.answer, decision.kind))
             text = "\n".join(lines)
         return Completion(
             text=text,

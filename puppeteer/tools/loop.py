@@ -41,7 +41,11 @@ def feedback(name: str, result: ToolResult) -> str:
 
 
 def find_tool_call(text: str, tools: Mapping[str, Tool]) -> tuple[Tool, str] | None:
-    """The call that appears last in ``text`` across all tools, unless an 'Answer:' follows it."""
+    """The call that appears last in ``text`` across all tools, unless an 'Answer:' follows it.
+
+    A tool whose calls end the model's turn (``ends_turn = True``, the native format) runs even
+    when an 'Answer:' follows: that text is the model running on without the tool's response.
+    """
     best: tuple[int, Tool, str] | None = None
     for tool in tools.values():
         call = tool.find_call(text)
@@ -53,7 +57,7 @@ def find_tool_call(text: str, tools: Mapping[str, Tool]) -> tuple[Tool, str] | N
     if best is None:
         return None
     position, tool, call = best
-    if _ANSWER.search(text, position + len(call)):
+    if not getattr(tool, "ends_turn", False) and _ANSWER.search(text, position + len(call)):
         return None
     return tool, call
 
