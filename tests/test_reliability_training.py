@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from _faults import DiskFullFile, FlakyBackend
@@ -184,12 +185,14 @@ def test_a_corrupt_checkpoint_is_a_clear_error_and_is_kept(tmp_path: Path, damag
     _train_until(tmp_path, 3)  # checkpoint at update 2
     ck = tmp_path / "checkpoint.pt"
     data = ck.read_bytes()
-    ck.write_bytes({"truncate": data[: len(data) // 2], "garbage": os.urandom(4096), "empty": b""}[damage])
-    before = ck.read_bytes()
-    env = _env()
-    with pytest.raises(CheckpointError, match="corrupt or truncated"):
-        train(env, PuppeteerPolicy(env.pool, FAST, seed=0), CFG, tmp_path)
-    assert ck.read_bytes() == before
+    garbage = [np.random.default_rng(seed).bytes(4096) for seed in range(8)]  # several byte patterns
+    for content in {"truncate": [data[: len(data) // 2]], "garbage": garbage, "empty": [b""]}[damage]:
+        ck.write_bytes(content)
+        before = ck.read_bytes()
+        env = _env()
+        with pytest.raises(CheckpointError, match="corrupt or truncated"):
+            train(env, PuppeteerPolicy(env.pool, FAST, seed=0), CFG, tmp_path)
+        assert ck.read_bytes() == before
 
 
 def test_trainer_settings_are_validated() -> None:
