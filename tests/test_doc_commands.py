@@ -169,7 +169,7 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         "one step of each shipped config with a tiny model", slow=False)),
     (r"^serve\b", RealModels(
         "starts a server that runs until stopped; tests/test_serve.py runs it on 127.0.0.1", slow=False)),
-    (r"--pool (local|api-example)\b|pool=(local|api-example)\b|conductor(:qwen|:hf|:litellm|\b(?!:))",
+    (r"--pool (local|api-example)\b|pool=(local|api-example)\b|--policy conductor\b",
      RealModels("calls real models (local llama.cpp or a provider's API)", slow=False)),
 )
 
