@@ -74,5 +74,5 @@ def test_python_tool_agent_runs_code_in_the_sandbox(env_pair: tuple[ConductorEnv
     _, _, _, _, info = env.step(env.pool.index("qwen1.5b-python"))
     step = info["step"]
     assert step.completion.completion_tokens > 0
-    assert step.tool_calls >= 0  # the model may or may not write code; the loop is bounded either way
+    # the model may or may not write code; either way the tool loop is bounded
     assert step.tool_calls <= env.executor.max_tool_rounds

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from _faults import FlakyBackend
+from _procs import live_members
 
 from puppeteer import workflow
 from puppeteer.backends.cache import CacheError
@@ -282,33 +283,18 @@ def test_evaluation_and_training_agree_that_a_failed_call_is_a_wrong_answer() ->
 
 
 # ---------------------------------------------------------------- 10: sandbox process lifetime
-def _live_members(leader: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
-        if state not in ("Z", "X") and leader in (int(pgrp), int(session)):
-            found.append(int(name))
-    return found
-
-
 @pytest.mark.parametrize("namespaces", [True, False])
 def test_no_process_of_a_fork_bomb_outlives_run_python(namespaces: bool) -> None:
     limits = SandboxLimits(timeout_s=1.0, cpu_s=2, memory_mb=256, audit_hook=False, namespaces=namespaces)
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     result = run_python(bomb, limits=limits)
     assert result.status in ("timeout", "killed")
-    assert _live_members(result.pid) == []  # checked at once: not "soon after"
+    assert live_members(result.pid) == []  # checked at once: not "soon after"
     sleepers = "import os, time\nfor _ in range(8):\n    if os.fork() == 0:\n        time.sleep(60)\n"
     sleepers += "print('bye')"
 
     result = run_python(sleepers, limits=dataclasses.replace(limits, timeout_s=3.0))
-    assert result.stdout.startswith("bye") and _live_members(result.pid) == []
+    assert result.stdout.startswith("bye") and live_members(result.pid) == []
 
 
 # ---------------------------------------------------------------- full disk during an evaluation

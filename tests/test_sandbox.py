@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _procs import live_members
 
 from puppeteer.sandbox import SandboxLimits, SandboxResult, run_python
 
@@ -43,22 +44,6 @@ def limits_for(mode: str, os_layers: frozenset[str], needs_any: tuple[str, ...])
     if mode == "os-only" and not os_layers.intersection(needs_any):
         pytest.skip(f"this host provides none of {needs_any} without the audit hook")
     return MODES[mode]
-
-
-def live_members(leader: int) -> list[int]:
-    """Non-zombie processes whose process group or session is ``leader``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
-        if state not in ("Z", "X") and leader in (int(pgrp), int(session)):
-            found.append(int(name))
-    return found
 
 
 def environment() -> dict[str, str]:
