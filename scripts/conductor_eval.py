@@ -37,6 +37,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=5)
     p.add_argument("--max-depth", type=int, default=0)
+    p.add_argument("--concurrency", type=int, default=16,
+                   help="items in flight, so that the conductor's llama.cpp calls batch")
     p.add_argument("--available", default=None, help="comma-separated agent names (a fixed subset)")
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
     p.add_argument("--out-dir", default=str(ROOT / "docs" / "conductor-runs"))
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 logging.info("conductor %s on %s/%s -> %s", args.policy, pool_name, suite, out)
                 evaluate_policy(args.policy, pool, suite, n=args.n, seed=args.seed, out_dir=out, cache=cache,
                                 max_steps=args.max_steps, progress=False, available=available,
-                                max_depth=args.max_depth)
+                                max_depth=args.max_depth, concurrency=args.concurrency)
                 write_table(args, command)
     write_table(args, command)
     return 0
