@@ -187,7 +187,7 @@ def main() -> None:
     print(f"llama-cpp-python {llama_cpp.__version__}; threads={args.n_threads}; {system}")
     print(f"load average at start: {os.getloadavg()}", flush=True)
     results: dict[str, Any] = {"models": {}, "episodes": {}}
-    for key in args.models.split(","):
+    for key in [m for m in args.models.split(",") if m]:  # --models "" runs part 2 only
         res = results["models"][key] = bench_model(key, args)
         print(f"\n{key}: {'config':<14} {'in flight':>9} {'tok/s':>8} {'vs raw':>7}")
         for name, r in res.items():
