@@ -134,16 +134,13 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                         f"0..{len(pool) - 1} "
                         f"(and the Terminator, {pool.terminator_id})")
     env = ConductorEnv(mode=mode, pool=pool, tasks=[task], max_steps=max(len(chain) + 1, 5), cache=args.cache)
-    env.reset(seed=0, options={"task": task})
-    info: dict = {}
+    from puppeteer.rollout import run_actions, run_workflow_episode
+
     if mode == "workflow":
-        _, _, _, _, info = env.step(args.workflow)
+        traj = run_workflow_episode(env, args.workflow, seed=0, options={"task": task})
     else:
-        for a in [*chain, pool.terminator_id]:
-            _, _, terminated, _, info = env.step(a)
-            if terminated:
-                break
-    _print_trajectory(console, task, info["trajectory"])
+        traj = run_actions(env, [*chain, pool.terminator_id], seed=0, options={"task": task}).trajectory
+    _print_trajectory(console, task, traj)
     return 0
 
 

@@ -35,12 +35,12 @@ import numpy as np
 from puppeteer.errors import UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
-from puppeteer.policies.conductor import ConductorPolicy, is_conductor_policy
+from puppeteer.policies.conductor import is_conductor_policy
 from puppeteer.pool import Pool, load_pool
+from puppeteer.rollout import run_conductor_episode, run_step_episode, run_workflow_episode
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import trajectory_to_dict
 from puppeteer.types import Task, Trajectory, Workflow
-from puppeteer.workflow import format_workflow
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -132,42 +132,6 @@ def item_seed(seed: int, task_id: str) -> int:
     """The reset seed of one item: depends on the run seed and the task id only, not on order or n."""
     digest = hashlib.blake2b(f"{seed}|{task_id}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "little")
-
-
-def _run_workflow(env: ConductorEnv, index: int, seed: int, plan: Workflow,
-                  options: dict[str, Any] | None = None) -> Trajectory:
-    env.reset(seed=seed, options={"task_index": index, **(options or {})})
-    *_, info = env.step(format_workflow(plan))
-    return info["trajectory"]
-
-
-def _run_steps(env: ConductorEnv, index: int, seed: int, policy: Any, rng: np.random.Generator,
-               options: dict[str, Any] | None = None) -> Trajectory:
-    obs, _ = env.reset(seed=seed, options={"task_index": index, **(options or {})})
-    policy.reset(env.task.id)
-    for _ in range(env.config.max_steps + 1):
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, rng))
-        if terminated or truncated:
-            return info["trajectory"]
-    raise RuntimeError("the environment did not end the episode after max_steps + 1 actions")
-
-
-def _run_conductor(env: ConductorEnv, index: int, seed: int, policy: ConductorPolicy,
-                   options: dict[str, Any] | None = None) -> tuple[Trajectory, dict[str, Any]]:
-    """One episode of a text-writing conductor: act until the env ends it (recursion acts again)."""
-    obs, info = env.reset(seed=seed, options={"task_index": index, **(options or {})})
-    policy.reset(env.task.id)
-    for _ in range(env.config.max_depth + 1):
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
-        if terminated or truncated:
-            grader = env.graders[env.task.grader]
-            rounds = [{**r, "correct": grader.grade(r["answer"], env.task) if r["parse_error"] is None
-                       else False} for r in info["rounds"]]
-            return info["trajectory"], {
-                "conductor": [c.to_dict() for c in policy.calls], "rounds": rounds,
-                "available": [a.name for a, ok in zip(env.pool.agents, env.available(), strict=True) if ok],
-            }
-    raise RuntimeError("the environment did not end the episode after max_depth + 1 planning rounds")
 
 
 def _conductor_fields(records: Sequence[_Record], max_depth: int) -> dict[str, Any]:
@@ -437,15 +401,16 @@ def evaluate_policy(
         try:
             extra: dict[str, Any] = {}
             if conductor:
-                traj, extra = _run_conductor(item_env, i, seeds[i], item_policy, reset_options)
+                traj, extra = run_conductor_episode(item_env, item_policy, seed=seeds[i], index=i,
+                                                    options=reset_options)
             elif workflow:
                 plan = plans[i]
                 if isinstance(plan, BaseException):
                     raise plan
-                traj = _run_workflow(item_env, i, seeds[i], plan, reset_options)
+                traj = run_workflow_episode(item_env, plan, seed=seeds[i], index=i, options=reset_options)
             else:
-                traj = _run_steps(item_env, i, seeds[i], item_policy, np.random.default_rng(seeds[i]),
-                                  reset_options)
+                traj = run_step_episode(item_env, item_policy, np.random.default_rng(seeds[i]), seed=seeds[i],
+                                        index=i, options=reset_options)
             return _Record(traj.correct, None, traj, extra), time.perf_counter() - t0
         except Exception as e:
             log.warning("item %d (%s) failed: %s: %s", i, items[i].id, type(e).__name__, e)

@@ -32,9 +32,10 @@ import numpy as np
 
 from puppeteer.backends.base import Backend
 from puppeteer.env import ConductorEnv, sim_answer_key
-from puppeteer.evaluation import _run_steps, _run_workflow, item_seed
+from puppeteer.evaluation import item_seed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.pool import Pool, load_pool
+from puppeteer.rollout import run_step_episode, run_workflow_episode
 from puppeteer.tasks import load_suite
 from puppeteer.types import Step, Task, Trajectory
 
@@ -197,11 +198,12 @@ class Orchestrator:
             plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))  # type: ignore[union-attr]
             env = ConductorEnv(mode="workflow", aggregate=self.policy.aggregate,  # type: ignore[union-attr]
                                workflow_lam=self.lam, max_steps=max(self.max_steps, len(plan)), **kwargs)
-            traj = _run_workflow(env, 0, run_seed, plan)
+            traj = run_workflow_episode(env, plan, seed=run_seed, index=0)
         else:
             env = ConductorEnv(mode="step", aggregate=getattr(self.policy, "aggregate", None),
                                max_steps=self.max_steps, **kwargs)
-            traj = _run_steps(env, 0, run_seed, self._step_policy, np.random.default_rng(run_seed))
+            traj = run_step_episode(env, self._step_policy, np.random.default_rng(run_seed), seed=run_seed,
+                                    index=0)
         graded = bool(task.answer)
         return OrchestratorResult(
             question=question, final_answer=traj.final_answer, steps=traj.steps,
