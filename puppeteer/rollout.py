@@ -49,6 +49,7 @@ class EpisodeEnd:
     actions: tuple[Any, ...]
     rewards: tuple[float, ...]
     cost: float  # sum of the env's per-step cost F (``info["cost"]``)
+    observations: tuple[dict[str, Any], ...] = ()  # what each action was chosen from
 
     @property
     def trajectory(self) -> Trajectory:
@@ -95,15 +96,17 @@ def run_episode(env: ConductorEnv, act: Act, *, seed: int | None = None,
         start(env.task.id)
     actions: list[Any] = []
     rewards: list[float] = []
+    seen: list[dict[str, Any]] = []
     cost = 0.0
     for _ in range(action_limit(env)):
         action = act(obs, info)
+        seen.append(obs)
         obs, reward, terminated, truncated, info = env.step(action)
         actions.append(action)
         rewards.append(float(reward))
         cost += info.get("cost", 0.0)
         if terminated or truncated:
-            return EpisodeEnd(info, tuple(actions), tuple(rewards), cost)
+            return EpisodeEnd(info, tuple(actions), tuple(rewards), cost, tuple(seen))
     what = "max_steps + 1 actions" if env.config.mode == "step" else "max_depth + 1 planning rounds"
     raise EpisodeNotEnded(f"the environment did not end the episode after {what}")
 

@@ -27,7 +27,7 @@ import torch
 from puppeteer.backends.base import SyncBackend
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
-from puppeteer.reward import discounted_returns
+from puppeteer.rollout import run_actions
 from puppeteer.types import Completion, CompletionRequest, Task
 
 log = logging.getLogger(__name__)
@@ -125,17 +125,9 @@ def replay(
         backend.load(rec)
         agents = [int(s["agent_id"]) for s in sorted(rec["steps"], key=lambda s: s["index"])]
         actions = agents + ([env.pool.terminator_id] if len(agents) < env.config.max_steps else [])
-        obs, _ = env.reset(seed=0, options={"task": task})
-        ep_obs, rewards = [], []
-        for a in actions:
-            ep_obs.append(obs)
-            obs, r, terminated, truncated, _ = env.step(a)
-            rewards.append(float(r))
-            if terminated or truncated:
-                break
-        returns = discounted_returns(rewards, env.config.gamma)
-        obs_all += ep_obs
-        meta += [(a, k, g) for a, g in zip(actions[: len(ep_obs)], returns, strict=True)]
+        end = run_actions(env, actions, seed=0, options={"task": task})
+        obs_all += end.observations
+        meta += [(a, k, g) for a, g in zip(end.actions, end.info["returns"], strict=True)]
     if skipped:
         log.warning("%d logged episodes are of items not in the environment's tasks, skipped", skipped)
     feats = policy.features_batch(obs_all) if obs_all else []
