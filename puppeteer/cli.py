@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from puppeteer.errors import UserError
-from puppeteer.evaluation import configure_eval, eval_command
+from puppeteer.eval_cli import configure_eval, eval_command
 from puppeteer.serve_cli import configure_serve, serve_command
 
 if TYPE_CHECKING:

@@ -195,8 +195,8 @@ class Orchestrator:
         run_seed = item_seed(self.seed if seed is None else seed, task.id)
         kwargs: dict[str, Any] = dict(pool=self.pool, tasks=[task], lam=self.lam, backend=self.backend())
         if is_workflow_policy(self.policy):
-            plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))  # type: ignore[union-attr]
-            env = ConductorEnv(mode="workflow", aggregate=self.policy.aggregate,  # type: ignore[union-attr]
+            plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))
+            env = ConductorEnv(mode="workflow", aggregate=self.policy.aggregate,
                                workflow_lam=self.lam, max_steps=max(self.max_steps, len(plan)), **kwargs)
             traj = run_workflow_episode(env, plan, seed=run_seed, index=0)
         else:

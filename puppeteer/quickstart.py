@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.analytics.plots import agent_usage, learning_curve
+from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import EvalResult, default_response_cache, evaluate_policy
+from puppeteer.evaluation import EvalResult, evaluate_policy
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
 from puppeteer.progress import ProgressReporter

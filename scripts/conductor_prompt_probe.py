@@ -20,9 +20,10 @@ import sys
 from pathlib import Path
 
 from puppeteer.backends import make_router
+from puppeteer.backends.cache import default_response_cache
 from puppeteer.conductor_prompt import ConductorPrompt
 from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import default_response_cache, item_seed
+from puppeteer.evaluation import item_seed
 from puppeteer.policies.conductor import ConductorPolicy, conductor_model
 from puppeteer.types import Message
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -481,7 +481,8 @@ def make_policy(spec: str, pool: Pool, max_steps: int = 5) -> Policy:
         raise SpecError(f"policy spec {spec!r}: {e.args[0] if e.args else e}") from None
 
 
-def is_workflow_policy(policy: object) -> bool:
+def is_workflow_policy(policy: object) -> TypeGuard[WorkflowPolicy]:
+    """Whether ``policy`` plans whole workflows (narrows its type for the checker)."""
     return isinstance(policy, WorkflowPolicy)
 
 
