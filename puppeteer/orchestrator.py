@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from puppeteer.backends.base import Backend
-from puppeteer.env import ConductorEnv, sim_answer_key
+from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import BackendSpec, build_backend
 from puppeteer.evaluation import item_seed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.pool import Pool, load_pool
@@ -150,12 +151,8 @@ class Orchestrator:
         """The shared backend, created on first use (a sim pool learns the known suite items)."""
         with self._lock:
             if self._backend is None:
-                from puppeteer.backends import make_router
-
-                options = {k: dict(v) for k, v in self.pool.backend_options.items()}
-                if self.pool.needs_answer_key:
-                    options.setdefault("sim", {})["answer_key"] = sim_answer_key(tuple(self._known.values()))
-                self._backend = make_router(options, cache=self._cache)
+                self._backend = build_backend(self.pool, tuple(self._known.values()),
+                                              BackendSpec.of(cache=self._cache))
             return self._backend
 
     def close(self) -> None:

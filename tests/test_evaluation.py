@@ -11,7 +11,7 @@ from puppeteer.backends.base import Router
 from puppeteer.backends.cache import CachedBackend
 from puppeteer.backends.sim import SimBackend
 from puppeteer.cli import main
-from puppeteer.env import sim_answer_key
+from puppeteer.envbuild import sim_answer_key
 from puppeteer.eval_cli import resolve_cache
 from puppeteer.evaluation import (
     EvalResult,

@@ -132,7 +132,7 @@ def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyP
 
 def test_close_leaves_a_passed_in_backend_open() -> None:
     from puppeteer.backends import make_router
-    from puppeteer.env import sim_answer_key
+    from puppeteer.envbuild import sim_answer_key
     from puppeteer.pool import load_pool
     from puppeteer.tasks import load_suite
 

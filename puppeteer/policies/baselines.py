@@ -284,7 +284,7 @@ class OracleRouter:
 
     def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
         from puppeteer.backends.sim import oracle_agent
-        from puppeteer.env import sim_answer_key
+        from puppeteer.envbuild import sim_answer_key
 
         kind = sim_answer_key([task])[task.id].kind
         agent_id = oracle_agent(pool.agents, self.column(task), self.params, kind=kind)

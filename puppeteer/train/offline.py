@@ -26,6 +26,7 @@ import torch
 
 from puppeteer.backends.base import SyncBackend
 from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import build_env
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
 from puppeteer.rollout import run_actions
 from puppeteer.types import Completion, CompletionRequest, Task
@@ -233,20 +234,9 @@ def train_offline(
     config: OfflineConfig = OfflineConfig(),
 ) -> tuple[list[Transition], list[float]]:
     """Read logs, replay them through a copy of ``env`` on a :class:`ReplayBackend`, fit them."""
-    c = env.config
-    replay_env = ConductorEnv(
-        mode="step",
-        pool=env.pool,
-        tasks=env.tasks,
-        lam=c.lam,
-        gamma=c.gamma,
-        phi=c.phi,
-        max_steps=c.max_steps,
-        min_steps=c.min_steps,
-        cost_model=c.cost_model,
-        aggregate=c.aggregate,
-        backend=ReplayBackend(),
-    )
+    # the same settings on the logged episodes' own agents: no drawn or excluded subsets
+    settings = replace(env.config, mode="step", k_available=None, unavailable=())
+    replay_env = build_env(settings, pool=env.pool, tasks=env.tasks, backend=ReplayBackend())
     data = replay(read_records(runs), replay_env, policy)
     log.info("offline: %d transitions from logged episodes", len(data))
     return data, fit_offline(policy, data, config)

@@ -154,10 +154,12 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
     trainer = {k: v for k, v in asdict(config).items()
                if k not in ("episodes", "rollout_workers", "ray_address", "max_failed_fraction")}
     pol = {k: v for k, v in asdict(policy.config).items() if k != "greedy"}
+    # ``unavailable`` joined the env config later: left out while empty, so older checkpoints resume
+    env_settings = {k: v for k, v in asdict(env.config).items() if k != "unavailable" or v}
     return {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
         "policy": json.dumps(pol, sort_keys=True, default=str),
-        "env": json.dumps(asdict(env.config), sort_keys=True, default=str),
+        "env": json.dumps(env_settings, sort_keys=True, default=str),
         "agents": json.dumps([a.name for a in env.pool.agents]),
         "tasks": hashlib.sha256("\n".join(t.id for t in env.tasks).encode()).hexdigest(),
     }
