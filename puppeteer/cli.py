@@ -180,8 +180,8 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.jobs.hydra_entry import hydra_main
     from puppeteer.train.conductor_entry import conductor_main, is_conductor_track
-    from puppeteer.train.hydra_entry import hydra_main
 
     if is_conductor_track(args.overrides):  # GRPO on the conductor: configs/conductor.yaml
         conductor_main([*(["-m"] if args.multirun else []), *args.overrides])
@@ -191,7 +191,7 @@ def _train(args: argparse.Namespace, console: Console) -> int:
 
 
 def _configure_quickstart(p: argparse.ArgumentParser) -> None:
-    from puppeteer.quickstart import QuickstartConfig
+    from puppeteer.jobs.quickstart import QuickstartConfig
 
     d = QuickstartConfig()
     p.add_argument("--out", default="runs/quickstart", help="run directory (report.md, results.json, plots)")
@@ -209,7 +209,7 @@ def _configure_quickstart(p: argparse.ArgumentParser) -> None:
 
 
 def _quickstart(args: argparse.Namespace, console: Console) -> int:
-    from puppeteer.quickstart import QuickstartConfig, run_quickstart
+    from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
 
     cfg = QuickstartConfig(
         n_train=args.n_train,

@@ -29,10 +29,12 @@ import numpy as np
 from puppeteer.analytics.plots import _title, save
 from puppeteer.analytics.references import oracle_router, run_plan
 from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import EnvConfig
 from puppeteer.evaluation import evaluate_policy
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.jobs.builder import StepJob, env_copies
+from puppeteer.jobs.study import episodes_to_reach
+from puppeteer.policies.puppeteer import PolicyConfig
 from puppeteer.pool import load_pool
-from puppeteer.studies import episodes_to_reach
 from puppeteer.train.offline import OfflineConfig, train_offline
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 
@@ -56,15 +58,14 @@ class OfflineStudyConfig:
     offline: OfflineConfig = field(default_factory=OfflineConfig)
 
 
-def _env(cfg: OfflineStudyConfig, split: str, n: int | None = None) -> ConductorEnv:
-    return ConductorEnv(
-        mode="step",
+def _job(cfg: OfflineStudyConfig) -> StepJob:
+    return StepJob(
+        settings=EnvConfig(mode="step", lam=cfg.lam, max_steps=cfg.max_steps),
         pool=load_pool(cfg.pool),
+        policy_config=PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=1),
+        trainer=ReinforceConfig(episodes=cfg.online_episodes, batch_episodes=cfg.batch_episodes,
+                                eval_every=1),
         suite=cfg.suite,
-        split=split,
-        lam=cfg.lam,
-        max_steps=cfg.max_steps,
-        n_tasks=n,
     )
 
 
@@ -76,19 +77,14 @@ def optimum(env: ConductorEnv) -> tuple[float, str]:
     return best.ret, best.name
 
 
-def _policy(cfg: OfflineStudyConfig, pool: Any, seed: int) -> PuppeteerPolicy:
-    return PuppeteerPolicy(
-        pool, PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=1), seed=seed
-    )
-
-
 def run_offline_study(
     cfg: OfflineStudyConfig, out: str | Path, say: Callable[[str], None] = lambda _m: None
 ) -> dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    train_env, test_env = _env(cfg, "train"), _env(cfg, "test", cfg.n_eval)
-    test_envs = [test_env, *(test_env.clone() for _ in range(31))]
+    base = _job(cfg)
+    train_env, test_env = base.env("train"), base.env("test", cfg.n_eval)
+    test_envs = env_copies(test_env, 32)
     best, best_name = optimum(test_env)
     target = 0.9 * best
     say(f"optimum {best:.3f} ({best_name}); target {target:.3f}")
@@ -113,11 +109,11 @@ def run_offline_study(
     say(f"logs: {len(logs)} random-step runs, mean return {random_ret:.3f}")
 
     rows: list[dict[str, Any]] = []
-    tcfg = dict(episodes=cfg.online_episodes, batch_episodes=cfg.batch_episodes, eval_every=1)
     for seed in cfg.seeds:
         for arm in ARMS:
             say(f"seed {seed}: {arm}")
-            policy = _policy(cfg, train_env.pool, seed)
+            job = base.seeded(seed)
+            policy = job.policy()
             n_logged = 0
             if arm != "online":
                 data, _ = train_offline(
@@ -130,7 +126,7 @@ def run_offline_study(
                 state = train(
                     train_env,
                     policy,
-                    ReinforceConfig(**tcfg, seed=seed),
+                    job.trainer,
                     out / f"{arm}-s{seed}",
                     eval_env=test_env,
                 )

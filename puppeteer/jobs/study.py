@@ -21,9 +21,11 @@ import numpy as np
 from puppeteer.analytics.plots import save
 from puppeteer.analytics.references import Reference, best_fixed_sequence, oracle_router
 from puppeteer.env import ConductorEnv
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.envbuild import EnvConfig
+from puppeteer.jobs.builder import StepJob, heldout
+from puppeteer.policies.puppeteer import PolicyConfig
 from puppeteer.pool import load_pool
-from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
+from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)
 
@@ -43,30 +45,33 @@ class StudyConfig:
     trainer: Mapping[str, Any] | None = None
 
 
-def _env(cfg: StudyConfig, lam: float, split: str) -> ConductorEnv:
-    return ConductorEnv(
-        mode="step", pool=load_pool(cfg.pool), suite=cfg.suite, split=split, lam=lam, max_steps=cfg.max_steps
+def _job(cfg: StudyConfig, lam: float, baseline: str | None = None, seed: int = 0) -> StepJob:
+    trainer = {**dict(cfg.trainer or {}), "episodes": cfg.episodes, "seed": seed,
+               "eval_every": cfg.eval_every}
+    if baseline is not None:
+        trainer["baseline"] = baseline
+    return StepJob(
+        settings=EnvConfig(mode="step", lam=lam, max_steps=cfg.max_steps),
+        pool=load_pool(cfg.pool),
+        policy_config=PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps),
+        trainer=ReinforceConfig(**trainer),
+        suite=cfg.suite,
+        seed=seed,
     )
+
+
+def _env(cfg: StudyConfig, lam: float, split: str) -> ConductorEnv:
+    return _job(cfg, lam).env(split)
 
 
 def train_one(
     cfg: StudyConfig, lam: float, baseline: str, seed: int, run_dir: Path, encoder: Any = None
 ) -> dict[str, Any]:
-    env, test_env = _env(cfg, lam, "train"), _env(cfg, lam, "test")
-    policy = PuppeteerPolicy(
-        env.pool, PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps), encoder=encoder, seed=seed
-    )
-    tcfg = ReinforceConfig(
-        **{
-            **dict(cfg.trainer or {}),
-            "episodes": cfg.episodes,
-            "baseline": baseline,
-            "seed": seed,
-            "eval_every": cfg.eval_every,
-        }
-    )
-    state = train(env, policy, tcfg, run_dir, eval_env=test_env)
-    final = evaluate([test_env, *(test_env.clone() for _ in range(31))], policy)
+    job = _job(cfg, lam, baseline, seed)
+    env, test_env = job.env("train"), job.env("test")
+    policy = job.policy(encoder)
+    state = train(env, policy, job.trainer, run_dir, eval_env=test_env)
+    final = heldout(test_env, policy, 32)
     curve = [(h["episodes"], h["eval/return"]) for h in state.history if "eval/return" in h]
     return {"lam": lam, "baseline": baseline, "seed": seed, "final": final, "curve": curve}
 
