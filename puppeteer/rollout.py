@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -261,27 +261,7 @@ def run_lockstep(
 # --------------------------------------------------------------------------- the metrics summary
 
 
-class FinishedEpisode(Protocol):
-    @property
-    def correct(self) -> bool: ...
-
-    @property
-    def ret(self) -> float: ...
-
-    @property
-    def cost(self) -> float: ...
-
-    @property
-    def calls(self) -> int: ...
-
-    @property
-    def tokens(self) -> int: ...
-
-    @property
-    def usd(self) -> float: ...
-
-
-def summarize(eps: Sequence[FinishedEpisode]) -> dict[str, float]:
+def summarize(eps: Sequence[Episode] | Sequence[EpisodeEnd]) -> dict[str, float]:
     """Means over finished episodes: accuracy, return (the env's), cost F, calls, tokens, USD."""
     return {
         "accuracy": float(np.mean([e.correct for e in eps])),
@@ -298,7 +278,6 @@ __all__ = [
     "Episode",
     "EpisodeEnd",
     "EpisodeNotEnded",
-    "FinishedEpisode",
     "action_limit",
     "run_actions",
     "run_conductor_episode",

@@ -15,7 +15,7 @@ from typing import Any
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, EnvConfig, build_env
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import Pool
+from puppeteer.pool import Pool, load_pool
 from puppeteer.train.reinforce import ReinforceConfig, evaluate
 from puppeteer.types import Task
 
@@ -31,6 +31,19 @@ class StepJob:
     suite: str = ""
     seed: int = 0
     backend: BackendSpec = field(default_factory=BackendSpec)
+
+    @classmethod
+    def on_simulator(cls, pool: str, suite: str, *, lam: float, max_steps: int, encoder: str,
+                     trainer: ReinforceConfig, policy_min_steps: int = 0, seed: int = 0) -> StepJob:
+        """The studies' job: a step env with these settings (the rest default), a pool by name."""
+        return cls(
+            settings=EnvConfig(mode="step", lam=lam, max_steps=max_steps),
+            pool=load_pool(pool),
+            policy_config=PolicyConfig(encoder=encoder, max_steps=max_steps, min_steps=policy_min_steps),
+            trainer=trainer,
+            suite=suite,
+            seed=seed,
+        )
 
     def env(self, split: str = "train", n: int | None = None, *, tasks: Sequence[Task] | None = None,
             training: bool = False) -> ConductorEnv:

@@ -29,12 +29,9 @@ import numpy as np
 from puppeteer.analytics.plots import _title, save
 from puppeteer.analytics.references import oracle_router, run_plan
 from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig
 from puppeteer.evaluation import evaluate_policy
 from puppeteer.jobs.builder import StepJob, env_copies
-from puppeteer.jobs.study import episodes_to_reach
-from puppeteer.policies.puppeteer import PolicyConfig
-from puppeteer.pool import load_pool
+from puppeteer.jobs.study import SimSetting, episodes_to_reach
 from puppeteer.train.offline import OfflineConfig, train_offline
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 
@@ -44,11 +41,7 @@ ARMS = ("offline", "offline+online", "online")
 
 
 @dataclass(frozen=True)
-class OfflineStudyConfig:
-    pool: str = "sim-paper"
-    suite: str = "mix-paper"
-    lam: float = 0.1
-    max_steps: int = 5
+class OfflineStudyConfig(SimSetting):
     encoder: str = "hashing"
     log_seeds: tuple[int, ...] = (0, 1, 2, 3)
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -59,14 +52,9 @@ class OfflineStudyConfig:
 
 
 def _job(cfg: OfflineStudyConfig) -> StepJob:
-    return StepJob(
-        settings=EnvConfig(mode="step", lam=cfg.lam, max_steps=cfg.max_steps),
-        pool=load_pool(cfg.pool),
-        policy_config=PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=1),
-        trainer=ReinforceConfig(episodes=cfg.online_episodes, batch_episodes=cfg.batch_episodes,
-                                eval_every=1),
-        suite=cfg.suite,
-    )
+    trainer = ReinforceConfig(episodes=cfg.online_episodes, batch_episodes=cfg.batch_episodes, eval_every=1)
+    return StepJob.on_simulator(cfg.pool, cfg.suite, lam=cfg.lam, max_steps=cfg.max_steps,
+                                encoder=cfg.encoder, trainer=trainer, policy_min_steps=1)
 
 
 def optimum(env: ConductorEnv) -> tuple[float, str]:

@@ -21,21 +21,24 @@ import numpy as np
 from puppeteer.analytics.plots import save
 from puppeteer.analytics.references import Reference, best_fixed_sequence, oracle_router
 from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig
 from puppeteer.jobs.builder import StepJob, heldout
-from puppeteer.policies.puppeteer import PolicyConfig
-from puppeteer.pool import load_pool
 from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StudyConfig:
+class SimSetting:
+    """Where a simulator study runs: pool, suite, cost weight and step limit (shared by the studies)."""
+
     pool: str = "sim-paper"
     suite: str = "mix-paper"
     lam: float = 0.1
     max_steps: int = 5
+
+
+@dataclass(frozen=True)
+class StudyConfig(SimSetting):
     episodes: int = 3000
     seeds: tuple[int, ...] = (0, 1, 2)
     baselines: tuple[str, ...] = ("group", "none")
@@ -50,14 +53,8 @@ def _job(cfg: StudyConfig, lam: float, baseline: str | None = None, seed: int = 
                "eval_every": cfg.eval_every}
     if baseline is not None:
         trainer["baseline"] = baseline
-    return StepJob(
-        settings=EnvConfig(mode="step", lam=lam, max_steps=cfg.max_steps),
-        pool=load_pool(cfg.pool),
-        policy_config=PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps),
-        trainer=ReinforceConfig(**trainer),
-        suite=cfg.suite,
-        seed=seed,
-    )
+    return StepJob.on_simulator(cfg.pool, cfg.suite, lam=lam, max_steps=cfg.max_steps, encoder=cfg.encoder,
+                                trainer=ReinforceConfig(**trainer), seed=seed)
 
 
 def _env(cfg: StudyConfig, lam: float, split: str) -> ConductorEnv:
