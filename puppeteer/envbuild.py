@@ -149,6 +149,9 @@ def env_parts(
     pool (a name, a YAML path or a :class:`Pool`); ``tasks`` or the first ``n_tasks`` of
     ``suite``/``split``; ``backend`` as given (``backend_options`` and ``cache`` then do not apply), or
     built from the pool, ``backend_options`` and ``cache``."""
+    if config is not None and not isinstance(config, EnvConfig):
+        raise TypeError(f"config must be an EnvConfig, got {type(config).__name__}; pass settings as "
+                        "keywords (ConductorEnv(mode='step', ...))")
     if config is None:
         unknown = sorted(set(settings) - CONFIG_FIELDS)
         if unknown:

@@ -61,6 +61,8 @@ def test_config_is_checked_when_made_and_settings_are_not_mixed_with_a_config() 
         EnvConfig(mode="step", max_depth=1)
     with pytest.raises(TypeError, match="unknown environment setting"):
         ConductorEnv(pool="sim-paper", max_stepz=3)
+    with pytest.raises(TypeError, match="config must be an EnvConfig"):
+        ConductorEnv("workflow")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="either config or settings"):
         env_parts(EnvConfig(), lam=0.2)
 
