@@ -22,6 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.backends import make_router
 from puppeteer.backends.base import Backend
 from puppeteer.checks import check_env_settings
 from puppeteer.conductor_prompt import DEFAULT_PROMPT
@@ -127,8 +128,6 @@ def backend_options(pool: Pool, tasks: Sequence[Task],
 
 def build_backend(pool: Pool, tasks: Sequence[Task], spec: BackendSpec = BackendSpec()) -> Backend:
     """The router over the pool's backends for these tasks; model-calling backends behind ``spec.cache``."""
-    from puppeteer.backends import make_router
-
     return make_router(backend_options(pool, tasks, spec.options), cache=spec.cache)
 
 
