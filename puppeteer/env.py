@@ -19,6 +19,11 @@ episode goes on (``terminated=False``, reward 0) with a new observation whose pr
 parent workflow and the last worker's answer; the policy acts again with a new workflow, or with
 three empty lists to keep that answer. At depth ``max_depth`` the conductor is no longer offered.
 ``info["rounds"]`` lists every planning round (depth, text, parse error, steps, answer).
+
+Construction: the settings are an :class:`~puppeteer.envbuild.EnvConfig`; the pool, the tasks and
+the built backend come from :mod:`puppeteer.envbuild` (``build_env(config, pool=..., suite=...)``,
+or the keyword form ``ConductorEnv(mode=..., pool=..., lam=...)`` that gym.make uses). Episodes are
+rolled out by :mod:`puppeteer.rollout`.
 """
 
 from __future__ import annotations
@@ -61,9 +66,9 @@ from puppeteer.workflow import (
 
 MAX_OBS_CHARS = 200_000
 RESPONSE_CHARS_IN_STATE = 1_500
-
-
 FOLLOWUP_ANSWER_CHARS = 800
+
+__all__ = ["ConductorEnv", "EnvConfig"]
 
 
 class ConductorEnv(gym.Env[dict[str, Any], Any]):
