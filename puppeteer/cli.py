@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from puppeteer.errors import UserError
-from puppeteer.evaluation import configure_eval, eval_command
+from puppeteer.eval_cli import configure_eval, eval_command
 from puppeteer.serve_cli import configure_serve, serve_command
 
 if TYPE_CHECKING:
@@ -134,16 +134,13 @@ def _run(args: argparse.Namespace, console: Console) -> int:
                         f"0..{len(pool) - 1} "
                         f"(and the Terminator, {pool.terminator_id})")
     env = ConductorEnv(mode=mode, pool=pool, tasks=[task], max_steps=max(len(chain) + 1, 5), cache=args.cache)
-    env.reset(seed=0, options={"task": task})
-    info: dict = {}
+    from puppeteer.rollout import run_actions, run_workflow_episode
+
     if mode == "workflow":
-        _, _, _, _, info = env.step(args.workflow)
+        traj = run_workflow_episode(env, args.workflow, seed=0, options={"task": task})
     else:
-        for a in [*chain, pool.terminator_id]:
-            _, _, terminated, _, info = env.step(a)
-            if terminated:
-                break
-    _print_trajectory(console, task, info["trajectory"])
+        traj = run_actions(env, [*chain, pool.terminator_id], seed=0, options={"task": task}).trajectory
+    _print_trajectory(console, task, traj)
     return 0
 
 
@@ -183,8 +180,8 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.jobs.hydra_entry import hydra_main
     from puppeteer.train.conductor_entry import conductor_main, is_conductor_track
-    from puppeteer.train.hydra_entry import hydra_main
 
     if is_conductor_track(args.overrides):  # GRPO on the conductor: configs/conductor.yaml
         conductor_main([*(["-m"] if args.multirun else []), *args.overrides])
@@ -194,7 +191,7 @@ def _train(args: argparse.Namespace, console: Console) -> int:
 
 
 def _configure_quickstart(p: argparse.ArgumentParser) -> None:
-    from puppeteer.quickstart import QuickstartConfig
+    from puppeteer.jobs.quickstart import QuickstartConfig
 
     d = QuickstartConfig()
     p.add_argument("--out", default="runs/quickstart", help="run directory (report.md, results.json, plots)")
@@ -212,7 +209,7 @@ def _configure_quickstart(p: argparse.ArgumentParser) -> None:
 
 
 def _quickstart(args: argparse.Namespace, console: Console) -> int:
-    from puppeteer.quickstart import QuickstartConfig, run_quickstart
+    from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
 
     cfg = QuickstartConfig(
         n_train=args.n_train,

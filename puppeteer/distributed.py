@@ -160,10 +160,10 @@ def evaluate_policy_ray(
 class _EnvWorker:
     """A Ray actor holding some of the trainer's envs (and their backends)."""
 
-    def __init__(self, env_kwargs: dict[str, Any], slots: Sequence[int]) -> None:
-        from puppeteer.env import ConductorEnv
+    def __init__(self, parts: dict[str, Any], slots: Sequence[int]) -> None:
+        from puppeteer.envbuild import build_env
 
-        first = ConductorEnv(**env_kwargs)
+        first = build_env(**parts)
         self.envs = {slot: first if i == 0 else first.clone() for i, slot in enumerate(slots)}
 
     def reset_many(self, calls: Sequence[ResetCall]) -> list[tuple[Any, dict[str, Any]]]:
@@ -189,17 +189,18 @@ class RayEnvGroup:
                  worker_cpus: float = 1.0) -> None:
         if env.config.mode != "step":
             raise ValueError("RayEnvGroup runs step-mode envs (the trainer's)")
-        if not env._owns_backend:
+        spec = env.backend_spec
+        if spec is None:
             raise ValueError("envs on Ray workers build their own backends: create the env without backend=")
         ray = init_ray(address, num_cpus, runtime_env)
         self.n_envs, self.gamma = n_envs, float(env.config.gamma)
         workers = max(1, min(workers, n_envs))
-        kwargs = {**env._init_kwargs, "pool": env.pool, "tasks": env.tasks, "backend": None,
-                  "render_mode": None}
+        parts = {"config": env.config, "pool": env.pool, "tasks": env.tasks, "cache": spec.cache,
+                 "backend_options": {k: dict(v) for k, v in spec.options.items()}}
         actor = ray.remote(num_cpus=worker_cpus)(_EnvWorker)
         self._slots = [list(range(w, n_envs, workers)) for w in range(workers)]
         self._owner = {slot: w for w, slots in enumerate(self._slots) for slot in slots}
-        self._actors = [actor.remote(kwargs, slots) for slots in self._slots]
+        self._actors = [actor.remote(parts, slots) for slots in self._slots]
         self._ray = ray
 
     def __len__(self) -> int:

@@ -19,13 +19,17 @@ episode goes on (``terminated=False``, reward 0) with a new observation whose pr
 parent workflow and the last worker's answer; the policy acts again with a new workflow, or with
 three empty lists to keep that answer. At depth ``max_depth`` the conductor is no longer offered.
 ``info["rounds"]`` lists every planning round (depth, text, parse error, steps, answer).
+
+Construction: the settings are an :class:`~puppeteer.envbuild.EnvConfig`; the pool, the tasks and
+the built backend come from :mod:`puppeteer.envbuild` (``build_env(config, pool=..., suite=...)``,
+or the keyword form ``ConductorEnv(mode=..., pool=..., lam=...)`` that gym.make uses). Episodes are
+rolled out by :mod:`puppeteer.rollout`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -35,23 +39,19 @@ from gymnasium.error import InvalidAction, ResetNeeded
 
 from puppeteer.aggregate import aggregator
 from puppeteer.availability import draw_subset, resolve_available
-from puppeteer.backends import make_router
-from puppeteer.backends.base import Backend
-from puppeteer.checks import check_env_settings
 from puppeteer.conductor_prompt import (
-    DEFAULT_PROMPT,
     ConductorPrompt,
     Followup,
     build_prompt,
     load_prompt_config,
 )
+from puppeteer.envbuild import BackendSpec, EnvConfig, EnvParts, env_parts
 from puppeteer.executor import EpisodeContext, Executor
-from puppeteer.pool import Pool, load_pool
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
 from puppeteer.reward import PuppeteerReward, conductor_reward, discounted_returns
 from puppeteer.reward import cost_model as get_cost_model
 from puppeteer.spaces import UnicodeText
-from puppeteer.tasks import Grader, default_graders, load_suite
+from puppeteer.tasks import Grader, default_graders
 from puppeteer.textsafe import encodable
 from puppeteer.tools import default_tools
 from puppeteer.types import Step, Task, Trajectory, Workflow
@@ -66,44 +66,9 @@ from puppeteer.workflow import (
 
 MAX_OBS_CHARS = 200_000
 RESPONSE_CHARS_IN_STATE = 1_500
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    mode: str = "step"
-    lam: float = 0.1
-    gamma: float = 0.99
-    phi: float | None = None
-    max_steps: int = 5
-    min_steps: int = 0
-    cost_model: str = "tokens"
-    aggregate: str | None = None
-    workflow_lam: float = 0.0
-    temperature: float = 0.0
-    samples_per_item: int | None = None
-    show_question: bool = True
-    k_available: int | None = None
-    max_depth: int = 0
-    prompt: str = DEFAULT_PROMPT
-
-
 FOLLOWUP_ANSWER_CHARS = 800
 
-
-def sim_answer_key(tasks: Sequence[Task]) -> dict[str, Any]:
-    """What the simulator needs to know about each item (never shown to real backends)."""
-    from puppeteer.backends.sim import SimItem
-
-    kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
-    return {
-        t.id: SimItem(
-            gold=t.answer,
-            domain=t.domain,
-            kind=kinds.get(t.grader, "text"),
-            choices=tuple(t.meta.get("choices", ())),
-        )
-        for t in tasks
-    }
+__all__ = ["ConductorEnv", "EnvConfig"]
 
 
 class ConductorEnv(gym.Env[dict[str, Any], Any]):
@@ -111,95 +76,48 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     def __init__(
         self,
-        mode: str = "step",
-        pool: str | Path | Pool = "sim-paper",
-        suite: str = "arith",
-        split: str = "train",
-        tasks: Sequence[Task] | None = None,
-        n_tasks: int | None = None,
-        lam: float = 0.1,
-        gamma: float = 0.99,
-        phi: float | None = None,
-        max_steps: int = 5,
-        min_steps: int = 0,
-        cost_model: str = "tokens",
-        aggregate: str | None = None,
-        workflow_lam: float = 0.0,
-        temperature: float = 0.0,
-        samples_per_item: int | None = None,
-        show_question: bool = True,
-        unavailable: Sequence[int] = (),
-        k_available: int | None = None,
-        max_depth: int = 0,
-        prompt: str = DEFAULT_PROMPT,
-        backend: Backend | None = None,
-        backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-        cache: str | Path | None = None,
-        seed: int | None = None,
+        config: EnvConfig | None = None,
+        *,
+        parts: EnvParts | None = None,
         render_mode: str | None = None,
+        seed: int | None = None,
+        **sources: Any,
     ) -> None:
-        if mode not in ("step", "workflow"):
-            raise ValueError(f"mode must be 'step' or 'workflow', got {mode!r}")
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
-        if not 0 <= min_steps <= max_steps:
-            raise ValueError(f"min_steps must be in 0..max_steps ({max_steps}), got {min_steps}")
-        check_env_settings(lam=lam, gamma=gamma, phi=phi, workflow_lam=workflow_lam,
-                           temperature=temperature, samples_per_item=samples_per_item)
+        """``ConductorEnv(mode="step", pool="sim-paper", suite="arith", lam=0.1, ...)``: every
+        :class:`~puppeteer.envbuild.EnvConfig` field and every source that
+        :func:`~puppeteer.envbuild.env_parts` takes (``pool``, ``suite``, ``split``, ``tasks``,
+        ``n_tasks``, ``backend``, ``backend_options``, ``cache``) as keywords; or a typed
+        ``config`` with the sources; or built ``parts`` (:func:`~puppeteer.envbuild.build_env`)."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
-        self._init_kwargs: dict[str, Any] = {
-            k: v for k, v in locals().items() if k not in ("self", "__class__", "seed")
-        }
-        self.config = EnvConfig(
-            mode=mode,
-            lam=lam,
-            gamma=gamma,
-            phi=phi,
-            max_steps=max_steps,
-            min_steps=min_steps,
-            cost_model=cost_model,
-            aggregate=aggregate,
-            workflow_lam=workflow_lam,
-            temperature=temperature,
-            samples_per_item=samples_per_item,
-            show_question=show_question,
-            k_available=k_available,
-            max_depth=max_depth,
-            prompt=prompt,
-        )
-        if max_depth < 0 or (max_depth and mode != "workflow"):
-            raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
+        if parts is None:
+            parts = env_parts(config, **sources)
+        elif config is not None or sources:
+            raise TypeError("give built parts alone, or a config / settings with their sources")
+        self.parts = parts
+        self.config = config = parts.config
         self.render_mode = render_mode
-        self.pool = pool if isinstance(pool, Pool) else load_pool(pool)
-        self.tasks: tuple[Task, ...] = (
-            tuple(tasks) if tasks is not None else load_suite(suite, split, n=n_tasks)
-        )
-        if not self.tasks:
-            raise ValueError("the environment needs at least one task")
+        self.pool, self.tasks = parts.pool, parts.tasks
         self.graders: Mapping[str, Grader] = default_graders()
         missing = {t.grader for t in self.tasks} - set(self.graders)
         if missing:
             raise ValueError(f"unknown grader(s) {sorted(missing)}")
-        self._base_mask = self.pool.availability(unavailable)
+        self._base_mask = self.pool.availability(config.unavailable)
         self._mask = self._base_mask.copy()
         n_base = int(self._base_mask[: len(self.pool)].sum())
+        k_available = config.k_available
         if k_available is not None and not 1 <= k_available <= n_base:
             raise ValueError(f"k_available must be in 1..{n_base} (the available agents), got {k_available}")
-        self._prompt_config = load_prompt_config(prompt) if mode == "workflow" else None
-        self._cost = get_cost_model(cost_model)
-        self._reward = PuppeteerReward(lam=lam, gamma=gamma, phi=float(phi if phi is not None else max_steps))
-        self._aggregate = aggregator(aggregate or ("vote" if mode == "step" else "last"))
-        self._owns_backend = backend is None  # close() releases only what this env created
-        if backend is None:
-            options = {k: dict(v) for k, v in self.pool.backend_options.items()}
-            for k, v in (backend_options or {}).items():
-                options.setdefault(k, {}).update(v)
-            if self.pool.needs_answer_key:
-                options.setdefault("sim", {})["answer_key"] = sim_answer_key(self.tasks)
-            backend = make_router(options, cache=cache)
+        mode, max_steps = config.mode, config.max_steps
+        self._prompt_config = load_prompt_config(config.prompt) if mode == "workflow" else None
+        self._cost = get_cost_model(config.cost_model)
+        phi = config.phi
+        self._reward = PuppeteerReward(lam=config.lam, gamma=config.gamma,
+                                       phi=float(phi if phi is not None else max_steps))
+        self._aggregate = aggregator(config.aggregate or ("vote" if mode == "step" else "last"))
+        self._owns_backend = parts.backend_spec is not None  # close() releases only what this env built
         self.executor = Executor(
-            backend=backend, pool=self.pool, tools=default_tools(), show_question=show_question
+            backend=parts.backend, pool=self.pool, tools=default_tools(), show_question=config.show_question
         )
         self.action_space: spaces.Space[Any]
         self.observation_space: spaces.Space[Any]
@@ -221,7 +139,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                     "task": UnicodeText(MAX_OBS_CHARS),
                     "prompt": UnicodeText(MAX_OBS_CHARS),
                     "mask": spaces.MultiBinary(self.pool.n_actions),
-                    "depth": spaces.Discrete(max_depth + 1),
+                    "depth": spaces.Discrete(config.max_depth + 1),
                 }
             )
         self._task: Task | None = None
@@ -239,11 +157,20 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         if seed is not None:
             self.reset(seed=seed)
 
+    @classmethod
+    def from_parts(cls, parts: EnvParts, *, render_mode: str | None = None,
+                   seed: int | None = None) -> ConductorEnv:
+        """An env of built parts (:func:`puppeteer.envbuild.build_env` makes them from a config)."""
+        return cls(parts=parts, render_mode=render_mode, seed=seed)
+
+    @property
+    def backend_spec(self) -> BackendSpec | None:
+        """How this env built its backend (None: a backend passed in, or shared by :meth:`clone`)."""
+        return self.parts.backend_spec
+
     def clone(self) -> ConductorEnv:
-        """A fresh env with the same settings, tasks, pool and backend (models are not loaded twice)."""
-        kwargs = {**self._init_kwargs, "pool": self.pool, "tasks": self.tasks}
-        kwargs["backend"] = self.executor.backend
-        return ConductorEnv(**kwargs)
+        """A fresh env with the same config, tasks, pool and backend (models are not loaded twice)."""
+        return ConductorEnv.from_parts(replace(self.parts, backend_spec=None), render_mode=self.render_mode)
 
     # ----------------------------------------------------------------- helpers
     @property

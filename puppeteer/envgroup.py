@@ -1,6 +1,6 @@
 """A group of step-mode environments stepped together: in this process, or spread over Ray workers.
 
-The trainer's lockstep loop (:func:`puppeteer.train.reinforce.run_episodes`) keeps the policy,
+The trainer's lockstep loop (:func:`puppeteer.rollout.run_lockstep`) keeps the policy,
 the encoder and the random generator in the driver and hands the group one batch of actions
 at a time. :class:`LocalEnvGroup` steps the envs here, one after another;
 :class:`puppeteer.distributed.RayEnvGroup` sends each env's action to the Ray worker that

@@ -16,7 +16,6 @@ gets the same sample index under every policy and a response cache shares identi
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
@@ -35,15 +34,14 @@ import numpy as np
 from puppeteer.errors import UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
-from puppeteer.policies.conductor import ConductorPolicy, is_conductor_policy
+from puppeteer.policies.conductor import is_conductor_policy
 from puppeteer.pool import Pool, load_pool
+from puppeteer.rollout import run_conductor_episode, run_step_episode, run_workflow_episode
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import trajectory_to_dict
 from puppeteer.types import Task, Trajectory, Workflow
-from puppeteer.workflow import format_workflow
 
 if TYPE_CHECKING:
-    from rich.console import Console
 
     from puppeteer.backends.base import Backend
     from puppeteer.env import ConductorEnv
@@ -51,13 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Z95 = 1.959963984540054
-RESPONSE_CACHE_ENV = "PUPPETEER_RESPONSE_CACHE"
-
-
-def default_response_cache() -> Path:
-    """``$PUPPETEER_RESPONSE_CACHE`` or ``~/.cache/puppeteer/responses.sqlite`` (shared by all runs)."""
-    env = os.environ.get(RESPONSE_CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "puppeteer" / "responses.sqlite"
 
 
 def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -132,42 +123,6 @@ def item_seed(seed: int, task_id: str) -> int:
     """The reset seed of one item: depends on the run seed and the task id only, not on order or n."""
     digest = hashlib.blake2b(f"{seed}|{task_id}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "little")
-
-
-def _run_workflow(env: ConductorEnv, index: int, seed: int, plan: Workflow,
-                  options: dict[str, Any] | None = None) -> Trajectory:
-    env.reset(seed=seed, options={"task_index": index, **(options or {})})
-    *_, info = env.step(format_workflow(plan))
-    return info["trajectory"]
-
-
-def _run_steps(env: ConductorEnv, index: int, seed: int, policy: Any, rng: np.random.Generator,
-               options: dict[str, Any] | None = None) -> Trajectory:
-    obs, _ = env.reset(seed=seed, options={"task_index": index, **(options or {})})
-    policy.reset(env.task.id)
-    for _ in range(env.config.max_steps + 1):
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, rng))
-        if terminated or truncated:
-            return info["trajectory"]
-    raise RuntimeError("the environment did not end the episode after max_steps + 1 actions")
-
-
-def _run_conductor(env: ConductorEnv, index: int, seed: int, policy: ConductorPolicy,
-                   options: dict[str, Any] | None = None) -> tuple[Trajectory, dict[str, Any]]:
-    """One episode of a text-writing conductor: act until the env ends it (recursion acts again)."""
-    obs, info = env.reset(seed=seed, options={"task_index": index, **(options or {})})
-    policy.reset(env.task.id)
-    for _ in range(env.config.max_depth + 1):
-        obs, _, terminated, truncated, info = env.step(policy.act(obs, info))
-        if terminated or truncated:
-            grader = env.graders[env.task.grader]
-            rounds = [{**r, "correct": grader.grade(r["answer"], env.task) if r["parse_error"] is None
-                       else False} for r in info["rounds"]]
-            return info["trajectory"], {
-                "conductor": [c.to_dict() for c in policy.calls], "rounds": rounds,
-                "available": [a.name for a, ok in zip(env.pool.agents, env.available(), strict=True) if ok],
-            }
-    raise RuntimeError("the environment did not end the episode after max_depth + 1 planning rounds")
 
 
 def _conductor_fields(records: Sequence[_Record], max_depth: int) -> dict[str, Any]:
@@ -402,15 +357,15 @@ def evaluate_policy(
         policy.bind(cache)  # type: ignore[union-attr]
         env = ConductorEnv(mode="workflow", aggregate="last", workflow_lam=lam, max_steps=max_steps,
                            max_depth=max_depth, **env_kwargs)
-    elif workflow:
+    elif is_workflow_policy(policy):
         for t, s in zip(items, seeds, strict=True):
             try:
-                plans.append(policy.plan(t, pool, np.random.default_rng(s)))  # type: ignore[union-attr]
+                plans.append(policy.plan(t, pool, np.random.default_rng(s)))
             except Exception as e:  # recorded per item below
                 plans.append(e)
         longest = max((len(p) for p in plans if isinstance(p, Workflow)), default=1)
         max_steps = max(max_steps, longest)
-        env = ConductorEnv(mode="workflow", aggregate=policy.aggregate, workflow_lam=lam,  # type: ignore[union-attr]
+        env = ConductorEnv(mode="workflow", aggregate=policy.aggregate, workflow_lam=lam,
                            max_steps=max_steps, **env_kwargs)
     else:
         env = ConductorEnv(mode="step", aggregate=getattr(policy, "aggregate", None), max_steps=max_steps,
@@ -437,15 +392,16 @@ def evaluate_policy(
         try:
             extra: dict[str, Any] = {}
             if conductor:
-                traj, extra = _run_conductor(item_env, i, seeds[i], item_policy, reset_options)
+                traj, extra = run_conductor_episode(item_env, item_policy, seed=seeds[i], index=i,
+                                                    options=reset_options)
             elif workflow:
                 plan = plans[i]
                 if isinstance(plan, BaseException):
                     raise plan
-                traj = _run_workflow(item_env, i, seeds[i], plan, reset_options)
+                traj = run_workflow_episode(item_env, plan, seed=seeds[i], index=i, options=reset_options)
             else:
-                traj = _run_steps(item_env, i, seeds[i], item_policy, np.random.default_rng(seeds[i]),
-                                  reset_options)
+                traj = run_step_episode(item_env, item_policy, np.random.default_rng(seeds[i]), seed=seeds[i],
+                                        index=i, options=reset_options)
             return _Record(traj.correct, None, traj, extra), time.perf_counter() - t0
         except Exception as e:
             log.warning("item %d (%s) failed: %s: %s", i, items[i].id, type(e).__name__, e)
@@ -497,142 +453,6 @@ def evaluate_policy(
     return result
 
 
-# --------------------------------------------------------------------------- reporting
-
-
-def _fmt_num(x: float) -> str:
-    if x == 0:
-        return "0"
-    if abs(x) >= 1e6 or abs(x) < 1e-3:
-        return f"{x:.2e}"
-    return f"{x:,.4g}" if abs(x) < 1000 else f"{x:,.0f}"
-
-
-def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
-    """(label, value) pairs for a one-run summary."""
-    rows = [
-        ("policy", result.policy),
-        ("pool / backends", f"{result.pool} / {', '.join(result.backends)}"),
-        ("suite / split", f"{result.suite} / {result.split}  (n={result.n}, seed={result.seed})"),
-        ("accuracy", f"{result.accuracy:.3f}  [{result.ci_low:.3f}, {result.ci_high:.3f}] 95% Wilson"
-                     f"  ({result.correct}/{result.n})"),
-        ("errors / unparsable", f"{result.n_errors} / {result.n_parse_errors}"),
-        ("mean calls", f"{result.mean_calls:.2f}"),
-        ("mean tokens (prompt + completion)",
-         f"{result.mean_prompt_tokens:.0f} + {result.mean_completion_tokens:.0f}"),
-        ("mean USD", f"{result.mean_usd:.5f}"),
-        ("mean FLOPs", _fmt_num(result.mean_flops)),
-        ("wall time", f"{result.wall_s:.1f} s"),
-    ]
-    if result.cache_hits is not None:
-        rows.append(("cache hits / misses", f"{result.cache_hits} / {result.cache_misses}"))
-    if not result.completed:
-        rows.append(("completed", "NO (interrupted)"))
-    return rows
-
-
-MARKDOWN_HEADER = ("| policy | suite | n | accuracy (95% CI) | calls | tokens (prompt+completion) | USD | "
-                   "model s/item | wall s | backend | cache hits/misses |\n"
-                   "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|")
-
-
-def markdown_row(r: EvalResult) -> str:
-    cache = f"{r.cache_hits}/{r.cache_misses}" if r.cache_hits is not None else "-"
-    errors = f" ({r.n_errors} errors)" if r.n_errors else ""
-    policy = r.policy.replace("|", "\\|")  # a pipe would end the table cell, even inside backticks
-    return (f"| `{policy}` | {r.suite}/{r.split} | {r.n} | {r.accuracy:.3f} "
-            f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{errors} | {r.mean_calls:.2f} | "
-            f"{r.mean_prompt_tokens:.0f}+{r.mean_completion_tokens:.0f} | {r.mean_usd:.5f} | "
-            f"{r.mean_latency_s:.1f} | {r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |")
-
-
-def markdown_table(results: Sequence[EvalResult]) -> str:
-    return "\n".join([MARKDOWN_HEADER, *(markdown_row(r) for r in results)])
-
-
 def slug(text: str) -> str:
     """A file-name-safe form of a policy spec."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "policy"
-
-
-# --------------------------------------------------------------------------- the CLI sub-command
-
-
-def configure_eval(p: argparse.ArgumentParser) -> None:
-    from puppeteer.policies.baselines import SPEC_FORMS
-
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = "policy specs:\n  " + "\n  ".join(SPEC_FORMS)
-    p.add_argument("--pool", required=True, help="pool name (agents/<name>.yaml) or a YAML path")
-    p.add_argument("--suite", required=True, help="suite name (envs/<name>.yaml)")
-    p.add_argument("--policy", required=True, help="policy spec, see below")
-    p.add_argument("--n", type=int, default=None, help="first N items of the split (default: all)")
-    p.add_argument("--split", default="test")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-steps", type=int, default=5)
-    p.add_argument("--lam", type=float, default=0.1, help="cost weight in the reward")
-    p.add_argument("--cache", default=None,
-                   help=f"SQLite response cache for model-calling backends (default: ${RESPONSE_CACHE_ENV} "
-                        "or ~/.cache/puppeteer/responses.sqlite)")
-    p.add_argument("--no-cache", action="store_true", help="call the models every time")
-    p.add_argument("--out", default=None,
-                   help="output directory for results.json and trajectories.jsonl "
-                        "(default: runs/eval/<pool>_<suite>_<split>_<policy>)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="spread the items over Ray workers: a local instance (no ADDRESS), 'auto' or "
-                        "ray://HEAD:10001 (needs the ray extra; same results as without)")
-    p.add_argument("--ray-workers", type=int, default=None, help="shards for --ray (default: cluster CPUs)")
-    p.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
-    p.add_argument("--available", default=None,
-                   help="comma-separated agent names: evaluate on this fixed subset of the pool")
-    p.add_argument("--k-available", type=int, default=None,
-                   help="a random k-of-n subset of the agents per item (seeded per item)")
-    p.add_argument("--max-depth", type=int, default=0,
-                   help="conductor policies: how often the conductor may call itself (recursion)")
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="items in flight at once (default: 16 for pools that call models, 1 for sim)")
-
-
-def resolve_cache(pool: Pool, cache: str | None, no_cache: bool, model_policy: bool = False) -> Path | None:
-    """The cache the CLI uses: none with --no-cache or when nothing calls a model (neither the pool's
-    backends nor, with ``model_policy``, the policy itself: a conductor LM is cached on any pool)."""
-    from puppeteer.backends import CACHEABLE
-
-    if no_cache or not (model_policy or set(pool.backends()) & CACHEABLE):
-        return None
-    return Path(cache).expanduser() if cache else default_response_cache()
-
-
-def eval_command(args: argparse.Namespace, console: Console) -> int:
-    from rich.table import Table
-
-    pool = load_pool(args.pool)
-    cache = resolve_cache(pool, args.cache, args.no_cache,
-                          model_policy=args.policy.strip().lower().startswith("conductor"))
-    out = Path(args.out) if args.out else Path("runs") / "eval" / slug(
-        f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
-    available = [a.strip() for a in args.available.split(",") if a.strip()] if args.available else None
-    if getattr(args, "ray", None) is not None:
-        from puppeteer.distributed import evaluate_policy_ray
-
-        if available or args.k_available or args.max_depth:
-            raise UserError("--available, --k-available and --max-depth are not supported with --ray yet")
-        result = evaluate_policy_ray(args.policy, pool, args.suite, split=args.split, n=args.n,
-                                     seed=args.seed, out_dir=out, cache=cache, max_steps=args.max_steps,
-                                     lam=args.lam, address=args.ray, workers=args.ray_workers,
-                                     overwrite=args.overwrite)
-    else:
-        result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
-                                 out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
-                                 progress=not args.quiet, overwrite=args.overwrite, available=available,
-                                 k_available=args.k_available, max_depth=args.max_depth,
-                                 concurrency=args.concurrency)
-    table = Table(title="evaluation", show_header=False)
-    table.add_column("", style="bold")
-    table.add_column("")
-    for label, value in summary_rows(result):
-        table.add_row(label, value)
-    console.print(table)
-    console.print(f"results: {out / 'results.json'}\ntrajectories: {out / 'trajectories.jsonl'}")
-    return 0

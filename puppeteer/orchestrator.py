@@ -31,10 +31,12 @@ from typing import Any
 import numpy as np
 
 from puppeteer.backends.base import Backend
-from puppeteer.env import ConductorEnv, sim_answer_key
-from puppeteer.evaluation import _run_steps, _run_workflow, item_seed
+from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import BackendSpec, build_backend
+from puppeteer.evaluation import item_seed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.pool import Pool, load_pool
+from puppeteer.rollout import run_step_episode, run_workflow_episode
 from puppeteer.tasks import load_suite
 from puppeteer.types import Step, Task, Trajectory
 
@@ -149,12 +151,8 @@ class Orchestrator:
         """The shared backend, created on first use (a sim pool learns the known suite items)."""
         with self._lock:
             if self._backend is None:
-                from puppeteer.backends import make_router
-
-                options = {k: dict(v) for k, v in self.pool.backend_options.items()}
-                if self.pool.needs_answer_key:
-                    options.setdefault("sim", {})["answer_key"] = sim_answer_key(tuple(self._known.values()))
-                self._backend = make_router(options, cache=self._cache)
+                self._backend = build_backend(self.pool, tuple(self._known.values()),
+                                              BackendSpec.of(cache=self._cache))
             return self._backend
 
     def close(self) -> None:
@@ -194,14 +192,15 @@ class Orchestrator:
         run_seed = item_seed(self.seed if seed is None else seed, task.id)
         kwargs: dict[str, Any] = dict(pool=self.pool, tasks=[task], lam=self.lam, backend=self.backend())
         if is_workflow_policy(self.policy):
-            plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))  # type: ignore[union-attr]
-            env = ConductorEnv(mode="workflow", aggregate=self.policy.aggregate,  # type: ignore[union-attr]
+            plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))
+            env = ConductorEnv(mode="workflow", aggregate=self.policy.aggregate,
                                workflow_lam=self.lam, max_steps=max(self.max_steps, len(plan)), **kwargs)
-            traj = _run_workflow(env, 0, run_seed, plan)
+            traj = run_workflow_episode(env, plan, seed=run_seed, index=0)
         else:
             env = ConductorEnv(mode="step", aggregate=getattr(self.policy, "aggregate", None),
                                max_steps=self.max_steps, **kwargs)
-            traj = _run_steps(env, 0, run_seed, self._step_policy, np.random.default_rng(run_seed))
+            traj = run_step_episode(env, self._step_policy, np.random.default_rng(run_seed), seed=run_seed,
+                                    index=0)
         graded = bool(task.answer)
         return OrchestratorResult(
             question=question, final_answer=traj.final_answer, steps=traj.steps,

@@ -25,9 +25,11 @@ from pathlib import Path
 
 from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost
+from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import make_router
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.evaluation import EvalResult, evaluate_policy, markdown_table, resolve_cache, slug
+from puppeteer.eval_cli import resolve_cache
+from puppeteer.evaluation import EvalResult, evaluate_policy, slug
 from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.pool import load_pool
 from puppeteer.redaction import redact

@@ -14,27 +14,30 @@ import argparse
 import statistics
 import time
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
 from puppeteer.env import ConductorEnv
 from puppeteer.pool import Pool, load_pool
+from puppeteer.rollout import run_episode, run_workflow_episode
 from puppeteer.types import Agent, ModelSpec, Workflow
-from puppeteer.workflow import format_workflow
 
 
 def steps_per_second(episodes: int) -> tuple[float, float]:
     env = ConductorEnv(mode="step", pool="sim-paper", suite="arith", max_steps=5)
     rng = np.random.default_rng(0)
     steps = 0
+
+    def act(_obs: dict[str, Any], _info: dict[str, Any]) -> int:
+        nonlocal steps
+        action = int(rng.integers(env.pool.n_actions)) if steps % 3 else 0
+        steps += 1
+        return action
+
     start = time.perf_counter()
     for ep in range(episodes):
-        env.reset(seed=ep)
-        done = False
-        while not done:
-            action = int(rng.integers(env.pool.n_actions)) if steps % 3 else 0
-            _, _, done, _, _ = env.step(action)
-            steps += 1
+        run_episode(env, act, seed=ep)
     wall = time.perf_counter() - start
     return steps / wall, episodes / wall
 
@@ -57,11 +60,10 @@ def concurrency(latency: float, reps: int) -> tuple[float, float]:
     independent = Workflow((0, 1, 2, 3), ("Solve.",) * 4, ((),) * 4)
     dependent = Workflow((0, 1, 2, 3), ("Solve.",) * 4, ((), (0,), (1,), (2,)))
     times: dict[str, list[float]] = {"independent": [], "dependent": []}
-    for r in range(reps):  # interleaved A/B so drift hits both alike
+    for r in range(reps):  # interleaved A/B so drift hits both alike (each time includes a sim reset)
         for name, wf in (("independent", independent), ("dependent", dependent)):
-            env.reset(seed=r)
             start = time.perf_counter()
-            env.step(format_workflow(wf))
+            run_workflow_episode(env, wf, seed=r)
             times[name].append(time.perf_counter() - start)
     return statistics.median(times["independent"]), statistics.median(times["dependent"])
 

@@ -133,8 +133,8 @@ def training_batch(batching: bool, args: argparse.Namespace) -> float:
 
     from puppeteer.env import ConductorEnv
     from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.rollout import run_lockstep
     from puppeteer.tasks import load_suite
-    from puppeteer.train.reinforce import run_episodes
 
     pool = capped_pool(args.cap)
     tasks = load_suite("gsm8k", "test", n=16, seed=0)
@@ -145,7 +145,7 @@ def training_batch(batching: bool, args: argparse.Namespace) -> float:
     n_envs = 16 if batching else 1  # one env: episodes one after another, as before this change
     envs = [env, *(env.clone() for _ in range(n_envs - 1))]
     start = time.perf_counter()
-    eps = run_episodes(envs, policy, specs, generator=torch.Generator().manual_seed(0))
+    eps = run_lockstep(envs, policy, specs, generator=torch.Generator().manual_seed(0))
     wall = time.perf_counter() - start
     env.executor.backend.backend("llamacpp").close()  # type: ignore[attr-defined]
     return len(eps) / wall

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from puppeteer.backends import make_router
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.evaluation import evaluate_policy, resolve_cache, slug, wilson_interval
+from puppeteer.eval_cli import resolve_cache
+from puppeteer.evaluation import evaluate_policy, slug, wilson_interval
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import read_trajectories

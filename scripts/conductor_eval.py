@@ -22,7 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from puppeteer.evaluation import default_response_cache, evaluate_policy, wilson_interval
+from puppeteer.backends.cache import default_response_cache
+from puppeteer.evaluation import evaluate_policy, wilson_interval
 from puppeteer.pool import load_pool
 
 ROOT = Path(__file__).resolve().parent.parent

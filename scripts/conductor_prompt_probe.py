@@ -20,10 +20,12 @@ import sys
 from pathlib import Path
 
 from puppeteer.backends import make_router
+from puppeteer.backends.cache import default_response_cache
 from puppeteer.conductor_prompt import ConductorPrompt
 from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import default_response_cache, item_seed
+from puppeteer.evaluation import item_seed
 from puppeteer.policies.conductor import ConductorPolicy, conductor_model
+from puppeteer.rollout import run_episode
 from puppeteer.types import Message
 
 
@@ -44,14 +46,16 @@ def main(argv: list[str] | None = None) -> int:
     for layout in ("chat", "flat"):
         parsed, errors, tokens = 0, [], []
         for i, task in enumerate(env.tasks):
-            obs, info = env.reset(seed=item_seed(0, task.id), options={"task_index": i})
-            prompt: ConductorPrompt = info["conductor_prompt"]
-            if layout == "flat":
-                prompt = ConductorPrompt((Message("user", obs["prompt"]),))
-            policy.reset(task.id)
-            text = policy.write(prompt)
+
+            def write(obs: dict, info: dict, layout: str = layout) -> str:
+                prompt: ConductorPrompt = info["conductor_prompt"]
+                if layout == "flat":
+                    prompt = ConductorPrompt((Message("user", obs["prompt"]),))
+                return policy.write(prompt)
+
+            step_info = run_episode(env, write, seed=item_seed(0, task.id), options={"task_index": i},
+                                    start=policy.reset).info
             tokens.append(policy.calls[-1].completion_tokens)
-            *_, step_info = env.step(text)
             if step_info["parse_error"] is None:
                 parsed += 1
             else:

@@ -10,7 +10,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from puppeteer.offline_study import OfflineStudyConfig, run_offline_study
+from puppeteer.jobs.offline_study import OfflineStudyConfig, run_offline_study
 
 
 def main() -> None:

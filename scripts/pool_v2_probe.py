@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.backends import make_router
-from puppeteer.evaluation import default_response_cache
+from puppeteer.backends.cache import default_response_cache
 from puppeteer.executor import EpisodeContext, Executor
 from puppeteer.pool import load_pool
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT

@@ -12,7 +12,7 @@ import os
 
 from rich.console import Console
 
-from puppeteer.studies import StudyConfig, run_study
+from puppeteer.jobs.study import StudyConfig, run_study
 
 
 def main() -> None:

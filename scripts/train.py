@@ -3,7 +3,7 @@
 import sys
 
 from puppeteer.errors import UserError
-from puppeteer.train.hydra_entry import hydra_main
+from puppeteer.jobs.hydra_entry import hydra_main
 
 if __name__ == "__main__":
     try:

@@ -15,7 +15,7 @@ import logging
 
 from rich.console import Console
 
-from puppeteer.evaluation import markdown_table
+from puppeteer.analytics.tables import markdown_table
 from puppeteer.train.sb3 import MaskablePPOConfig, train_maskable_ppo
 
 

@@ -309,9 +309,9 @@ def test_training_config_turns_on_k_of_n_for_the_training_env_only() -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    from puppeteer.jobs.train import build
     from puppeteer.resources import data_dir
     from puppeteer.train.config_schema import register_configs
-    from puppeteer.train.job import build
 
     register_configs()  # suite/ and pool/ groups from envs/ and agents/
     with initialize_config_dir(config_dir=str(data_dir("configs")), version_base="1.3"):

@@ -100,7 +100,7 @@ class _Closable:
 
 
 def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyPatch) -> None:
-    import puppeteer.env as env_module
+    import puppeteer.envbuild as envbuild_module
     from puppeteer.backends import default_registry
 
     created: list[_Closable] = []
@@ -116,7 +116,7 @@ def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyP
         registry.register("sim", sim)
         return Router(registry, options)
 
-    monkeypatch.setattr(env_module, "make_router", fake_router)
+    monkeypatch.setattr(envbuild_module, "make_router", fake_router)
     env = _env()
     env.reset(seed=0)
     env.step(0)
@@ -132,7 +132,7 @@ def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyP
 
 def test_close_leaves_a_passed_in_backend_open() -> None:
     from puppeteer.backends import make_router
-    from puppeteer.env import sim_answer_key
+    from puppeteer.envbuild import sim_answer_key
     from puppeteer.pool import load_pool
     from puppeteer.tasks import load_suite
 

@@ -10,13 +10,13 @@ import torch
 
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.rollout import run_lockstep
 from puppeteer.train.reinforce import (
     BASELINES,
     Episode,
     ReinforceConfig,
     ResumeMismatch,
     evaluate,
-    run_episodes,
     train,
 )
 
@@ -31,7 +31,7 @@ def test_unavailable_agents_are_never_chosen() -> None:
     env = _env(unavailable=[0, 1, 2])
     policy = PuppeteerPolicy(env.pool, FAST)
     gen = torch.Generator().manual_seed(0)
-    eps = run_episodes([env, env.clone()], policy, [(s, None) for s in range(40)], generator=gen)
+    eps = run_lockstep([env, env.clone()], policy, [(s, None) for s in range(40)], generator=gen)
     used = {a for e in eps for a in e.actions}
     assert used.isdisjoint({0, 1, 2})
     assert len(used) > 3  # the untrained policy explores the rest

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from puppeteer.quickstart import QuickstartConfig, run_quickstart
+from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
 
 SIM = QuickstartConfig(
     pool="sim-paper",

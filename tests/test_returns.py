@@ -9,7 +9,7 @@ from puppeteer.analytics.references import run_plan
 from puppeteer.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.reward import discounted_returns
-from puppeteer.train.reinforce import run_episodes
+from puppeteer.rollout import run_lockstep
 
 
 def _env() -> ConductorEnv:
@@ -20,7 +20,7 @@ def _env() -> ConductorEnv:
 def test_trainer_episode_returns_are_the_discounted_rewards() -> None:
     env = _env()
     policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3))
-    eps = run_episodes([env, env.clone()], policy, [(s, s % 12) for s in range(12)],
+    eps = run_lockstep([env, env.clone()], policy, [(s, s % 12) for s in range(12)],
                        generator=torch.Generator().manual_seed(0))
     assert any(len(e.rewards) > 1 for e in eps)  # some episodes have intermediate costs to discount
     for e in eps:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from puppeteer.env import ConductorEnv
+from puppeteer.rollout import run_actions, summarize
 from puppeteer.types import Task
 
 
@@ -25,23 +26,10 @@ def run_plan(
     env: ConductorEnv, plan: Callable[[Task], Sequence[int]], name: str, seed: int = 10_000
 ) -> Reference:
     """Every task of ``env`` once: activate ``plan(task)`` in order, then the Terminator."""
-    rets, accs, costs, calls = [], [], [], []
-    for i in range(len(env.tasks)):
-        env.reset(seed=seed + i, options={"task_index": i})
-        actions = [*plan(env.task), env.pool.terminator_id]
-        cost = 0.0
-        for a in actions:
-            _, _, terminated, _, info = env.step(a)
-            cost += info.get("cost", 0.0)
-            if terminated:
-                break
-        rets.append(info["returns"][0])  # the env's discounted return (puppeteer.reward)
-        accs.append(info["correct"])
-        costs.append(cost)
-        calls.append(len(info["trajectory"].steps))
-    return Reference(
-        name, float(np.mean(accs)), float(np.mean(rets)), float(np.mean(costs)), float(np.mean(calls))
-    )
+    ends = [run_actions(env, lambda task: [*plan(task), env.pool.terminator_id], seed=seed + i,
+                        options={"task_index": i}) for i in range(len(env.tasks))]
+    m = summarize(ends)  # returns are the env's discounted returns (puppeteer.reward)
+    return Reference(name, m["accuracy"], m["return"], m["cost"], m["calls"])
 
 
 def oracle_router(env: ConductorEnv) -> Reference:

@@ -113,7 +113,7 @@ def run_metadata(run_dir: str | Path) -> dict[str, Any]:
     """What a run directory says about itself (``results.json`` of an eval, ``config.json`` of training)."""
     d = Path(run_dir)
     results, config = _read_json(d / "results.json"), _read_json(d / "config.json")
-    if "trainer" in config:  # a training run (puppeteer.train.job)
+    if "trainer" in config:  # a training run (puppeteer.jobs.train)
         suite = config.get("suite") or {}
         return {
             "kind": "train",

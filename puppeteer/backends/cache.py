@@ -23,6 +23,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -37,6 +38,13 @@ from puppeteer.types import Completion, CompletionRequest
 log = logging.getLogger(__name__)
 
 KEY_VERSION = 1
+RESPONSE_CACHE_ENV = "PUPPETEER_RESPONSE_CACHE"
+
+
+def default_response_cache() -> Path:
+    """``$PUPPETEER_RESPONSE_CACHE`` or ``~/.cache/puppeteer/responses.sqlite`` (shared by all runs)."""
+    env = os.environ.get(RESPONSE_CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "puppeteer" / "responses.sqlite"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS completions (

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -284,7 +284,7 @@ class OracleRouter:
 
     def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
         from puppeteer.backends.sim import oracle_agent
-        from puppeteer.env import sim_answer_key
+        from puppeteer.envbuild import sim_answer_key
 
         kind = sim_answer_key([task])[task.id].kind
         agent_id = oracle_agent(pool.agents, self.column(task), self.params, kind=kind)
@@ -481,7 +481,8 @@ def make_policy(spec: str, pool: Pool, max_steps: int = 5) -> Policy:
         raise SpecError(f"policy spec {spec!r}: {e.args[0] if e.args else e}") from None
 
 
-def is_workflow_policy(policy: object) -> bool:
+def is_workflow_policy(policy: object) -> TypeGuard[WorkflowPolicy]:
+    """Whether ``policy`` plans whole workflows (narrows its type for the checker)."""
     return isinstance(policy, WorkflowPolicy)
 
 

@@ -26,8 +26,9 @@ import torch
 
 from puppeteer.backends.base import SyncBackend
 from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import build_env
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
-from puppeteer.reward import discounted_returns
+from puppeteer.rollout import run_actions
 from puppeteer.types import Completion, CompletionRequest, Task
 
 log = logging.getLogger(__name__)
@@ -125,17 +126,9 @@ def replay(
         backend.load(rec)
         agents = [int(s["agent_id"]) for s in sorted(rec["steps"], key=lambda s: s["index"])]
         actions = agents + ([env.pool.terminator_id] if len(agents) < env.config.max_steps else [])
-        obs, _ = env.reset(seed=0, options={"task": task})
-        ep_obs, rewards = [], []
-        for a in actions:
-            ep_obs.append(obs)
-            obs, r, terminated, truncated, _ = env.step(a)
-            rewards.append(float(r))
-            if terminated or truncated:
-                break
-        returns = discounted_returns(rewards, env.config.gamma)
-        obs_all += ep_obs
-        meta += [(a, k, g) for a, g in zip(actions[: len(ep_obs)], returns, strict=True)]
+        end = run_actions(env, actions, seed=0, options={"task": task})
+        obs_all += end.observations
+        meta += [(a, k, g) for a, g in zip(end.actions, end.info["returns"], strict=True)]
     if skipped:
         log.warning("%d logged episodes are of items not in the environment's tasks, skipped", skipped)
     feats = policy.features_batch(obs_all) if obs_all else []
@@ -241,20 +234,9 @@ def train_offline(
     config: OfflineConfig = OfflineConfig(),
 ) -> tuple[list[Transition], list[float]]:
     """Read logs, replay them through a copy of ``env`` on a :class:`ReplayBackend`, fit them."""
-    c = env.config
-    replay_env = ConductorEnv(
-        mode="step",
-        pool=env.pool,
-        tasks=env.tasks,
-        lam=c.lam,
-        gamma=c.gamma,
-        phi=c.phi,
-        max_steps=c.max_steps,
-        min_steps=c.min_steps,
-        cost_model=c.cost_model,
-        aggregate=c.aggregate,
-        backend=ReplayBackend(),
-    )
+    # the same settings on the logged episodes' own agents: no drawn or excluded subsets
+    settings = replace(env.config, mode="step", k_available=None, unavailable=())
+    replay_env = build_env(settings, pool=env.pool, tasks=env.tasks, backend=ReplayBackend())
     data = replay(read_records(runs), replay_env, policy)
     log.info("offline: %d transitions from logged episodes", len(data))
     return data, fit_offline(policy, data, config)

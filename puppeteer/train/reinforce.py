@@ -26,11 +26,11 @@ import torch
 
 from puppeteer.checks import integer, number
 from puppeteer.env import ConductorEnv
-from puppeteer.envgroup import EnvGroup, as_env_group
-from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
+from puppeteer.envgroup import EnvGroup
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.rollout import Episode, run_lockstep, summarize
 from puppeteer.safeload import CheckpointError, atomic_torch_save, safe_torch_load
 from puppeteer.train.logging import MetricLogger, Rewindable
-from puppeteer.trajectories import trajectory_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -74,76 +74,8 @@ class ReinforceConfig:
         number("trainer.max_failed_fraction", self.max_failed_fraction, low=0.0, high=1.0)
 
 
-@dataclass
-class Episode:
-    task_id: str
-    feats: list[Features]
-    actions: list[int]
-    rewards: list[float]
-    returns: list[float] = field(default_factory=list)
-    correct: bool = False
-    cost: float = 0.0
-    trajectory: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None  # the failed call that ended the episode, if one did
-
-
 class TrainingStopped(RuntimeError):
     """Training stopped cleanly (too many failed calls, or a write failed); the checkpoint is intact."""
-
-
-def run_episodes(
-    envs: Sequence[ConductorEnv] | EnvGroup,
-    policy: PuppeteerPolicy,
-    specs: Sequence[tuple[int, int | None]],
-    generator: torch.Generator | None = None,
-    greedy: bool = False,
-    on_episode: Callable[[Episode], None] | None = None,
-) -> list[Episode]:
-    """Run one episode per (reset seed, task index) spec, ``len(envs)`` at a time in lockstep.
-
-    Lockstep lets the policy encode all current observations in one batch. ``envs`` may be an
-    :class:`~puppeteer.envgroup.EnvGroup` (e.g. envs on Ray workers): the results are the same.
-    A step whose call raises ends its episode, graded as wrong, with ``Episode.error`` set.
-    """
-    group = as_env_group(envs)
-    out: list[Episode] = []
-    for lo in range(0, len(specs), len(group)):
-        chunk = specs[lo : lo + len(group)]
-        eps: dict[int, Episode] = {}
-        obs: dict[int, dict[str, Any]] = {}
-        resets = group.reset_many(
-            [(k, seed, {"task_index": ti} if ti is not None else None) for k, (seed, ti) in enumerate(chunk)]
-        )
-        for k, (first, info) in enumerate(resets):
-            obs[k] = first
-            eps[k] = Episode(task_id=info["task_id"], feats=[], actions=[], rewards=[])
-        active = list(eps)
-        while active:
-            feats = policy.features_batch([obs[k] for k in active])
-            actions = policy.choose_batch(feats, generator, greedy=greedy)
-            still = []
-            results = group.step_many(list(zip(active, actions, strict=True)))
-            for k, f, a, result in zip(active, feats, actions, results, strict=True):
-                obs[k], r, terminated, truncated, info = result
-                ep = eps[k]
-                ep.feats.append(f)
-                ep.actions.append(a)
-                ep.rewards.append(float(r))
-                ep.cost += float(info.get("cost", 0.0))
-                if terminated or truncated:
-                    ep.returns = list(info["returns"])  # discounted by the env (puppeteer.reward)
-                    ep.correct = bool(info["correct"])
-                    ep.trajectory = trajectory_to_dict(info["trajectory"])
-                    if info.get("error"):
-                        ep.error = str(info["error"])
-                        ep.trajectory["error"] = ep.error
-                    if on_episode is not None:
-                        on_episode(ep)
-                else:
-                    still.append(k)
-            active = still
-        out += [eps[k] for k in range(len(chunk))]
-    return out
 
 
 # --------------------------------------------------------------------------- baselines
@@ -195,21 +127,8 @@ def evaluate(
     """Greedy policy, each task once (the first ``n``); several envs run in lockstep."""
     envs = [env] if isinstance(env, ConductorEnv) else list(env)
     count = len(envs[0].tasks) if n is None else min(n, len(envs[0].tasks))
-    eps = run_episodes(envs, policy, [(seed + i, i) for i in range(count)], greedy=True)
+    eps = run_lockstep(envs, policy, [(seed + i, i) for i in range(count)], greedy=True)
     return summarize(eps)
-
-
-def summarize(eps: list[Episode]) -> dict[str, float]:
-    return {
-        "accuracy": float(np.mean([e.correct for e in eps])),
-        "return": float(np.mean([e.returns[0] for e in eps])),
-        "cost": float(np.mean([e.cost for e in eps])),
-        "calls": float(np.mean([len(e.trajectory["steps"]) for e in eps])),
-        "tokens": float(
-            np.mean([e.trajectory["prompt_tokens"] + e.trajectory["completion_tokens"] for e in eps])
-        ),
-        "usd": float(np.mean([e.trajectory["cost_usd"] for e in eps])),
-    }
 
 
 # --------------------------------------------------------------------------- checkpointing
@@ -235,10 +154,12 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
     trainer = {k: v for k, v in asdict(config).items()
                if k not in ("episodes", "rollout_workers", "ray_address", "max_failed_fraction")}
     pol = {k: v for k, v in asdict(policy.config).items() if k != "greedy"}
+    # ``unavailable`` joined the env config later: left out while empty, so older checkpoints resume
+    env_settings = {k: v for k, v in asdict(env.config).items() if k != "unavailable" or v}
     return {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
         "policy": json.dumps(pol, sort_keys=True, default=str),
-        "env": json.dumps(asdict(env.config), sort_keys=True, default=str),
+        "env": json.dumps(env_settings, sort_keys=True, default=str),
         "agents": json.dumps([a.name for a in env.pool.agents]),
         "tasks": hashlib.sha256("\n".join(t.id for t in env.tasks).encode()).hexdigest(),
     }
@@ -371,7 +292,7 @@ def train(
         for _ in range(n_groups):
             task_index = int(rng.integers(len(env.tasks)))
             specs += [(int(rng.integers(2**31)), task_index) for _ in range(config.group_size)]
-        flat = run_episodes(envs, policy, specs, generator=gen, on_episode=on_episode)
+        flat = run_lockstep(envs, policy, specs, generator=gen, on_episode=on_episode)
         failed = sum(e.error is not None for e in flat)
         seen = max(state.episodes + len(flat), MIN_EPISODES_FOR_FAILURE_RATE)
         if failed and (state.failed + failed) / seen > config.max_failed_fraction:

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.analytics.plots import agent_usage, learning_curve
+from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import EvalResult, default_response_cache, evaluate_policy
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.envbuild import BackendSpec, EnvConfig
+from puppeteer.evaluation import EvalResult, evaluate_policy
+from puppeteer.jobs.builder import StepJob
+from puppeteer.policies.puppeteer import PolicyConfig
 from puppeteer.pool import load_pool
 from puppeteer.progress import ProgressReporter
 from puppeteer.tasks import load_suite
@@ -89,19 +91,20 @@ def run_quickstart(
     pool = load_pool(cfg.pool).subset(cfg.agents)
     train_tasks = load_suite(cfg.suite, "train", n=cfg.n_train, seed=cfg.seed)
     eval_tasks = load_suite(cfg.suite, "test", n=cfg.n_eval, seed=cfg.seed)
-    env = ConductorEnv(
-        mode="step",
+    batch = max(cfg.group_size, min(cfg.batch_episodes, cfg.episodes) // cfg.group_size * cfg.group_size)
+    job = StepJob(
+        settings=EnvConfig(mode="step", lam=cfg.lam, max_steps=cfg.max_steps, min_steps=cfg.min_steps,
+                           cost_model=cfg.cost_model, samples_per_item=1),
         pool=pool,
-        tasks=train_tasks,
-        lam=cfg.lam,
-        max_steps=cfg.max_steps,
-        min_steps=cfg.min_steps,
-        cost_model=cfg.cost_model,
-        samples_per_item=1,
-        cache=cache,
+        policy_config=PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=cfg.min_steps),
+        trainer=ReinforceConfig(episodes=cfg.episodes, batch_episodes=batch, group_size=cfg.group_size,
+                                lr=0.01, eval_every=10**9, parallel_envs=4, seed=cfg.seed),
+        suite=cfg.suite,
+        seed=cfg.seed,
         # one model call at a time, so llama.cpp may use every core
-        backend_options={"llamacpp": {"n_threads": cfg.n_threads or available_cpus()}},
+        backend=BackendSpec.of({"llamacpp": {"n_threads": cfg.n_threads or available_cpus()}}, cache),
     )
+    env = job.env(tasks=train_tasks, training=True)
     backend = env.executor.backend  # one set of loaded models for training, evaluation and baselines
     backend_name = ", ".join(pool.backends())  # every figure and table says which backend made it
     eval_backend = None if pool.needs_answer_key else backend  # held-out items need their own
@@ -109,21 +112,7 @@ def run_quickstart(
         f"[bold]puppeteer quickstart[/bold]: pool {escape(pool.name)} (backend {backend_name}), "
         f"{len(train_tasks)} train / {len(eval_tasks)} held-out items of {cfg.suite}; cache {cache}"
     )
-    policy = PuppeteerPolicy(
-        pool,
-        PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=cfg.min_steps),
-        seed=cfg.seed,
-    )
-    batch = max(cfg.group_size, min(cfg.batch_episodes, cfg.episodes) // cfg.group_size * cfg.group_size)
-    tcfg = ReinforceConfig(
-        episodes=cfg.episodes,
-        batch_episodes=batch,
-        group_size=cfg.group_size,
-        lr=0.01,
-        eval_every=10**9,
-        parallel_envs=4,
-        seed=cfg.seed,
-    )
+    policy, tcfg = job.policy(), job.trainer
     with ProgressReporter(f"train ({backend_name})", cfg.episodes, console=console) as bar:
 
         def on_episode(ep: Episode) -> None:

@@ -30,9 +30,8 @@ from puppeteer.analytics.plots import _title, save
 from puppeteer.analytics.references import oracle_router, run_plan
 from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import evaluate_policy
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import load_pool
-from puppeteer.studies import episodes_to_reach
+from puppeteer.jobs.builder import StepJob, env_copies
+from puppeteer.jobs.study import SimSetting, episodes_to_reach
 from puppeteer.train.offline import OfflineConfig, train_offline
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 
@@ -42,11 +41,7 @@ ARMS = ("offline", "offline+online", "online")
 
 
 @dataclass(frozen=True)
-class OfflineStudyConfig:
-    pool: str = "sim-paper"
-    suite: str = "mix-paper"
-    lam: float = 0.1
-    max_steps: int = 5
+class OfflineStudyConfig(SimSetting):
     encoder: str = "hashing"
     log_seeds: tuple[int, ...] = (0, 1, 2, 3)
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -56,16 +51,10 @@ class OfflineStudyConfig:
     offline: OfflineConfig = field(default_factory=OfflineConfig)
 
 
-def _env(cfg: OfflineStudyConfig, split: str, n: int | None = None) -> ConductorEnv:
-    return ConductorEnv(
-        mode="step",
-        pool=load_pool(cfg.pool),
-        suite=cfg.suite,
-        split=split,
-        lam=cfg.lam,
-        max_steps=cfg.max_steps,
-        n_tasks=n,
-    )
+def _job(cfg: OfflineStudyConfig) -> StepJob:
+    trainer = ReinforceConfig(episodes=cfg.online_episodes, batch_episodes=cfg.batch_episodes, eval_every=1)
+    return StepJob.on_simulator(cfg.pool, cfg.suite, lam=cfg.lam, max_steps=cfg.max_steps,
+                                encoder=cfg.encoder, trainer=trainer, policy_min_steps=1)
 
 
 def optimum(env: ConductorEnv) -> tuple[float, str]:
@@ -76,19 +65,14 @@ def optimum(env: ConductorEnv) -> tuple[float, str]:
     return best.ret, best.name
 
 
-def _policy(cfg: OfflineStudyConfig, pool: Any, seed: int) -> PuppeteerPolicy:
-    return PuppeteerPolicy(
-        pool, PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=1), seed=seed
-    )
-
-
 def run_offline_study(
     cfg: OfflineStudyConfig, out: str | Path, say: Callable[[str], None] = lambda _m: None
 ) -> dict[str, Any]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    train_env, test_env = _env(cfg, "train"), _env(cfg, "test", cfg.n_eval)
-    test_envs = [test_env, *(test_env.clone() for _ in range(31))]
+    base = _job(cfg)
+    train_env, test_env = base.env("train"), base.env("test", cfg.n_eval)
+    test_envs = env_copies(test_env, 32)
     best, best_name = optimum(test_env)
     target = 0.9 * best
     say(f"optimum {best:.3f} ({best_name}); target {target:.3f}")
@@ -113,11 +97,11 @@ def run_offline_study(
     say(f"logs: {len(logs)} random-step runs, mean return {random_ret:.3f}")
 
     rows: list[dict[str, Any]] = []
-    tcfg = dict(episodes=cfg.online_episodes, batch_episodes=cfg.batch_episodes, eval_every=1)
     for seed in cfg.seeds:
         for arm in ARMS:
             say(f"seed {seed}: {arm}")
-            policy = _policy(cfg, train_env.pool, seed)
+            job = base.seeded(seed)
+            policy = job.policy()
             n_logged = 0
             if arm != "online":
                 data, _ = train_offline(
@@ -130,7 +114,7 @@ def run_offline_study(
                 state = train(
                     train_env,
                     policy,
-                    ReinforceConfig(**tcfg, seed=seed),
+                    job.trainer,
                     out / f"{arm}-s{seed}",
                     eval_env=test_env,
                 )

@@ -21,19 +21,24 @@ import numpy as np
 from puppeteer.analytics.plots import save
 from puppeteer.analytics.references import Reference, best_fixed_sequence, oracle_router
 from puppeteer.env import ConductorEnv
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import load_pool
-from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
+from puppeteer.jobs.builder import StepJob, heldout
+from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StudyConfig:
+class SimSetting:
+    """Where a simulator study runs: pool, suite, cost weight and step limit (shared by the studies)."""
+
     pool: str = "sim-paper"
     suite: str = "mix-paper"
     lam: float = 0.1
     max_steps: int = 5
+
+
+@dataclass(frozen=True)
+class StudyConfig(SimSetting):
     episodes: int = 3000
     seeds: tuple[int, ...] = (0, 1, 2)
     baselines: tuple[str, ...] = ("group", "none")
@@ -43,30 +48,27 @@ class StudyConfig:
     trainer: Mapping[str, Any] | None = None
 
 
+def _job(cfg: StudyConfig, lam: float, baseline: str | None = None, seed: int = 0) -> StepJob:
+    trainer = {**dict(cfg.trainer or {}), "episodes": cfg.episodes, "seed": seed,
+               "eval_every": cfg.eval_every}
+    if baseline is not None:
+        trainer["baseline"] = baseline
+    return StepJob.on_simulator(cfg.pool, cfg.suite, lam=lam, max_steps=cfg.max_steps, encoder=cfg.encoder,
+                                trainer=ReinforceConfig(**trainer), seed=seed)
+
+
 def _env(cfg: StudyConfig, lam: float, split: str) -> ConductorEnv:
-    return ConductorEnv(
-        mode="step", pool=load_pool(cfg.pool), suite=cfg.suite, split=split, lam=lam, max_steps=cfg.max_steps
-    )
+    return _job(cfg, lam).env(split)
 
 
 def train_one(
     cfg: StudyConfig, lam: float, baseline: str, seed: int, run_dir: Path, encoder: Any = None
 ) -> dict[str, Any]:
-    env, test_env = _env(cfg, lam, "train"), _env(cfg, lam, "test")
-    policy = PuppeteerPolicy(
-        env.pool, PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps), encoder=encoder, seed=seed
-    )
-    tcfg = ReinforceConfig(
-        **{
-            **dict(cfg.trainer or {}),
-            "episodes": cfg.episodes,
-            "baseline": baseline,
-            "seed": seed,
-            "eval_every": cfg.eval_every,
-        }
-    )
-    state = train(env, policy, tcfg, run_dir, eval_env=test_env)
-    final = evaluate([test_env, *(test_env.clone() for _ in range(31))], policy)
+    job = _job(cfg, lam, baseline, seed)
+    env, test_env = job.env("train"), job.env("test")
+    policy = job.policy(encoder)
+    state = train(env, policy, job.trainer, run_dir, eval_env=test_env)
+    final = heldout(test_env, policy, 32)
     curve = [(h["episodes"], h["eval/return"]) for h in state.history if "eval/return" in h]
     return {"lam": lam, "baseline": baseline, "seed": seed, "final": final, "curve": curve}
 

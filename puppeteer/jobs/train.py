@@ -11,12 +11,14 @@ from typing import Any
 
 from puppeteer.checks import check_env_settings, integer
 from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import BackendSpec, EnvConfig
+from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
 from puppeteer.redaction import redact
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
-from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
+from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +51,20 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
     ReinforceConfig(**{**dict(trainer), "seed": int(cfg["seed"])})  # checks each value
 
 
-def env_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "mode": "step",
-        "lam": float(cfg["lam"]),
-        "gamma": float(cfg["gamma"]),
-        "phi": cfg.get("phi"),
-        "max_steps": int(cfg["max_steps"]),
-        "min_steps": int(_get(cfg, "min_steps", 0)),
-        "cost_model": str(cfg["cost_model"]),
-        "temperature": float(_get(cfg, "temperature", 0.0)),
-        "samples_per_item": cfg.get("samples_per_item"),
-        "cache": cfg.get("cache"),
-    }
+def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
+    """The step-mode env settings of a training config (its top-level keys)."""
+    return EnvConfig(
+        mode="step",
+        lam=float(cfg["lam"]),
+        gamma=float(cfg["gamma"]),
+        phi=cfg.get("phi"),
+        max_steps=int(cfg["max_steps"]),
+        min_steps=int(_get(cfg, "min_steps", 0)),
+        cost_model=str(cfg["cost_model"]),
+        temperature=float(_get(cfg, "temperature", 0.0)),
+        samples_per_item=cfg.get("samples_per_item"),
+        k_available=cfg.get("k_available"),  # random k-of-n agent subsets while training only
+    )
 
 
 def _n(suite: Mapping[str, Any], part: str) -> int | None:
@@ -69,31 +72,33 @@ def _n(suite: Mapping[str, Any], part: str) -> int | None:
     return fit_to_split(suite["name"], suite[f"{part}_split"], suite.get(f"n_{part}"))
 
 
-def build(cfg: Mapping[str, Any]) -> tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig]:
-    pool = load_pool(cfg["pool"]["name"])
-    suite = cfg["suite"]
-    kw = env_kwargs(cfg)
-    env = ConductorEnv(
-        pool=pool, suite=suite["name"], split=suite["train_split"], n_tasks=_n(suite, "train"),
-        k_available=cfg.get("k_available"), **kw,  # random k-of-n agent subsets while training only
-    )
-    eval_env = ConductorEnv(
-        pool=pool, suite=suite["name"], split=suite["eval_split"], n_tasks=_n(suite, "eval"), **kw
-    )
+def job_of(cfg: Mapping[str, Any]) -> StepJob:
+    """The job a composed training config describes."""
     pc = cfg["policy"]
-    policy = PuppeteerPolicy(
-        pool,
-        PolicyConfig(
+    return StepJob(
+        settings=env_settings(cfg),
+        pool=load_pool(cfg["pool"]["name"]),
+        policy_config=PolicyConfig(
             encoder=pc["encoder"],
             encoder_options=tuple(dict(pc.get("encoder_options") or {}).items()),
             hidden=int(pc["hidden"]),
             max_steps=int(cfg["max_steps"]),
             min_steps=int(_get(cfg, "min_steps", 0)),
         ),
+        trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),
+        suite=cfg["suite"]["name"],
         seed=int(cfg["seed"]),
+        backend=BackendSpec.of(cache=cfg.get("cache")),
     )
-    tcfg = ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])})
-    return env, eval_env, policy, tcfg
+
+
+def build(cfg: Mapping[str, Any], job: StepJob | None = None
+          ) -> tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig]:
+    """The training env, the held-out env, the policy and the trainer settings of a training config."""
+    job, suite = job or job_of(cfg), cfg["suite"]
+    env = job.env(suite["train_split"], _n(suite, "train"), training=True)
+    eval_env = job.env(suite["eval_split"], _n(suite, "eval"))
+    return env, eval_env, job.policy(), job.trainer
 
 
 def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | None = None) -> dict[str, Any]:
@@ -101,7 +106,8 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
     from puppeteer.analytics.plots import learning_curve
 
     validate_config(cfg)
-    env, eval_env, policy, tcfg = build(cfg)  # everything is checked before anything is written
+    job = job_of(cfg)
+    env, eval_env, policy, tcfg = build(cfg, job)  # everything is checked before anything is written
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     (run / "config.json").write_text(json.dumps(redact(cfg), indent=2, default=str))
@@ -114,19 +120,14 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
     progress_cb, stop = _progress(console, tcfg.episodes) if cfg.get("progress", True) else (None, None)
     try:
         # model selection ("best/") on the validation split; the reported numbers come from the test split
-        val_env = ConductorEnv(
-            pool=env.pool,
-            suite=cfg["suite"]["name"],
-            split=cfg["suite"].get("val_split", "validation"),
-            n_tasks=_n({"val_split": "validation", **cfg["suite"]}, "val"),
-            **env_kwargs(cfg),
-        )
+        val_env = job.env(cfg["suite"].get("val_split", "validation"),
+                          _n({"val_split": "validation", **cfg["suite"]}, "val"))
         state = train(env, policy, tcfg, run, eval_env=val_env, logger=logger, progress=progress_cb)
     finally:
         if stop:
             stop()
         logger.close()
-    final = evaluate([eval_env, *(eval_env.clone() for _ in range(tcfg.parallel_envs - 1))], policy)
+    final = heldout(eval_env, policy, tcfg.parallel_envs)
     backend = ",".join(env.pool.backends())
     results = {
         "heldout": final,

@@ -1,0 +1,189 @@
+"""Environment assembly in one place: the typed settings, the tasks and pool, and the built backend.
+
+:class:`EnvConfig` holds every setting of an episode (checked when it is made). A
+:class:`~puppeteer.env.ConductorEnv` is made of that config, a pool, its tasks and a built
+backend (:class:`EnvParts`). :func:`build_backend` is the only place that assembles a backend for
+a pool: the pool's backend options merged with the caller's, the simulator's answer key for
+simulated pools, and the response cache around model-calling backends.
+
+    env = build_env(EnvConfig(mode="step", lam=0.2), pool="sim-paper", suite="arith")
+    twin = env.clone()  # same config, pool, tasks and backend
+
+The keyword form ``ConductorEnv(mode="step", pool="sim-paper", suite="arith", lam=0.2, ...)`` and
+``gym.make("Conductor-v0", **same)`` go through :func:`env_parts` too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from puppeteer.backends import make_router
+from puppeteer.backends.base import Backend
+from puppeteer.checks import check_env_settings
+from puppeteer.conductor_prompt import DEFAULT_PROMPT
+from puppeteer.pool import Pool, load_pool
+from puppeteer.tasks import load_suite
+from puppeteer.types import Task
+
+if TYPE_CHECKING:
+    from puppeteer.backends.sim import SimItem
+    from puppeteer.env import ConductorEnv
+
+MODES = ("step", "workflow")
+DEFAULT_POOL = "sim-paper"
+DEFAULT_SUITE = "arith"
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Every setting of a :class:`~puppeteer.env.ConductorEnv` episode (see its docstring)."""
+
+    mode: str = "step"
+    lam: float = 0.1
+    gamma: float = 0.99
+    phi: float | None = None
+    max_steps: int = 5
+    min_steps: int = 0
+    cost_model: str = "tokens"
+    aggregate: str | None = None
+    workflow_lam: float = 0.0
+    temperature: float = 0.0
+    samples_per_item: int | None = None
+    show_question: bool = True
+    k_available: int | None = None
+    max_depth: int = 0
+    prompt: str = DEFAULT_PROMPT
+    unavailable: tuple[int, ...] = ()  # agent ids never offered in this env
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be 'step' or 'workflow', got {self.mode!r}")
+        if self.max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        if not 0 <= self.min_steps <= self.max_steps:
+            raise ValueError(f"min_steps must be in 0..max_steps ({self.max_steps}), got {self.min_steps}")
+        check_env_settings(lam=self.lam, gamma=self.gamma, phi=self.phi, workflow_lam=self.workflow_lam,
+                           temperature=self.temperature, samples_per_item=self.samples_per_item)
+        if self.max_depth < 0 or (self.max_depth and self.mode != "workflow"):
+            raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
+        object.__setattr__(self, "unavailable", tuple(int(i) for i in self.unavailable))
+
+
+CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(EnvConfig))
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """How an env builds its own backend: options merged over the pool's, and the response cache."""
+
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
+    cache: str | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, Mapping[str, Any]] | None = None,
+           cache: str | Path | None = None) -> BackendSpec:
+        frozen = {k: MappingProxyType(dict(v)) for k, v in (options or {}).items()}
+        return cls(MappingProxyType(frozen), str(cache) if cache is not None else None)
+
+
+@dataclass(frozen=True)
+class EnvParts:
+    """What an env is made of. ``backend_spec`` is how the env built ``backend`` (then the env owns and
+    closes it); None when the caller passed a built backend in (the caller's to close)."""
+
+    config: EnvConfig
+    pool: Pool
+    tasks: tuple[Task, ...]
+    backend: Backend
+    backend_spec: BackendSpec | None
+
+
+def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:
+    """What the simulator needs to know about each item (never shown to real backends)."""
+    from puppeteer.backends.sim import SimItem
+
+    kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
+    return {
+        t.id: SimItem(gold=t.answer, domain=t.domain, kind=kinds.get(t.grader, "text"),
+                      choices=tuple(t.meta.get("choices", ())))
+        for t in tasks
+    }
+
+
+def backend_options(pool: Pool, tasks: Sequence[Task],
+                    extra: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """The pool's backend options, ``extra`` merged over them, and the answer key of a simulated pool."""
+    options = {k: dict(v) for k, v in pool.backend_options.items()}
+    for k, v in (extra or {}).items():
+        options.setdefault(k, {}).update(v)
+    if pool.needs_answer_key:
+        options.setdefault("sim", {})["answer_key"] = sim_answer_key(tasks)
+    return options
+
+
+def build_backend(pool: Pool, tasks: Sequence[Task], spec: BackendSpec = BackendSpec()) -> Backend:
+    """The router over the pool's backends for these tasks; model-calling backends behind ``spec.cache``."""
+    return make_router(backend_options(pool, tasks, spec.options), cache=spec.cache)
+
+
+def env_parts(
+    config: EnvConfig | None = None,
+    *,
+    pool: str | Path | Pool = DEFAULT_POOL,
+    suite: str = DEFAULT_SUITE,
+    split: str = "train",
+    tasks: Sequence[Task] | None = None,
+    n_tasks: int | None = None,
+    backend: Backend | None = None,
+    backend_options: Mapping[str, Mapping[str, Any]] | None = None,
+    cache: str | Path | None = None,
+    **settings: Any,
+) -> EnvParts:
+    """Resolve an env's parts: ``config`` or the :class:`EnvConfig` fields as keywords (not both); the
+    pool (a name, a YAML path or a :class:`Pool`); ``tasks`` or the first ``n_tasks`` of
+    ``suite``/``split``; ``backend`` as given (``backend_options`` and ``cache`` then do not apply), or
+    built from the pool, ``backend_options`` and ``cache``."""
+    if config is not None and not isinstance(config, EnvConfig):
+        raise TypeError(f"config must be an EnvConfig, got {type(config).__name__}; pass settings as "
+                        "keywords (ConductorEnv(mode='step', ...))")
+    if config is None:
+        unknown = sorted(set(settings) - CONFIG_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown environment setting(s) {', '.join(unknown)}")
+        config = EnvConfig(**settings)
+    elif settings:
+        raise TypeError(f"give either config or settings, not both (got {', '.join(sorted(settings))})")
+    resolved = pool if isinstance(pool, Pool) else load_pool(pool)
+    items = tuple(tasks) if tasks is not None else load_suite(suite, split, n=n_tasks)
+    if not items:
+        raise ValueError("the environment needs at least one task")
+    if backend is not None:
+        return EnvParts(config, resolved, items, backend, None)
+    spec = BackendSpec.of(backend_options, cache)
+    return EnvParts(config, resolved, items, build_backend(resolved, items, spec), spec)
+
+
+def build_env(config: EnvConfig, *, render_mode: str | None = None, seed: int | None = None,
+              **sources: Any) -> ConductorEnv:
+    """A :class:`~puppeteer.env.ConductorEnv` from a typed config; ``sources`` as :func:`env_parts`
+    takes them (pool, suite, split, tasks, n_tasks, backend, backend_options, cache)."""
+    from puppeteer.env import ConductorEnv
+
+    return ConductorEnv.from_parts(env_parts(config, **sources), render_mode=render_mode, seed=seed)
+
+
+__all__ = [
+    "BackendSpec",
+    "EnvConfig",
+    "EnvParts",
+    "backend_options",
+    "build_backend",
+    "build_env",
+    "env_parts",
+    "sim_answer_key",
+]

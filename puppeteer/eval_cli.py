@@ -1,0 +1,101 @@
+"""``puppeteer eval``: its arguments, the response cache it picks, and the summary it prints.
+
+The evaluation itself is :func:`puppeteer.evaluation.evaluate_policy`; the tables come from
+:mod:`puppeteer.analytics.tables`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from puppeteer.backends.cache import RESPONSE_CACHE_ENV, default_response_cache
+from puppeteer.errors import UserError
+from puppeteer.evaluation import evaluate_policy, slug
+from puppeteer.pool import Pool, load_pool
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def configure_eval(p: argparse.ArgumentParser) -> None:
+    from puppeteer.policies.baselines import SPEC_FORMS
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "policy specs:\n  " + "\n  ".join(SPEC_FORMS)
+    p.add_argument("--pool", required=True, help="pool name (agents/<name>.yaml) or a YAML path")
+    p.add_argument("--suite", required=True, help="suite name (envs/<name>.yaml)")
+    p.add_argument("--policy", required=True, help="policy spec, see below")
+    p.add_argument("--n", type=int, default=None, help="first N items of the split (default: all)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=5)
+    p.add_argument("--lam", type=float, default=0.1, help="cost weight in the reward")
+    p.add_argument("--cache", default=None,
+                   help=f"SQLite response cache for model-calling backends (default: ${RESPONSE_CACHE_ENV} "
+                        "or ~/.cache/puppeteer/responses.sqlite)")
+    p.add_argument("--no-cache", action="store_true", help="call the models every time")
+    p.add_argument("--out", default=None,
+                   help="output directory for results.json and trajectories.jsonl "
+                        "(default: runs/eval/<pool>_<suite>_<split>_<policy>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="spread the items over Ray workers: a local instance (no ADDRESS), 'auto' or "
+                        "ray://HEAD:10001 (needs the ray extra; same results as without)")
+    p.add_argument("--ray-workers", type=int, default=None, help="shards for --ray (default: cluster CPUs)")
+    p.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
+    p.add_argument("--available", default=None,
+                   help="comma-separated agent names: evaluate on this fixed subset of the pool")
+    p.add_argument("--k-available", type=int, default=None,
+                   help="a random k-of-n subset of the agents per item (seeded per item)")
+    p.add_argument("--max-depth", type=int, default=0,
+                   help="conductor policies: how often the conductor may call itself (recursion)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="items in flight at once (default: 16 for pools that call models, 1 for sim)")
+
+
+def resolve_cache(pool: Pool, cache: str | None, no_cache: bool, model_policy: bool = False) -> Path | None:
+    """The cache the CLI uses: none with --no-cache or when nothing calls a model (neither the pool's
+    backends nor, with ``model_policy``, the policy itself: a conductor LM is cached on any pool)."""
+    from puppeteer.backends import CACHEABLE
+
+    if no_cache or not (model_policy or set(pool.backends()) & CACHEABLE):
+        return None
+    return Path(cache).expanduser() if cache else default_response_cache()
+
+
+def eval_command(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from puppeteer.analytics.tables import summary_rows
+
+    pool = load_pool(args.pool)
+    cache = resolve_cache(pool, args.cache, args.no_cache,
+                          model_policy=args.policy.strip().lower().startswith("conductor"))
+    out = Path(args.out) if args.out else Path("runs") / "eval" / slug(
+        f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
+    available = [a.strip() for a in args.available.split(",") if a.strip()] if args.available else None
+    if getattr(args, "ray", None) is not None:
+        from puppeteer.distributed import evaluate_policy_ray
+
+        if available or args.k_available or args.max_depth:
+            raise UserError("--available, --k-available and --max-depth are not supported with --ray yet")
+        result = evaluate_policy_ray(args.policy, pool, args.suite, split=args.split, n=args.n,
+                                     seed=args.seed, out_dir=out, cache=cache, max_steps=args.max_steps,
+                                     lam=args.lam, address=args.ray, workers=args.ray_workers,
+                                     overwrite=args.overwrite)
+    else:
+        result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
+                                 out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
+                                 progress=not args.quiet, overwrite=args.overwrite, available=available,
+                                 k_available=args.k_available, max_depth=args.max_depth,
+                                 concurrency=args.concurrency)
+    table = Table(title="evaluation", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    for label, value in summary_rows(result):
+        table.add_row(label, value)
+    console.print(table)
+    console.print(f"results: {out / 'results.json'}\ntrajectories: {out / 'trajectories.jsonl'}")
+    return 0
