@@ -54,6 +54,16 @@ def run_dir(out_dir: Path, policy: str, pool: str, suite: str) -> Path:
     return out_dir / f"{pool}_{suite}{tag}"
 
 
+def finished(path: Path, n: int) -> bool:
+    """A run in ``path`` that completed ``n`` items and kept a trajectory line for each."""
+    results, lines = path / "results.json", path / "trajectories.jsonl"
+    if not (results.is_file() and lines.is_file()):
+        return False
+    meta = json.loads(results.read_text())
+    kept = sum(1 for line in lines.read_text().splitlines() if line.strip())
+    return bool(meta.get("completed")) and meta.get("n") == n and kept == n
+
+
 def summarize(path: Path) -> dict[str, Any] | None:
     """Summary of a (possibly partial) run from its trajectories.jsonl."""
     file = path / "trajectories.jsonl"
@@ -138,10 +148,14 @@ def main(argv: list[str] | None = None) -> int:
             pool = load_pool(pool_name)
             for suite in args.suites:
                 out = run_dir(Path(args.out_dir), args.policy, pool_name, suite)
+                if finished(out, args.n):
+                    logging.info("%s on %s/%s: finished in %s, skipped", args.policy, pool_name, suite, out)
+                    continue
                 logging.info("conductor %s on %s/%s -> %s", args.policy, pool_name, suite, out)
                 evaluate_policy(args.policy, pool, suite, n=args.n, seed=args.seed, out_dir=out, cache=cache,
                                 max_steps=args.max_steps, progress=False, available=available,
-                                max_depth=args.max_depth, concurrency=args.concurrency)
+                                max_depth=args.max_depth, concurrency=args.concurrency,
+                                overwrite=True)  # an unfinished run: finished items replay from the cache
                 write_table(args, command)
     write_table(args, command)
     return 0
