@@ -162,6 +162,8 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
     (r"--ray (auto|ray://)|ray_address=auto", RealModels("needs a running Ray cluster", slow=False)),
     (r"--ray\b|rollout_workers=[1-9]", RealModels(
         "starts a local Ray instance (slow on 2 cores); tests/test_ray.py runs the same paths", slow=True)),
+    (r"^ab runs/", RealModels(
+        "compares a run directory made by an earlier command of the same page", slow=False)),
     (r"(sb3|puppeteer|conductor):(runs|/)", RealModels(
         "needs a policy trained by an earlier command of the same page", slow=False)),
     (r"track=conductor", RealModels(
