@@ -24,6 +24,10 @@ Options worth knowing:
   differently), so accuracy is re-measured in docs/benchmarks.md. The loops of all models
   take turns on one compute lock, so each may use every free core: the default ``n_threads``
   is the CPUs not busy when the backend is made (:func:`default_threads`).
+  A completion's ``queue_s`` is the time the call waited for a sequence slot (or KV room) and
+  ``latency_s`` the rest of the call (chat template, tokenization, prefill, decoding), so
+  ``latency_s`` no longer grows with the queue in front of a call; with ``batching=False``,
+  ``queue_s`` is the wait for the model's lock.
   ``batching=False`` is the previous path (one ``create_chat_completion`` at a time per
   model, half the CPUs by default).
 - ``extra_buffers``: llama.cpp's extra weight buffer types (AMX, CPU repack). The
@@ -267,9 +271,13 @@ class LlamaCppBackend(SyncBackend):
             llama, batcher = self.batcher(key)
             start = time.perf_counter()
             response = batched_chat_completion(llama, batcher.submit, **kwargs)
-            return self._completion(request, response, time.perf_counter() - start)
+            wall = time.perf_counter() - start
+            queue = float((response.get("timings") or {}).get("queue_s", 0.0))
+            return self._completion(request, response, wall - queue, queue)
         slot = self._slot(key)
+        waiting = time.perf_counter()
         with slot.lock:
+            queue = time.perf_counter() - waiting
             if slot.llama is None:
                 slot.llama = self._load(key)
             if not self.reuse_prefix:
@@ -277,10 +285,11 @@ class LlamaCppBackend(SyncBackend):
             start = time.perf_counter()
             response = slot.llama.create_chat_completion(**kwargs)
             latency = time.perf_counter() - start
-        return self._completion(request, response, latency)
+        return self._completion(request, response, latency, queue)
 
     @staticmethod
-    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency: float) -> Completion:
+    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency: float,
+                    queue: float = 0.0) -> Completion:
         key = request.model.target
         text = response["choices"][0]["message"].get("content") or ""
         usage = response.get("usage") or {}
@@ -294,5 +303,6 @@ class LlamaCppBackend(SyncBackend):
             flops=request.model.flops(prompt_tokens, completion_tokens),
             latency_s=latency,
             model=key,
+            queue_s=queue,
             truncated=response["choices"][0].get("finish_reason") == "length",
         )
