@@ -138,21 +138,26 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--batches", default="4", help="comma-separated batch sizes besides 1")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--no-extra-buffers", action="store_true", help="no AMX / repacked weight buffers")
+    ap.add_argument("--extra-buffers", choices=("auto", "on", "off"), default="auto",
+                    help="AMX / repacked weight buffers; auto: off when the CPU backend has AMX kernels, as "
+                    "puppeteer's llamacpp backend does (they crash in this ggml version)")
     ap.add_argument("--label", default="")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)  # llama.cpp's load chatter
+    llama_cpp.llama_log_set(quiet, None)
     llama_cpp.llama_backend_init()
     loaded = load_ggml_dl().ensure_cpu_backend(None if args.variant == "auto" else args.variant).describe()
     batches = [int(b) for b in args.batches.split(",") if b]
+    info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
+    extra = {"on": True, "off": False}.get(args.extra_buffers, "AMX_INT8 = 1" not in info)
     out: dict[str, Any] = {
         "label": args.label, "python": sys.executable, "llama_cpp": llama_cpp.__version__,
         "cpu_backend": loaded,
-        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-        "threads": args.threads, "extra_buffers": not args.no_extra_buffers, "models": {},
+        "system_info": info, "threads": args.threads, "extra_buffers": extra, "models": {},
     }
     for path in args.models:
-        bench = Bench(path, args.threads, 4096, max([1, *batches]), not args.no_extra_buffers)
+        bench = Bench(path, args.threads, 4096, max([1, *batches]), extra)
         try:
             row = {"prefill": median_of(args.reps, lambda b=bench: b.prefill(args.prompt)),
                    "decode_b1": median_of(args.reps, lambda b=bench: b.generate(1, args.tokens))}
