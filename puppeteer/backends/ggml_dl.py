@@ -63,7 +63,12 @@ def variant_files(dirs: list[Path] | None = None) -> dict[str, Path]:
 
 
 def _ggml() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(_package_dir() / "lib" / "libggml.so"))  # already loaded by llama_cpp: same handle
+    """The libggml that libllama uses. A wheel holds copies, not links: ``libggml.so`` and ``libggml.so.0``
+    are two files, and loading the first gives a second ggml whose backend registry llama.cpp never sees."""
+    lib_dir = _package_dir() / "lib"
+    names = ("libggml.so.0", "libggml.so")
+    path = next((lib_dir / n for n in names if (lib_dir / n).exists()), lib_dir / names[-1])
+    lib = ctypes.CDLL(str(path))  # libllama's DT_NEEDED soname: the copy already loaded, same handle
     lib.ggml_backend_reg_count.restype = ctypes.c_size_t
     lib.ggml_backend_load.argtypes = [ctypes.c_char_p]
     lib.ggml_backend_load.restype = ctypes.c_void_p
