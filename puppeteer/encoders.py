@@ -7,6 +7,7 @@ import importlib.util
 import itertools
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -28,6 +29,7 @@ class CachedEncoder:
 
     def __init__(self, fn: Callable[[list[str]], np.ndarray], dim: int, max_items: int = 100_000) -> None:
         self._fn = fn
+        self._lock = threading.Lock()  # concurrent evaluation workers share one encoder
         self.dim = dim
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._max = max_items
@@ -35,6 +37,10 @@ class CachedEncoder:
         self.misses = 0
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            return self._encode(texts)
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         todo: dict[str, list[int]] = {}
         for i, t in enumerate(texts):

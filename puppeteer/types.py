@@ -110,6 +110,8 @@ class Completion:
     model: str
     cached: bool = False
     truncated: bool = False  # generation stopped at max_tokens (finish reason "length")
+    # seconds the call waited for the model before it ran (a local backend's queue); not in latency_s
+    queue_s: float = 0.0
 
     @property
     def total_tokens(self) -> int:

@@ -299,3 +299,38 @@ def test_close_fails_queued_jobs_and_refuses_new_ones() -> None:
 def test_kv_size_below_context_is_rejected() -> None:
     with pytest.raises(ValueError, match="kv_size"):
         ContinuousBatcher(FakeEngine(kv_size=100, n_ctx=200))
+
+
+class StepClock:
+    """A clock the test advances by hand (here: one second per decode call)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_queue_wait_and_model_time_are_timed_apart() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(n_seq_max=1, gate=gate)
+    clock = StepClock()
+    decode = engine.decode
+
+    def timed_decode(entries: Sequence[BatchEntry]) -> None:
+        decode(entries)
+        clock.now += 1.0
+
+    engine.decode = timed_decode  # type: ignore[method-assign]
+    batcher = ContinuousBatcher(engine, clock=clock)
+    try:
+        # one sequence slot: the second job waits until the first has finished
+        first, second = (batcher.submit(job(f"q{i}".encode(), b"ab")) for i in range(2))
+        gate.set()
+        a, b = results([first, second])
+    finally:
+        batcher.close(timeout=5)
+    # each job: one prefill decode, then decodes of "a" and "b" (the third sample is end-of-generation)
+    assert (a.queue_s, a.run_s) == (0.0, 3.0)
+    assert (b.queue_s, b.run_s) == (3.0, 3.0)  # waited for the whole of the first job; ran as long
+    assert a.text == b.text == b"ab"

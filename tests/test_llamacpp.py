@@ -13,6 +13,7 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -337,3 +338,20 @@ def test_loading_is_thread_safe(tmp_path: Path) -> None:
         t.join()
     assert len(got) == 4 and all(g is got[0] for g in got)
     b.close()
+
+
+def test_batched_completion_reports_queue_wait_apart_from_latency(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call's wall time minus the batcher's queue wait is latency_s; the wait is queue_s."""
+    from puppeteer.backends import llamacpp, llamacpp_batch
+
+    response = {"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 20, "completion_tokens": 2},
+                "timings": {"queue_s": 1.5, "run_s": 2.0}}
+    monkeypatch.setattr(llamacpp_batch, "batched_chat_completion", lambda llama, submit, **kw: response)
+    ticks = iter([10.0, 14.0])  # the call starts at 10 s and returns at 14 s
+    monkeypatch.setattr(llamacpp.time, "perf_counter", lambda: next(ticks))
+    backend = llamacpp.LlamaCppBackend(n_threads=1, batching=True)
+    monkeypatch.setattr(backend, "batcher", lambda key: (None, SimpleNamespace(submit=None)))
+    spec = ModelSpec(name="s", backend="llamacpp", target="smollm2-135m", params_b=0.135)
+    c = backend.complete(CompletionRequest(model=spec, messages=(Message("user", "2+2?"),)))
+    assert (c.queue_s, c.latency_s) == (1.5, 2.5) and c.completion_tokens == 2 and not c.truncated

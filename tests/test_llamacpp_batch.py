@@ -130,3 +130,17 @@ def test_a_failing_request_does_not_lose_the_others() -> None:
         b.close()
     assert isinstance(out[2], ValueError) and "exceed context window" in str(out[2])
     assert all(isinstance(c, Completion) and c.text for c in out[:2])
+
+
+def test_latency_leaves_out_the_wait_for_a_sequence_slot() -> None:
+    b = backend(True, n_parallel=1)  # one sequence slot: concurrent calls queue for it
+    try:
+        got = at_once(b, requests()[:3])
+    finally:
+        b.close()
+    waited = [c for c in got if c.queue_s > 0.0]
+    assert len(waited) >= 2  # only the first admitted call found the slot free
+    # a call that waited for the slot waited at least for one whole other generation (its prefill and
+    # decoding); its own latency_s does not include that wait
+    assert max(c.queue_s for c in got) >= min(c.latency_s - 0.05 for c in got)
+    assert all(c.latency_s > 0.0 for c in got)

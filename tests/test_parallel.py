@@ -72,6 +72,29 @@ def test_concurrent_eval_equals_the_sequential_one(tmp_path: Path, spec: str) ->
     assert par == seq
 
 
+def test_a_puppeteer_policy_is_copied_per_worker_and_its_eval_equals_the_sequential_one(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import copy
+
+    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+
+    pool = load_pool("sim-paper")
+    tasks = load_suite("arith", "test", n=24)
+    policy = PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3), seed=0)
+    twin = copy.deepcopy(policy)  # the pool's read-only maps cannot be deep-copied: shared instead
+    assert twin.pool is policy.pool and twin.encoder is policy.encoder and twin.scorer is not policy.scorer
+    assert all((a == b).all() for a, b in zip(twin.scorer.state_dict().values(),
+                                              policy.scorer.state_dict().values(), strict=True))
+    one = evaluate_policy(policy, pool, "arith", tasks=tasks, out_dir=tmp_path / "one", progress=False,
+                          concurrency=1, max_steps=3)
+    with caplog.at_level("WARNING", logger="puppeteer.evaluation"):
+        many = evaluate_policy(policy, pool, "arith", tasks=tasks, out_dir=tmp_path / "many", progress=False,
+                               concurrency=6, max_steps=3)
+    assert "cannot be copied" not in caplog.text  # it used to fall back to one item at a time
+    assert (many.correct, many.mean_calls, many.mean_reward) == (one.correct, one.mean_calls, one.mean_reward)
+    assert _lines(tmp_path / "many" / "trajectories.jsonl") == _lines(tmp_path / "one" / "trajectories.jsonl")
+
+
 class _Env:
     def __init__(self, backends: tuple[str, ...]) -> None:
         self.pool = SimpleNamespace(backends=lambda: backends)

@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from puppeteer.analytics.sweep import (
+    TRACKS,
+    ConductorTrack,
     PuppeteerTrack,
     gather,
     markdown,
@@ -126,3 +128,81 @@ def test_sweep_command_trains_and_gathers_on_the_simulator(tmp_path: Path) -> No
     assert (out / "sweep.png").stat().st_size > 5000 and "backend: sim" in (
         out / "sweep.md"
     ).read_text().lower()
+
+
+# ----------------------------------------------------------------------------- the conductor track
+def _conductor_run(out: Path, lam: float, seed: int, heldout: dict[str, Any], cost_model: str = "tokens"
+                   ) -> None:
+    d = out / f"workflow_lam{lam}_seed{seed}"
+    d.mkdir(parents=True)
+    cfg = {"track": "conductor", "workflow_lam": lam, "seed": seed, "workflow_max_steps": 4, "n_eval": 10,
+           "cost_model": cost_model, "pool": {"name": "sim-paper"},
+           "suite": {"name": "arith", "eval_split": "test", "n_eval": 50}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    res = {"backend": "conductor = transformers on CPU (x), workers = sim", "heldout_after": heldout}
+    (d / "results.json").write_text(json.dumps(res))
+
+
+def _heldout(acc: float, **kw: float) -> dict[str, Any]:
+    return {"n": 10, "accuracy": acc, "accuracy_ci95": [acc - 0.2, acc + 0.1], "parse_rate": 0.9,
+            "reward": acc - 0.05, "calls": 2.0, "cost": 1.5, **kw}
+
+
+def test_conductor_track_rows_are_the_runs_heldout_after_numbers(tmp_path: Path) -> None:
+    _conductor_run(tmp_path, 0.0, 0, _heldout(0.8, tokens=1400.0, usd=0.002))
+    _conductor_run(tmp_path, 0.2, 0, _heldout(0.6))  # written before the summary had tokens/usd
+    seen: dict[str, Any] = {}
+
+    def evaluate(spec: str, **kw: Any) -> SimpleNamespace:
+        seen.update(kw)
+        return _fake_evaluate("single:big", **{**kw, "n": 10, "split": "test", "pool": "sim-paper"})
+
+    df = gather(tmp_path, TRACKS["conductor"], ["single:big"], evaluate=evaluate)
+    trained = df[df["kind"] == "trained"].set_index("lam")
+    assert trained.loc[0.0, "accuracy"] == 0.8 and trained.loc[0.0, "mean_tokens"] == 1400.0
+    assert trained.loc[0.0, "mean_usd"] == 0.002 and trained.loc[0.0, "parse_rate"] == 0.9
+    assert (trained.loc[0.0, "ci_low"], trained.loc[0.0, "ci_high"]) == pytest.approx((0.6, 0.9))
+    # cost 1.5 in the tokens cost model = 1.5 thousand tokens per item
+    assert trained.loc[0.2, "mean_tokens"] == 1500.0 and pd.isna(trained.loc[0.2, "mean_usd"])
+    assert trained.loc[0.0, "policy"].startswith("conductor:hf:")
+    assert trained.loc[0.2, "mean_reward"] == pytest.approx(0.55)
+    # baselines are evaluated like the runs' held-out split: n_eval and workflow_max_steps of the run config
+    assert (seen["n"], seen["max_steps"], seen["suite"], seen["split"]) == (10, 4, "arith", "test")
+    with pytest.raises(ValueError, match="reevaluate"):
+        gather(tmp_path, TRACKS["conductor"], reevaluate=True)
+
+
+def test_conductor_sweep_defaults_leave_out_the_puppeteer_only_keys() -> None:
+    track = ConductorTrack()
+    assert track.param == "workflow_lam" and not track.reevaluable
+    # configs/conductor.yaml has no min_steps or progress key: overriding them would fail
+    assert with_defaults([], track.defaults) == ["wandb.enabled=false"]
+
+
+def test_conductor_sweep_trains_one_grpo_run_per_lambda_and_seed(tmp_path: Path) -> None:
+    """``puppeteer sweep --track conductor``: Hydra multirun of ``puppeteer train track=conductor``."""
+    pytest.importorskip("trl")
+    out = tmp_path / "sweep"
+    tiny = ["model.id=tiny-random", "n_train=4", "n_eval=3", "eval.before=false", "eval.max_new_tokens=8",
+            "eval.batch_size=3", "grpo.max_steps=1", "grpo.max_completion_length=8", "grpo.num_generations=2",
+            "grpo.per_device_train_batch_size=2", "grpo.gradient_accumulation_steps=1", "grpo.save_steps=1"]
+    argv = ["sweep", "--track", "conductor", "--lam", "0,0.5", "--seeds", "1", "--out", str(out),
+            "--baselines", "single:gpt5-cot", *tiny]
+    assert main(argv) == 0
+    df = pd.read_csv(out / "sweep.csv")
+    trained = df[df["kind"] == "trained"].set_index("lam")
+    assert sorted(trained.index) == [0.0, 0.5] and (df["kind"] == "baseline").sum() == 1
+    assert set(df["n"]) == {3}
+    for lam in (0.0, 0.5):
+        run = out / f"workflow_lam{lam}_seed0"
+        cfg = json.loads((run / "config.json").read_text())
+        res = json.loads((run / "results.json").read_text())
+        assert cfg["workflow_lam"] == lam and cfg["track"] == "conductor" and res["steps"] == 1
+        h = res["heldout_after"]
+        assert trained.loc[lam, "accuracy"] == h["accuracy"]
+        assert trained.loc[lam, "mean_tokens"] == h["tokens"]  # 0 when the random model parses nothing
+        assert trained.loc[lam, "parse_rate"] == h["parse_rate"]
+        assert "tiny-random" in trained.loc[lam, "backend"] and (run / "final" / "config.json").is_file()
+    md = (out / "sweep.md").read_text()
+    assert "| 0.5 | 1 |" in md and "`single:gpt5-cot`" in md
+    assert (out / "sweep.png").stat().st_size > 5000

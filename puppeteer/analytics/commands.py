@@ -64,7 +64,7 @@ def ab_command(args: argparse.Namespace, console: Console) -> int:
 
 # ----------------------------------------------------------------------------- sweep
 def configure_sweep(p: argparse.ArgumentParser) -> None:
-    from puppeteer.analytics.sweep import SWEEP_DEFAULTS, TRACKS
+    from puppeteer.analytics.sweep import TRACKS
 
     p.add_argument(
         "overrides",
@@ -72,9 +72,12 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
         help="Hydra overrides for every run, e.g. pool=sim-paper "
         "suite=mix-paper trainer.episodes=256 policy.encoder=hashing",
     )
-    p.add_argument("--lam", type=_floats, default=[0.0, 0.05, 0.1, 0.2, 0.5], help="comma-separated values")
+    p.add_argument("--lam", type=_floats, default=[0.0, 0.05, 0.1, 0.2, 0.5],
+                   help="comma-separated cost weights: lam (puppeteer track), workflow_lam (conductor)")
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per value")
-    p.add_argument("--track", choices=sorted(TRACKS), default="puppeteer")
+    p.add_argument("--track", choices=sorted(TRACKS), default="puppeteer",
+                   help="puppeteer: REINFORCE (puppeteer train), over lam; "
+                   "conductor: GRPO (puppeteer train track=conductor), over workflow_lam")
     p.add_argument(
         "--baselines",
         default="",
@@ -95,7 +98,10 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
         help="evaluate each trained policy again with evaluate_policy (per-item trajectories, the baselines' "
         "sample indices) instead of reading the held-out numbers its training job wrote",
     )
-    p.epilog = "added unless given: " + " ".join(f"{k}={v}" for k, v in SWEEP_DEFAULTS.items())
+    p.epilog = "added unless given: " + "; ".join(
+        f"{name}: " + " ".join(f"{k}={v}" for k, v in t.defaults.items())
+        for name, t in sorted(TRACKS.items())
+    )
 
 
 def sweep_command(args: argparse.Namespace, console: Console) -> int:

@@ -1,12 +1,15 @@
 """Cost-weight sweeps: train one policy per (lambda, seed) with Hydra multirun, gather, plot.
 
-A *track* says how to train one configuration and which policy spec evaluates the result. The
-step-wise puppeteer (Hydra key ``lam``) is registered here; the conductor track (key
-``workflow_lam``) registers itself in :data:`TRACKS` with a :class:`SweepTrack` of its own.
+A *track* (:class:`SweepTrack`) says how to train one configuration, where its held-out numbers
+are, and how its runs are evaluated. Two are registered in :data:`TRACKS`:
 
-Every trained policy and every baseline is evaluated with
-:func:`puppeteer.evaluation.evaluate_policy` on the same held-out items, so accuracy and cost
-(tokens or USD per item) are comparable between them.
+- ``puppeteer``: the step-wise policy trained with REINFORCE (``puppeteer train``), swept over ``lam``;
+- ``conductor``: the plan-all-at-once conductor trained with GRPO (``puppeteer train track=conductor``),
+  swept over ``workflow_lam`` (the reward is ``base - workflow_lam * cost`` of the workflow).
+
+Trained runs are scored by the held-out evaluation their training job wrote; every baseline is
+evaluated with :func:`puppeteer.evaluation.evaluate_policy` on the same split, pool and number of
+items, so accuracy and cost (tokens or USD per item) are comparable between them.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import matplotlib
@@ -37,6 +41,8 @@ class SweepTrack(Protocol):
 
     name: str
     param: str  # the Hydra key that carries the cost weight
+    defaults: Mapping[str, str]  # Hydra overrides a sweep adds unless the user gives the key
+    reevaluable: bool  # whether evaluate_policy(policy_spec(run)) reproduces the run's own evaluation
 
     def launch(
         self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
@@ -45,7 +51,15 @@ class SweepTrack(Protocol):
         ...
 
     def policy_spec(self, run_dir: Path) -> str:
-        """The policy spec that evaluates the policy trained in ``run_dir``."""
+        """The policy spec that evaluates (where not reevaluable: names) the policy trained in ``run_dir``."""
+        ...
+
+    def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """``evaluate_policy`` keywords (pool, suite, split, n, max_steps) of a run's held-out evaluation."""
+        ...
+
+    def heldout_row(self, run: TrainedRun) -> dict[str, Any]:
+        """A sweep row from the held-out evaluation the training job of ``run`` wrote."""
         ...
 
 
@@ -60,6 +74,10 @@ class PuppeteerTrack:
     name: str = "puppeteer"
     param: str = "lam"
     checkpoint: str = "final"
+    # min_steps=1: a greedy policy cannot stop before anyone acts
+    defaults: Mapping[str, str] = field(default_factory=lambda: MappingProxyType(
+        {"min_steps": "1", "wandb.enabled": "false", "progress": "false"}))
+    reevaluable: bool = True
 
     def launch(
         self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
@@ -80,11 +98,92 @@ class PuppeteerTrack:
     def policy_spec(self, run_dir: Path) -> str:
         return f"puppeteer:{run_dir / self.checkpoint}"
 
+    def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        suite = cfg["suite"]
+        return dict(pool=cfg["pool"]["name"], suite=suite["name"], split=suite["eval_split"],
+                    n=suite.get("n_eval"), max_steps=int(cfg["max_steps"]))
 
-TRACKS: dict[str, SweepTrack] = {"puppeteer": PuppeteerTrack()}
+    def heldout_row(self, run: TrainedRun) -> dict[str, Any]:
+        """``results.json`` ``heldout``: accuracy, tokens, usd, calls, return over ``n_eval`` items."""
+        from puppeteer.analytics.stats import wilson_interval
 
-# defaults a sweep adds unless the user overrides them (key=value, Hydra syntax)
-SWEEP_DEFAULTS: Mapping[str, str] = {"min_steps": "1", "wandb.enabled": "false", "progress": "false"}
+        res = json.loads((run.run_dir / "results.json").read_text())
+        h, n = res["heldout"], int(res["n_eval"])
+        lo, hi = wilson_interval(round(h["accuracy"] * n), n)
+        return {
+            "policy": self.policy_spec(run.run_dir), "n": n, "accuracy": h["accuracy"], "ci_low": lo,
+            "ci_high": hi, "mean_tokens": h["tokens"], "mean_usd": h["usd"], "mean_calls": h["calls"],
+            "mean_reward": h["return"], "backend": res["backend"],
+        }
+
+
+# a conductor run's ``cost`` per item is in cost-model units (puppeteer.reward.COST_MODELS: thousands
+# of tokens, US cents); for runs whose held-out summary has no ``tokens``/``usd`` it gives one of them
+_COST_UNITS = {"tokens": ("tokens", 1000.0), "usd": ("usd", 0.01)}
+
+
+@dataclass(frozen=True)
+class ConductorTrack:
+    """The conductor trained with GRPO (``puppeteer train track=conductor``), swept over ``workflow_lam``.
+
+    Each run's row is its ``results.json`` ``heldout_after``: greedy workflows of the trained
+    conductor on ``n_eval`` held-out items, executed by the pool's workers. Cost per item counts the
+    workers' calls (what ``workflow_lam`` prices), not the conductor's own plan. Those runs are not
+    re-evaluated through ``evaluate_policy``: the CPU preset trains on completion-style prompts,
+    which the ``conductor:hf:PATH`` policy (chat layout) would not reproduce.
+    """
+
+    name: str = "conductor"
+    param: str = "workflow_lam"
+    checkpoint: str = "final"
+    defaults: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"wandb.enabled": "false"}))
+    reevaluable: bool = False
+
+    def launch(
+        self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
+    ) -> None:
+        from puppeteer.train.conductor_entry import TRACK_OVERRIDE, conductor_main
+
+        conductor_main(
+            [
+                "-m",
+                TRACK_OVERRIDE,
+                f"{self.param}={_hydra_list(values)}",
+                f"seed={_hydra_list(seeds)}",
+                f"hydra.sweep.dir={out}",
+                f"hydra.sweep.subdir={self.param}${{{self.param}}}_seed${{seed}}",
+                *(o for o in overrides if o != TRACK_OVERRIDE),
+            ]
+        )
+
+    def policy_spec(self, run_dir: Path) -> str:
+        return f"conductor:hf:{run_dir / self.checkpoint}"
+
+    def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        suite = cfg["suite"]
+        return dict(pool=cfg["pool"]["name"], suite=suite["name"], split=suite.get("eval_split", "test"),
+                    n=cfg.get("n_eval") or suite.get("n_eval"), max_steps=int(cfg["workflow_max_steps"]))
+
+    def heldout_row(self, run: TrainedRun) -> dict[str, Any]:
+        res = json.loads((run.run_dir / "results.json").read_text())
+        h = res["heldout_after"]
+        lo, hi = h["accuracy_ci95"]
+        row = {
+            "policy": self.policy_spec(run.run_dir), "n": int(h["n"]), "accuracy": h["accuracy"],
+            "ci_low": lo, "ci_high": hi, "mean_tokens": h.get("tokens", np.nan),
+            "mean_usd": h.get("usd", np.nan), "mean_calls": h["calls"], "mean_reward": h["reward"],
+            "parse_rate": h["parse_rate"], "backend": res["backend"],
+        }
+        key, scale = _COST_UNITS.get(str(run.config.get("cost_model", "tokens")), ("", 0.0))
+        if key and key not in h:
+            row[f"mean_{key}"] = h["cost"] * scale
+        return row
+
+
+TRACKS: dict[str, SweepTrack] = {"puppeteer": PuppeteerTrack(), "conductor": ConductorTrack()}
+
+# defaults the puppeteer track's sweep adds unless the user overrides them (key=value, Hydra syntax)
+SWEEP_DEFAULTS: Mapping[str, str] = TRACKS["puppeteer"].defaults
 
 
 def with_defaults(overrides: Sequence[str], defaults: Mapping[str, str] = SWEEP_DEFAULTS) -> list[str]:
@@ -131,16 +230,7 @@ def _eval_row(result: Any, **extra: Any) -> dict[str, Any]:
 
 def heldout_row(run: TrainedRun, track: SweepTrack, **extra: Any) -> dict[str, Any]:
     """A sweep row from the held-out evaluation the training job already ran."""
-    from puppeteer.analytics.stats import wilson_interval
-
-    res = json.loads((run.run_dir / "results.json").read_text())
-    h, n = res["heldout"], int(res["n_eval"])
-    lo, hi = wilson_interval(round(h["accuracy"] * n), n)
-    return {
-        **extra, "policy": track.policy_spec(run.run_dir), "n": n, "accuracy": h["accuracy"], "ci_low": lo,
-        "ci_high": hi, "mean_tokens": h["tokens"], "mean_usd": h["usd"], "mean_calls": h["calls"],
-        "mean_reward": h["return"], "backend": res["backend"],
-    }
+    return {**extra, **track.heldout_row(run)}
 
 
 def gather(
@@ -153,26 +243,22 @@ def gather(
 ) -> pd.DataFrame:
     """One row per trained run and per baseline spec, all on the held-out split.
 
-    Trained runs: the held-out numbers the training job wrote (``results.json`` ``heldout``:
-    accuracy, tokens, usd, calls, return over ``n_eval`` items), or with ``reevaluate`` a fresh
+    Trained runs: the held-out numbers the training job wrote (:meth:`SweepTrack.heldout_row`), or
+    with ``reevaluate`` (tracks that are ``reevaluable``) a fresh
     :func:`~puppeteer.evaluation.evaluate_policy` run of ``track.policy_spec`` (per-item
     trajectories, the baselines' sample indices; slower). Baselines: ``evaluate_policy`` once each.
     """
     if evaluate is None:
         from puppeteer.evaluation import evaluate_policy as evaluate
+    if reevaluate and not track.reevaluable:
+        raise ValueError(f"the {track.name} track's runs are scored by their own held-out evaluation; "
+                         "--reevaluate is not available for it")
     runs = find_trained(out, track.param)
     if not runs:
         raise FileNotFoundError(f"no finished runs under {out}")
     cfg = runs[0].config
-    suite = cfg["suite"]
-    common = dict(
-        pool=cfg["pool"]["name"],
-        suite=suite["name"],
-        split=suite["eval_split"],
-        n=n_eval or suite.get("n_eval"),
-        max_steps=int(cfg["max_steps"]),
-        progress=False,
-    )
+    settings = track.eval_settings(cfg)
+    common = {**settings, "n": n_eval or settings["n"], "progress": False}
     rows = []
     for r in runs:
         extra = dict(kind="trained", lam=r.value, seed=r.seed, run_dir=str(r.run_dir))
@@ -234,7 +320,8 @@ def _points(df: pd.DataFrame, cost: str) -> list[CostPoint]:
     return pts
 
 
-def plot_sweep(df: pd.DataFrame, path: Path, title: str, cost: str = "tokens") -> Path:
+def plot_sweep(df: pd.DataFrame, path: Path, title: str, cost: str = "tokens", label: str = "puppeteer lambda"
+               ) -> Path:
     """Cost vs accuracy: each seed faint, each lambda's mean with +-1 sd bars, baselines, Pareto front."""
     col = COST_COLUMNS[cost]
     fig, ax = plt.subplots(figsize=(8, 5.5))
@@ -254,7 +341,7 @@ def plot_sweep(df: pd.DataFrame, path: Path, title: str, cost: str = "tokens") -
             color=c,
             capsize=3,
             markersize=8,
-            label=f"puppeteer lambda={r.lam:g} (n seeds={r.seeds})",
+            label=f"{label}={r.lam:g} (n seeds={r.seeds})",
         )
     for j, r in enumerate(df[df["kind"] == "baseline"].itertuples()):
         ax.errorbar(
@@ -319,7 +406,7 @@ def run_sweep(
     out = Path(out).resolve()
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
     if train:
-        tr.launch(values, seed_list, out, with_defaults(overrides))
+        tr.launch(values, seed_list, out, with_defaults(overrides, tr.defaults))
     df = gather(out, tr, baselines, n_eval, reevaluate=reevaluate)
     backend = ",".join(sorted(set(df["backend"])))
     suite = json.loads(next(out.glob("*/config.json")).read_text())["suite"]["name"]
@@ -328,6 +415,7 @@ def run_sweep(
         out / "sweep.png",
         f"{tr.name}: cost vs accuracy over {tr.param} on {suite} [backend: {backend}]",
         cost,
+        label=f"{tr.name} {tr.param}",
     )
     (out / "sweep.md").write_text(
         f"Backend: {backend}. Suite {suite} (held-out split).\n\n" + markdown(df, cost)

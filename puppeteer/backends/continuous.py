@@ -18,6 +18,10 @@ Prefix reuse (``reuse_prefix=True``): a sequence slot keeps its tokens in the KV
 its job ends; a new job goes to the free slot whose kept tokens share the longest prefix
 with its prompt, and only the rest of the prompt is evaluated (what llama.cpp's server does).
 
+Timing: every result carries ``queue_s`` (submitted -> admitted to a sequence slot: the wait for a
+free slot or KV room) and ``run_s`` (admitted -> finished: prefill, decoding, and turns waiting for
+the compute lock that batchers of other models share), measured with the batcher's ``clock``.
+
 Admission control: a job reserves ``prompt + budget`` KV cells; it waits while the reservations
 of running jobs and the kept prefixes (evicted first) leave no room, so decoding never runs
 out of cache. A job that fails (bad prompt, sampler error, a decode that fails even alone)
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -79,6 +84,8 @@ class GenerationResult:
     completion_tokens: tuple[int, ...]
     finish_reason: str  # "stop" | "length"
     reused_prefix: int  # prompt tokens whose KV entries were kept from an earlier job
+    queue_s: float = 0.0  # submitted -> admitted to a sequence slot
+    run_s: float = 0.0  # admitted -> finished
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,8 @@ class _Slot:
     pending: list[int] = field(default_factory=list)  # tokens still to evaluate
     reserved: int = 0
     reused: int = 0
+    queue_s: float = 0.0  # how long the running job waited before admission
+    admitted_at: float = 0.0
 
     @property
     def busy(self) -> bool:
@@ -217,19 +226,20 @@ class ContinuousBatcher:
 
     ``compute_lock`` is held around every decode and sampling call: batchers of different
     models that share one lock take turns, so each can use all the threads without the
-    models oversubscribing the cores.
+    models oversubscribing the cores. ``clock`` (seconds, monotonic) times queueing and running.
     """
 
     def __init__(self, engine: Engine, compute_lock: threading.Lock | None = None, name: str = "model",
-                 reuse_prefix: bool = True) -> None:
+                 reuse_prefix: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
         if engine.kv_size < engine.n_ctx:
             raise ValueError(f"kv_size {engine.kv_size} must be at least n_ctx {engine.n_ctx}")
         self.engine = engine
         self.name = name
         self.reuse_prefix = reuse_prefix
+        self._clock = clock
         self._compute = compute_lock or threading.Lock()
         self._cv = threading.Condition()
-        self._queue: deque[tuple[GenerationJob, Future[GenerationResult]]] = deque()
+        self._queue: deque[tuple[GenerationJob, Future[GenerationResult], float]] = deque()
         self._slots = [_Slot(i) for i in range(engine.n_seq_max)]
         self._closed = False
         self._stats = BatcherStats()
@@ -250,7 +260,7 @@ class ContinuousBatcher:
         with self._cv:
             if self._closed:
                 raise RuntimeError(f"the decoding loop of {self.name} is closed")
-            self._queue.append((job, future))
+            self._queue.append((job, future, self._clock()))
             self._cv.notify()
         return future
 
@@ -287,7 +297,7 @@ class ContinuousBatcher:
                     if slot.busy:
                         self._fail(slot, e)
         error = RuntimeError(f"the decoding loop of {self.name} was closed")
-        for _, fut in dropped:
+        for _, fut, _ in dropped:
             fut.set_exception(error)
         for slot in self._slots:
             if slot.busy:
@@ -300,7 +310,7 @@ class ContinuousBatcher:
         """Move queued jobs into free slots while their reservations fit (caller holds ``_cv``)."""
         admitted: list[_Slot] = []
         while self._queue:
-            job, future = self._queue[0]
+            job, future, submitted = self._queue[0]
             if future.cancelled():
                 self._queue.popleft()
                 continue
@@ -328,6 +338,8 @@ class ContinuousBatcher:
             self.engine.seq_rm(slot.seq, keep)
             del slot.history[keep:]
             slot.job, slot.future, slot.reserved, slot.reused = job, future, reserve, keep
+            slot.admitted_at = self._clock()
+            slot.queue_s = slot.admitted_at - submitted
             slot.pending = list(job.prompt[keep:])
             admitted.append(slot)
         return admitted
@@ -438,7 +450,7 @@ class ContinuousBatcher:
         assert gen is not None and future is not None and gen.finish_reason is not None
         gen.criteria_stop(slot.history)  # llama-cpp-python checks the criteria once more at the end
         result = GenerationResult(gen.text, len(gen.job.prompt), tuple(gen.completion), gen.finish_reason,
-                                  slot.reused)
+                                  slot.reused, queue_s=slot.queue_s, run_s=self._clock() - slot.admitted_at)
         self._release(slot)
         with self._cv:
             s = self._stats
@@ -470,3 +482,4 @@ class ContinuousBatcher:
         slot.job = slot.future = slot.gen = slot.sampler = None
         slot.pending = []
         slot.reserved = slot.reused = 0
+        slot.queue_s = slot.admitted_at = 0.0

@@ -24,12 +24,20 @@ Options worth knowing:
   differently), so accuracy is re-measured in docs/benchmarks.md. The loops of all models
   take turns on one compute lock, so each may use every free core: the default ``n_threads``
   is the CPUs not busy when the backend is made (:func:`default_threads`).
+  A completion's ``queue_s`` is the time the call waited for a sequence slot (or KV room) and
+  ``latency_s`` the rest of the call (chat template, tokenization, prefill, decoding), so
+  ``latency_s`` no longer grows with the queue in front of a call; with ``batching=False``,
+  ``queue_s`` is the wait for the model's lock.
   ``batching=False`` is the previous path (one ``create_chat_completion`` at a time per
   model, half the CPUs by default).
 - ``extra_buffers``: llama.cpp's extra weight buffer types (AMX, CPU repack). The
   ggml in llama-cpp-python 0.3.36 compiled with ``-march=native`` on an AMX CPU
   crashes with SIGILL in its AMX matmul (tile config bug, ggml-org/llama.cpp PR
   26954), so ``None`` (auto) turns them off when the build reports ``AMX_INT8 = 1``.
+- ``cpu_variant``: for a build with runtime CPU dispatch (``-DGGML_BACKEND_DL=ON
+  -DGGML_CPU_ALL_VARIANTS=ON``), the CPU backend to load (``icelake``, ``haswell`` ...); ``None``
+  lets ggml pick the best for this CPU (:mod:`puppeteer.backends.ggml_dl`). Ignored by builds
+  with the CPU backend linked in.
 """
 
 from __future__ import annotations
@@ -96,9 +104,16 @@ def build_has_amx() -> bool:
 
 
 def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int = 512, seed: int = 0,
-               verbose: bool = False, extra_buffers: bool | None = None) -> Llama:
+               verbose: bool = False, extra_buffers: bool | None = None,
+               cpu_variant: str | None = None) -> Llama:
     """A ``llama_cpp.Llama`` for ``path`` with the settings the backend uses (see module notes)."""
     from llama_cpp import Llama  # heavy import, only when a model is actually used
+
+    from puppeteer.backends.ggml_dl import ensure_cpu_backend
+
+    cpu = ensure_cpu_backend(cpu_variant)
+    if cpu.dynamic:
+        log.info("llama.cpp build with runtime CPU dispatch: %s", cpu.describe())
 
     if extra_buffers is None:
         extra_buffers = not build_has_amx()
@@ -158,8 +173,9 @@ class LlamaCppBackend(SyncBackend):
                  seed: int = 0, verbose: bool = False, n_batch: int = 512,
                  extra_buffers: bool | None = None, reuse_prefix: bool = True,
                  models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS, batching: bool = True,
-                 n_parallel: int = 16, kv_size: int | None = None) -> None:
+                 n_parallel: int = 16, kv_size: int | None = None, cpu_variant: str | None = None) -> None:
         self.batching = batching
+        self.cpu_variant = cpu_variant
         self.n_parallel = n_parallel
         self.kv_size = kv_size or 2 * n_ctx
         self.n_threads = n_threads or default_threads(batching)
@@ -191,7 +207,8 @@ class LlamaCppBackend(SyncBackend):
         path = model_path(key, self.cache_dir, self._models)
         start = time.perf_counter()
         llama = load_llama(path, n_ctx=self.n_ctx, n_threads=self.n_threads, n_batch=self.n_batch,
-                           seed=self.seed, verbose=self.verbose, extra_buffers=self.extra_buffers)
+                           seed=self.seed, verbose=self.verbose, extra_buffers=self.extra_buffers,
+                           cpu_variant=self.cpu_variant)
         log.info("loaded %s from %s in %.1fs (%d threads, n_ctx=%d)", key, path,
                  time.perf_counter() - start, self.n_threads, self.n_ctx)
         return llama
@@ -267,9 +284,13 @@ class LlamaCppBackend(SyncBackend):
             llama, batcher = self.batcher(key)
             start = time.perf_counter()
             response = batched_chat_completion(llama, batcher.submit, **kwargs)
-            return self._completion(request, response, time.perf_counter() - start)
+            wall = time.perf_counter() - start
+            queue = float((response.get("timings") or {}).get("queue_s", 0.0))
+            return self._completion(request, response, wall - queue, queue)
         slot = self._slot(key)
+        waiting = time.perf_counter()
         with slot.lock:
+            queue = time.perf_counter() - waiting
             if slot.llama is None:
                 slot.llama = self._load(key)
             if not self.reuse_prefix:
@@ -277,10 +298,11 @@ class LlamaCppBackend(SyncBackend):
             start = time.perf_counter()
             response = slot.llama.create_chat_completion(**kwargs)
             latency = time.perf_counter() - start
-        return self._completion(request, response, latency)
+        return self._completion(request, response, latency, queue)
 
     @staticmethod
-    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency: float) -> Completion:
+    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency: float,
+                    queue: float = 0.0) -> Completion:
         key = request.model.target
         text = response["choices"][0]["message"].get("content") or ""
         usage = response.get("usage") or {}
@@ -294,5 +316,6 @@ class LlamaCppBackend(SyncBackend):
             flops=request.model.flops(prompt_tokens, completion_tokens),
             latency_s=latency,
             model=key,
+            queue_s=queue,
             truncated=response["choices"][0].get("finish_reason") == "length",
         )

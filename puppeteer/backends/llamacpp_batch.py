@@ -10,7 +10,9 @@ while running llama-cpp-python's own chat handler: the handler formats the messa
 model's chat template, tokenizes them and merges the template's stop strings, then calls
 ``create_completion`` on what it believes is the ``Llama``; that call becomes a
 :class:`~puppeteer.backends.continuous.GenerationJob` and waits for its result. So prompts,
-stop strings and the response dict are the one-at-a-time path's, byte for byte.
+stop strings and the response dict are the one-at-a-time path's, byte for byte; the dict also
+carries ``"timings": {"queue_s", "run_s"}``, the job's wait for a slot and its time from admission
+to finish (the batcher's :class:`~puppeteer.backends.continuous.GenerationResult`).
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ class _CompletionProxy:
         self._llama = llama
         self._submit = submit
         self.verbose = llama.verbose
+        self.result: GenerationResult | None = None  # of the last completion
 
     def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
         return self._llama.tokenize(text, add_bos=add_bos, special=special)
@@ -174,7 +177,7 @@ class _CompletionProxy:
                                     typical_p=typical_p, repeat_penalty=repeat_penalty,
                                     frequency_penalty=frequency_penalty, presence_penalty=presence_penalty),
             stopping_criteria=criteria)
-        result = self._submit(job).result()
+        result = self.result = self._submit(job).result()
         n_completion = len(result.completion_tokens)
         return {
             "id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
@@ -200,4 +203,8 @@ def batched_chat_completion(llama: Llama, submit: Submit, **kwargs: Any) -> dict
     handler = (llama.chat_handler or llama._chat_handlers.get(llama.chat_format)
                or llama_chat_format.get_chat_completion_handler(llama.chat_format))
     args = {**_chat_defaults(), **kwargs}
-    return handler(llama=_CompletionProxy(llama, submit), **{k: args.get(k) for k in _HANDLER_ARGS})
+    proxy = _CompletionProxy(llama, submit)
+    response = handler(llama=proxy, **{k: args.get(k) for k in _HANDLER_ARGS})
+    if proxy.result is not None:
+        response["timings"] = {"queue_s": proxy.result.queue_s, "run_s": proxy.result.run_s}
+    return response

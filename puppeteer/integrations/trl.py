@@ -54,6 +54,8 @@ class WorkflowOutcome:
     calls: int
     final_answer: str | None = None
     parse_error: str | None = None
+    tokens: int = 0  # the workers' prompt + completion tokens
+    usd: float = 0.0  # the workers' price
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
@@ -129,6 +131,8 @@ def outcome_from(task_id: str, reward: float, info: Mapping[str, Any]) -> Workfl
         calls=sum(1 + s.tool_calls for s in traj.steps),
         final_answer=traj.final_answer,
         parse_error=parse_error,
+        tokens=traj.prompt_tokens + traj.completion_tokens,
+        usd=traj.cost_usd,
     )
 
 
@@ -143,6 +147,8 @@ def summarize(outcomes: Sequence[WorkflowOutcome]) -> dict[str, float]:
         "cost": sum(o.cost for o in outcomes) / n,
         "steps": sum(o.steps for o in outcomes) / n,
         "calls": sum(o.calls for o in outcomes) / n,
+        "tokens": sum(o.tokens for o in outcomes) / n,
+        "usd": sum(o.usd for o in outcomes) / n,
         "steps_parsed": sum(o.steps for o in parsed) / max(len(parsed), 1),
     }
 

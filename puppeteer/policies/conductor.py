@@ -47,6 +47,7 @@ class ConductorCall:
     flops: float
     cached: bool
     truncated: bool
+    queue_s: float = 0.0  # waited for the model before running (not in latency_s)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,7 +120,7 @@ class ConductorPolicy:
         self.calls.append(ConductorCall(
             depth=depth, text=c.text, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
             latency_s=c.latency_s, cost_usd=c.cost_usd or 0.0, flops=c.flops, cached=c.cached,
-            truncated=c.truncated,
+            truncated=c.truncated, queue_s=c.queue_s,
         ))
         return c.text
 

@@ -7,6 +7,7 @@ embedding of agent a initialised from its description. Unavailable agents are ma
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -104,6 +105,18 @@ class PuppeteerPolicy:
         self.scorer = Scorer(
             self.encoder.dim, pool.n_actions, config.max_steps, config.hidden, self.encoder.encode(texts)
         )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> PuppeteerPolicy:
+        """A twin with its own scorer that shares the pool and the (frozen, cached) encoder.
+
+        Concurrent evaluation gives every worker a deep copy; copying the pool's read-only maps
+        fails and copying a sentence encoder would load it again per worker.
+        """
+        twin = object.__new__(type(self))
+        memo[id(self)] = twin
+        twin.__dict__.update(self.__dict__)
+        twin.scorer = copy.deepcopy(self.scorer, memo)
+        return twin
 
     # ------------------------------------------------------------------ features
     def features(self, obs: dict[str, Any]) -> Features:

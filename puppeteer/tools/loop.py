@@ -73,6 +73,7 @@ def merge(completions: list[Completion]) -> Completion:
         cost_usd=sum(costs) if costs else None,
         flops=sum(c.flops for c in completions),
         latency_s=sum(c.latency_s for c in completions),
+        queue_s=sum(c.queue_s for c in completions),
         model=last.model,
         cached=all(c.cached for c in completions),
         truncated=last.truncated,
