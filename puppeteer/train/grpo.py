@@ -29,6 +29,7 @@ from puppeteer.integrations.trl import (
     conductor_rows,
     summarize,
 )
+from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 
@@ -67,6 +68,7 @@ class EvalSpec:
     before: bool = True  # also evaluate the untrained conductor (the "before" of before/after)
     max_new_tokens: int = 256
     batch_size: int = 8
+    repetition_penalty: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class GRPOJob:
     workflow_lam: float = 0.0
     cost_model: str = "tokens"
     reward_workers: int = 16
+    stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
     lora: LoraSpec | None = None
     eval: EvalSpec = field(default_factory=EvalSpec)
     grpo: Mapping[str, Any] = field(default_factory=dict)
@@ -122,6 +125,7 @@ class GRPOJob:
             workflow_lam=float(cfg.get("workflow_lam", 0.0)),
             cost_model=str(cfg.get("cost_model", "tokens")),
             reward_workers=int(cfg.get("reward_workers", 16)),
+            stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
             lora=lora_spec,
             eval=EvalSpec(**dict(cfg.get("eval") or {})),
             grpo=dict(cfg.get("grpo") or {}),
@@ -208,6 +212,7 @@ def generate(
     prompts: Sequence[str | Sequence[Mapping[str, str]]],
     max_new_tokens: int,
     batch_size: int = 8,
+    repetition_penalty: float = 1.0,
 ) -> list[str]:
     """Greedy completions, batched with left padding; prompts as text or as chat messages."""
     import torch
@@ -234,6 +239,7 @@ def generate(
                     **enc,
                     max_new_tokens=max_new_tokens,
                     do_sample=False,
+                    repetition_penalty=repetition_penalty,
                     pad_token_id=tokenizer.pad_token_id,
                 )
             new = gen[:, enc["input_ids"].shape[1] :]
@@ -270,7 +276,8 @@ def evaluate_conductor(
     """Greedy workflows for every item of ``env``, executed and graded: accuracy, parse rate, Wilson CIs."""
     rows = conductor_rows(env, chat=chat)
     completions = generate(
-        model, tokenizer, [r["prompt"] for r in rows], spec.max_new_tokens, spec.batch_size
+        model, tokenizer, [r["prompt"] for r in rows], spec.max_new_tokens, spec.batch_size,
+        spec.repetition_penalty,
     )
     outcomes = WorkflowScorer(env, max_workers=workers, seed=seed).score(
         [r["task_id"] for r in rows], completions
@@ -316,6 +323,8 @@ def run_conductor_training(
     train_env = job.env(job.train_split, job.n_train)
     eval_env = job.env(job.eval_split, job.n_eval, pool=train_env.pool)
     model, tokenizer = load_conductor_model(job.model)
+    if job.stop_after_access_list:
+        install_access_list_stop(model, tokenizer)
     label = backend_label(job, train_env)
     log.info(
         "conductor GRPO: %s; %d train items, %d held-out", label, len(train_env.tasks), len(eval_env.tasks)
