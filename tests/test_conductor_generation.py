@@ -107,3 +107,39 @@ def test_tiny_model_generation_ends_right_after_a_forced_access_list() -> None:
     text = tok.decode(new, skip_special_tokens=True)
     assert text == "access_list = [[]]"
     assert new[-1] == tok.eos_token_id and len(new) == len(ids(tok, "access_list = [[]]")) + 1
+
+
+def test_probe_counts_groups_and_writes_every_sample(tmp_path: Any) -> None:
+    from puppeteer.train.conductor_model import ModelSpec
+    from puppeteer.train.conductor_probe import ProbeSpec, SamplingSpec, run_probe
+
+    spec = ProbeSpec(
+        model=ModelSpec(id="tiny-random"), questions=2, samples=3, sampling=SamplingSpec(max_new_tokens=6)
+    )
+    summary = run_probe(spec, out=tmp_path)
+    assert summary["questions"] == 2 and summary["samples"] == 6
+    assert "workers = sim" in summary["backend"] and "tiny-random" in summary["backend"]
+    # a random model writes no workflow: nothing parses, no group has variance, every sample hits the cap
+    assert summary["parse_rate"] == 0.0 and summary["groups_with_variance"] == 0
+    assert [g["n"] for g in summary["groups"]] == [3, 3]
+    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and (tmp_path / "probe.json").is_file()
+
+
+def test_group_stats_variance_and_cap() -> None:
+    from puppeteer.integrations.trl import WorkflowOutcome
+    from puppeteer.train.conductor_probe import group_stats, summarize_groups
+
+    def outcome(parsed: bool, correct: bool) -> WorkflowOutcome:
+        reward = 1.0 if correct else 0.5 if parsed else 0.0
+        return WorkflowOutcome("t", parsed, correct, reward, 0.0, 1, 1)
+
+    three = [outcome(False, False), outcome(True, False), outcome(True, True)]
+    g = group_stats("t", three, [8, 3, 5], 8, 1.0)
+    assert (g.parsed, g.correct, g.capped) == (2, 1, 1)
+    assert g.reward_mean == pytest.approx(0.5) and g.has_variance
+    flat = group_stats("u", [outcome(False, False)] * 2, [8, 8], 8, 1.0)
+    assert not flat.has_variance and flat.capped == 2
+    s = summarize_groups([g, flat])
+    assert s["samples"] == 5 and s["parse_rate"] == pytest.approx(0.4) and s["groups_with_variance"] == 1
+    assert s["questions_with_a_parse"] == 1 and s["capped_rate"] == pytest.approx(0.6)
