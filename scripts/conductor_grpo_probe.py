@@ -29,10 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--no-stop", action="store_true", help="do not end completions after access_list")
     p.add_argument("--flat", action="store_true", help="completion-style prompt instead of the chat layout")
+    p.add_argument("--answer-prefix", default="", help='open the assistant turn, e.g. "model_id = ["')
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--bf16", action="store_true", help="sample under bf16 autocast (fp32 weights)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -45,11 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         questions=args.questions,
         samples=args.samples,
         chat=not args.flat,
+        answer_prefix=args.answer_prefix,
         sampling=SamplingSpec(
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,
+            top_p=args.top_p,
             repetition_penalty=args.repetition_penalty,
             stop_after_access_list=not args.no_stop,
+            autocast_bf16=args.bf16,
         ),
         seed=args.seed,
     )

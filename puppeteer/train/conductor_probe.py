@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import wilson_interval
-from puppeteer.integrations.trl import WorkflowOutcome, WorkflowScorer, conductor_rows
+from puppeteer.integrations.trl import WorkflowOutcome, WorkflowScorer, conductor_rows, prefixed_rows
 from puppeteer.train.conductor_generation import access_list_stop_kwargs
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 
@@ -41,6 +41,7 @@ class SamplingSpec:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     stop_after_access_list: bool = True
+    autocast_bf16: bool = False  # sample under torch.autocast(bfloat16), as trl does with bf16=True on CPU
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class ProbeSpec:
     questions: int = 8
     samples: int = 8
     chat: bool = True
+    answer_prefix: str = ""  # the assistant turn starts with this text (chat only), e.g. "model_id = ["
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     seed: int = 0
 
@@ -107,7 +109,8 @@ def sample_group(
     if sampling.stop_after_access_list:
         kwargs = access_list_stop_kwargs(tokenizer)(kwargs)
     torch.manual_seed(seed)
-    with torch.no_grad():
+    autocast = torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=sampling.autocast_bf16)
+    with torch.no_grad(), autocast:
         out = model.generate(**kwargs)
     new = out[:, enc["input_ids"].shape[1] :]
     eos = tokenizer.eos_token_id
@@ -168,8 +171,10 @@ def run_probe(
     )
     model, tokenizer = loaded if loaded is not None else load_conductor_model(spec.model)
     model.eval()
-    scorer = WorkflowScorer(env, max_workers=1, seed=spec.seed)
+    scorer = WorkflowScorer(env, max_workers=1, seed=spec.seed, answer_prefix=spec.answer_prefix)
     rows = conductor_rows(env, chat=spec.chat)
+    if spec.answer_prefix:
+        rows = prefixed_rows(rows, tokenizer, spec.answer_prefix)
     path = Path(out) if out is not None else None
     if path is not None:
         path.mkdir(parents=True, exist_ok=True)
@@ -193,7 +198,8 @@ def run_probe(
             )
             if records is not None:
                 for o, text, n_tok in zip(outcomes, texts, lengths, strict=True):
-                    records.write(json.dumps({**asdict(o), "tokens": n_tok, "completion": text}) + "\n")
+                    row_out = {**asdict(o), "tokens": n_tok, "completion": spec.answer_prefix + text}
+                    records.write(json.dumps(row_out) + "\n")
                 records.flush()
     finally:
         if records is not None:
@@ -206,6 +212,7 @@ def run_probe(
         "pool": spec.pool,
         "split": spec.split,
         "chat": spec.chat,
+        "answer_prefix": spec.answer_prefix,
         "sampling": asdict(spec.sampling),
         **summarize_groups(groups),
         "groups": [asdict(g) for g in groups],

@@ -27,6 +27,7 @@ from puppeteer.integrations.trl import (
     WorkflowScorer,
     conductor_dataset,
     conductor_rows,
+    prefixed_rows,
     summarize,
 )
 from puppeteer.train.conductor_generation import install_access_list_stop
@@ -88,6 +89,7 @@ class GRPOJob:
     cost_model: str = "tokens"
     reward_workers: int = 16
     stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
+    answer_prefix: str = ""  # with chat: the assistant turn starts with this text (e.g. "model_id = [")
     lora: LoraSpec | None = None
     eval: EvalSpec = field(default_factory=EvalSpec)
     grpo: Mapping[str, Any] = field(default_factory=dict)
@@ -126,6 +128,7 @@ class GRPOJob:
             cost_model=str(cfg.get("cost_model", "tokens")),
             reward_workers=int(cfg.get("reward_workers", 16)),
             stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
+            answer_prefix=str(cfg.get("answer_prefix") or ""),
             lora=lora_spec,
             eval=EvalSpec(**dict(cfg.get("eval") or {})),
             grpo=dict(cfg.get("grpo") or {}),
@@ -272,24 +275,39 @@ def evaluate_conductor(
     seed: int,
     records: Path | None = None,
     workers: int = 16,
+    answer_prefix: str = "",
 ) -> dict[str, Any]:
     """Greedy workflows for every item of ``env``, executed and graded: accuracy, parse rate, Wilson CIs."""
     rows = conductor_rows(env, chat=chat)
+    if answer_prefix:
+        rows = prefixed_rows(rows, tokenizer, answer_prefix)
     completions = generate(
         model, tokenizer, [r["prompt"] for r in rows], spec.max_new_tokens, spec.batch_size,
         spec.repetition_penalty,
     )
-    outcomes = WorkflowScorer(env, max_workers=workers, seed=seed).score(
+    outcomes = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=answer_prefix).score(
         [r["task_id"] for r in rows], completions
     )
     if records is not None:
         with records.open("w") as f:
             for o, text in zip(outcomes, completions, strict=True):
-                f.write(json.dumps({**o.__dict__, "completion": text}) + "\n")
+                f.write(json.dumps({**o.__dict__, "completion": answer_prefix + text}) + "\n")
     return heldout_summary(outcomes)
 
 
 # ----------------------------------------------------------------------------- the job
+def train_dataset(job: GRPOJob, env: ConductorEnv, tokenizer: PreTrainedTokenizerBase) -> Any:
+    """The env's conductor prompts; with ``answer_prefix``, as text whose assistant turn is opened."""
+    if not job.answer_prefix:
+        return conductor_dataset(env, chat=job.chat)
+    import datasets
+
+    if not job.chat:
+        raise ValueError("answer_prefix needs chat=true (it opens the assistant turn of the chat template)")
+    rows = prefixed_rows(conductor_rows(env, chat=True), tokenizer, job.answer_prefix)
+    return datasets.Dataset.from_list(rows)
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -344,6 +362,7 @@ def run_conductor_training(
             job.seed,
             run / "heldout_before.jsonl",
             job.reward_workers,
+            job.answer_prefix,
         )
         before_path.write_text(json.dumps(before, indent=2))
 
@@ -362,11 +381,13 @@ def run_conductor_training(
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[
-            ConductorReward(train_env, max_workers=job.reward_workers, seed=job.seed),
+            ConductorReward(
+                train_env, max_workers=job.reward_workers, seed=job.seed, answer_prefix=job.answer_prefix
+            ),
             *extra_reward_funcs,
         ],
         args=args,
-        train_dataset=conductor_dataset(train_env, chat=job.chat),
+        train_dataset=train_dataset(job, train_env, tokenizer),
         processing_class=tokenizer,
         peft_config=job.lora.peft_config() if job.lora else None,
         callbacks=[metric_forwarder(logger, on_log), *callbacks],
@@ -387,6 +408,7 @@ def run_conductor_training(
             job.seed,
             run / "heldout_after.jsonl",
             job.reward_workers,
+            job.answer_prefix,
         )
         logger.log(
             {f"eval/{k}": v for k, v in after.items() if isinstance(v, int | float)},
