@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-stop", action="store_true", help="do not end completions after access_list")
     p.add_argument("--flat", action="store_true", help="completion-style prompt instead of the chat layout")
     p.add_argument("--answer-prefix", default="", help='open the assistant turn, e.g. "model_id = ["')
+    p.add_argument("--prompt", default="prompt-v1", help="conductor prompt config (configs/conductor/)")
+    p.add_argument("--available", nargs="*", default=None, help="a fixed subset of the pool's agents")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--bf16", action="store_true", help="sample under bf16 autocast (fp32 weights)")
     p.add_argument("--seed", type=int, default=0)
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         samples=args.samples,
         chat=not args.flat,
         answer_prefix=args.answer_prefix,
+        prompt=args.prompt,
+        available=tuple(args.available) if args.available else None,
         sampling=SamplingSpec(
             max_new_tokens=args.max_new_tokens,
             temperature=args.temperature,

@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import wilson_interval
 from puppeteer.integrations.trl import WorkflowOutcome, WorkflowScorer, conductor_rows, prefixed_rows
 from puppeteer.train.conductor_generation import access_list_stop_kwargs
@@ -54,6 +53,8 @@ class ProbeSpec:
     samples: int = 8
     chat: bool = True
     answer_prefix: str = ""  # the assistant turn starts with this text (chat only), e.g. "model_id = ["
+    prompt: str = "prompt-v1"  # the conductor prompt config
+    available: tuple[str, ...] | None = None  # a fixed subset of the pool's agents
     sampling: SamplingSpec = field(default_factory=SamplingSpec)
     seed: int = 0
 
@@ -166,9 +167,10 @@ def run_probe(
     With ``out``, every sample (completion, outcome) goes to ``out/samples.jsonl`` as it is made
     and the summary to ``out/probe.json``.
     """
-    env = ConductorEnv(
-        mode="workflow", pool=spec.pool, suite=spec.suite, split=spec.split, n_tasks=spec.questions
-    )
+    from puppeteer.train.grpo import GRPOJob
+
+    job = GRPOJob(suite=spec.suite, pool=spec.pool, prompt=spec.prompt, available=spec.available)
+    env = job.env(spec.split, spec.questions)
     model, tokenizer = loaded if loaded is not None else load_conductor_model(spec.model)
     model.eval()
     scorer = WorkflowScorer(env, max_workers=1, seed=spec.seed, answer_prefix=spec.answer_prefix)
@@ -213,6 +215,8 @@ def run_probe(
         "split": spec.split,
         "chat": spec.chat,
         "answer_prefix": spec.answer_prefix,
+        "prompt": spec.prompt,
+        "available": list(spec.available) if spec.available else None,
         "sampling": asdict(spec.sampling),
         **summarize_groups(groups),
         "groups": [asdict(g) for g in groups],

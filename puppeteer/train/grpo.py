@@ -90,6 +90,8 @@ class GRPOJob:
     reward_workers: int = 16
     stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
     answer_prefix: str = ""  # with chat: the assistant turn starts with this text (e.g. "model_id = [")
+    prompt: str = "prompt-v1"  # the conductor prompt config (configs/conductor/<prompt>.yaml)
+    available: tuple[str, ...] | None = None  # a fixed subset of the pool's agents (names), every episode
     lora: LoraSpec | None = None
     eval: EvalSpec = field(default_factory=EvalSpec)
     grpo: Mapping[str, Any] = field(default_factory=dict)
@@ -129,6 +131,8 @@ class GRPOJob:
             reward_workers=int(cfg.get("reward_workers", 16)),
             stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
             answer_prefix=str(cfg.get("answer_prefix") or ""),
+            prompt=str(cfg.get("prompt") or "prompt-v1"),
+            available=tuple(str(a) for a in cfg["available"]) if cfg.get("available") else None,
             lora=lora_spec,
             eval=EvalSpec(**dict(cfg.get("eval") or {})),
             grpo=dict(cfg.get("grpo") or {}),
@@ -138,9 +142,21 @@ class GRPOJob:
         )
 
     def env(self, split: str, n: int | None, pool: Any = None) -> ConductorEnv:
+        from puppeteer.pool import Pool, load_pool
+
+        pool = pool if isinstance(pool, Pool) else load_pool(self.pool)
+        unavailable: list[int] = []
+        if self.available is not None:
+            names = [a.name for a in pool.agents]
+            unknown = sorted(set(self.available) - set(names))
+            if unknown:
+                raise ValueError(f"available names agents not in pool {pool.name}: {unknown}")
+            unavailable = [i for i, name in enumerate(names) if name not in self.available]
         return ConductorEnv(
             mode="workflow",
-            pool=pool if pool is not None else self.pool,
+            pool=pool,
+            unavailable=unavailable,
+            prompt=self.prompt,
             suite=self.suite,
             split=split,
             n_tasks=n,
@@ -165,8 +181,10 @@ def grpo_config(job: GRPOJob, output_dir: Path) -> Any:
         "output_dir": str(output_dir),
         "seed": job.seed,
     }
-    if not torch.cuda.is_available():  # trl fails on CPU with bf16 (DESIGN.md)
-        kwargs.update(use_cpu=True, bf16=False, fp16=False)
+    if not torch.cuda.is_available():  # trl fails on CPU with its bf16 default (DESIGN.md) ...
+        # ... unless use_cpu is set: then an explicit grpo.bf16=true is bf16 autocast on the CPU (fp32
+        # weights; AMX/AVX-512-BF16 matmuls, ~2-2.6x faster for SmolLM2, scripts/bench_conductor_dtype.py)
+        kwargs.update(use_cpu=True, bf16=bool(job.grpo.get("bf16", False)), fp16=False)
     return GRPOConfig(**kwargs)
 
 
