@@ -143,3 +143,30 @@ def test_group_stats_variance_and_cap() -> None:
     s = summarize_groups([g, flat])
     assert s["samples"] == 5 and s["parse_rate"] == pytest.approx(0.4) and s["groups_with_variance"] == 1
     assert s["questions_with_a_parse"] == 1 and s["capped_rate"] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    ("text", "score"),
+    [
+        ("model_id = [0, 1]\nsubtasks = ['a', 'b']\naccess_list = [[], 'all']", 1.0),
+        ("model_id = [0, 1]\nsubtasks = ['a']\naccess_list = [[], 'all']", 0.75),  # lengths differ
+        ("model_id = [0, 1]\nsubtasks = ['a', 'b']\naccess_list = [[], ", 0.5),  # access_list not closed
+        ("model_id = [0]*9\nsubtasks = ['a']", 0.25),  # model_id is not a literal list
+        ("model_id = [0, 1, 2, 3, 4, 5]\nsubtasks = ['a'] \naccess_list = []", 0.75),
+        ("model_id = [0]*6", 0.0),
+        ("def f(): pass", 0.0),
+        ("model_id = [0,0,0,0,0,0]\nsubtasks = ['a']*6\naccess_list = [[]]*6", 0.25),
+    ],
+)
+def test_format_score_grades_the_three_lists(text: str, score: float) -> None:
+    from puppeteer.train.format_reward import format_score
+
+    assert format_score(text, max_steps=5) == score
+
+
+def test_format_reward_puts_the_prefix_back() -> None:
+    from puppeteer.train.format_reward import FormatReward
+
+    rest = "0]\nsubtasks = ['a']\naccess_list = [[]]"
+    assert FormatReward("model_id = [")([None, None], [rest, "junk"]) == [1.0, 0.0]
+    assert FormatReward()([None], [rest]) == [0.5]  # without the prefix model_id is not there

@@ -32,6 +32,7 @@ from puppeteer.integrations.trl import (
 )
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
+from puppeteer.train.format_reward import FormatReward
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class GRPOJob:
     answer_prefix: str = ""  # with chat: the assistant turn starts with this text (e.g. "model_id = [")
     prompt: str = "prompt-v1"  # the conductor prompt config (configs/conductor/<prompt>.yaml)
     available: tuple[str, ...] | None = None  # a fixed subset of the pool's agents (names), every episode
+    format_reward_weight: float = 0.0  # > 0: add the graded format score (train/format_reward.py)
     lora: LoraSpec | None = None
     eval: EvalSpec = field(default_factory=EvalSpec)
     grpo: Mapping[str, Any] = field(default_factory=dict)
@@ -132,6 +134,7 @@ class GRPOJob:
             stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
             answer_prefix=str(cfg.get("answer_prefix") or ""),
             prompt=str(cfg.get("prompt") or "prompt-v1"),
+            format_reward_weight=float(cfg.get("format_reward_weight") or 0.0),
             available=tuple(str(a) for a in cfg["available"]) if cfg.get("available") else None,
             lora=lora_spec,
             eval=EvalSpec(**dict(cfg.get("eval") or {})),
@@ -396,12 +399,17 @@ def run_conductor_training(
 
     checkpoints = run / "checkpoints"
     args = grpo_config(job, checkpoints)
+    shaping = []
+    if job.format_reward_weight > 0:
+        shaping = [FormatReward(job.answer_prefix, job.workflow_max_steps)]
+        args.reward_weights = [1.0, job.format_reward_weight] + [1.0] * len(extra_reward_funcs)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[
             ConductorReward(
                 train_env, max_workers=job.reward_workers, seed=job.seed, answer_prefix=job.answer_prefix
             ),
+            *shaping,
             *extra_reward_funcs,
         ],
         args=args,
