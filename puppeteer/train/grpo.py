@@ -94,6 +94,7 @@ class GRPOJob:
     prompt: str = "prompt-v1"  # the conductor prompt config (configs/conductor/<prompt>.yaml)
     available: tuple[str, ...] | None = None  # a fixed subset of the pool's agents (names), every episode
     format_reward_weight: float = 0.0  # > 0: add the graded format score (train/format_reward.py)
+    time_budget_s: float | None = None  # stop training (checkpoint, then the held-out "after") past this
     lora: LoraSpec | None = None
     eval: EvalSpec = field(default_factory=EvalSpec)
     grpo: Mapping[str, Any] = field(default_factory=dict)
@@ -135,6 +136,7 @@ class GRPOJob:
             answer_prefix=str(cfg.get("answer_prefix") or ""),
             prompt=str(cfg.get("prompt") or "prompt-v1"),
             format_reward_weight=float(cfg.get("format_reward_weight") or 0.0),
+            time_budget_s=float(cfg["time_budget_s"]) if cfg.get("time_budget_s") else None,
             available=tuple(str(a) for a in cfg["available"]) if cfg.get("available") else None,
             lora=lora_spec,
             eval=EvalSpec(**dict(cfg.get("eval") or {})),
@@ -206,6 +208,29 @@ def metric_forwarder(logger: MetricLogger, on_log: OnLog | None = None) -> Train
                     on_log(int(state.global_step), numeric)
 
     return MetricForwarder()
+
+
+def time_budget(seconds: float) -> TrainerCallback:
+    """A trainer callback that ends training (with a checkpoint) once ``seconds`` of it have passed.
+
+    Counted from this process's start of training, so a resumed run gets the budget again.
+    """
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def __init__(self) -> None:
+            self.start: float | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.start is not None and time.perf_counter() - self.start > seconds:
+                log.warning("time budget of %.0f s spent at step %d: stopping", seconds, state.global_step)
+                control.should_training_stop = True
+                control.should_save = True
+
+    return TimeBudget()
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -416,7 +441,11 @@ def run_conductor_training(
         train_dataset=train_dataset(job, train_env, tokenizer),
         processing_class=tokenizer,
         peft_config=job.lora.peft_config() if job.lora else None,
-        callbacks=[metric_forwarder(logger, on_log), *callbacks],
+        callbacks=[
+            metric_forwarder(logger, on_log),
+            *([time_budget(job.time_budget_s)] if job.time_budget_s else []),
+            *callbacks,
+        ],
     )
     resumed = resume_from(job, checkpoints)
     train_start = time.perf_counter()
