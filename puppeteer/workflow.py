@@ -136,10 +136,12 @@ def validate(
         if a == "all" or (isinstance(a, list | tuple) and len(a) == 1 and a[0] == "all"):
             access.append("all")  # ["all"] is a common way of writing "all"
             continue
+        if isinstance(a, int) and not isinstance(a, bool):
+            a = [a]  # a bare index k means [k] (small conductors write access_list = [[], 0])
         if not isinstance(a, list | tuple):
             raise WorkflowError(
                 f"access_list[{i}] must be 'all' or a list of earlier step indices "
-                f"(['all'] also means 'all'), "
+                f"(['all'] also means 'all', a bare index k means [k]), "
                 f"got {a!r:.40}"
             )
         for j in a:

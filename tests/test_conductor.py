@@ -250,6 +250,10 @@ def test_conductor_specs() -> None:
     assert conductor_model("litellm:openai/gpt-4o-mini").target == "openai/gpt-4o-mini"
     hf = conductor_model("hf:/ckpt/step-10")
     assert (hf.backend, hf.target) == ("transformers", "/ckpt/step-10")
+    # the FLOPs proxy knows an embedded model's size through either backend
+    gguf_hf = conductor_model("hf:embedded:qwen2.5-coder-0.5b")
+    assert gguf_hf.params_b == conductor_model("qwen2.5-coder-0.5b").params_b > 0
+    assert gguf_hf.flops(100, 10) == 2 * gguf_hf.params_b * 1e9 * 110
     with pytest.raises(SpecError):
         make_policy("conductor:no-such-model", pool)
 

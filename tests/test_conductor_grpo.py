@@ -194,3 +194,33 @@ def test_the_docs_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     exec(compile(code, "conductor-grpo.md", "exec"), scope)
     assert scope["trainer"].state.global_step == 1
     assert (tmp_path / "runs" / "grpo-snippet").is_dir()
+
+
+def test_cpu_preset_opens_the_answer_and_fixes_a_short_prompt_and_subset(tmp_path: Path) -> None:
+    job = GRPOJob.from_mapping(conductor_cfg())
+    assert job.chat and job.answer_prefix == "model_id = [" and job.stop_after_access_list
+    assert job.prompt == "prompt-v1-short" and job.available is not None and len(job.available) == 4
+    env = job.env("train", 2)
+    prompt = env.clone().reset(options={"task": env.tasks[0]})[1]["conductor_prompt"]
+    table = prompt.messages[0].content
+    assert all(name in table for name in job.available) and "gemini25pro-cot" not in table
+    assert len(prompt.messages) == 4  # system, ONE example (user + assistant), the question
+    assert not prompt.messages[2].content.startswith("#")  # no comment line: the lists only
+    import torch
+
+    args = grpo_config(job, tmp_path / "unused")
+    if not torch.cuda.is_available():
+        assert args.use_cpu and args.bf16  # bf16 autocast on the CPU, as the preset asks
+    with pytest.raises(ValueError, match="not in pool"):
+        GRPOJob(available=("nobody",)).env("train", 1)
+
+
+def test_time_budget_stops_training_with_a_checkpoint_and_still_evaluates(tmp_path: Path) -> None:
+    cfg = conductor_cfg(*TINY, "grpo.max_steps=4", "grpo.save_steps=100", "time_budget_s=0.001",
+                        "format_reward_weight=0.5", "eval.before=false")
+    results = run_conductor_training(cfg, tmp_path)
+    assert results["steps"] == 1  # the budget was spent after the first step
+    assert (tmp_path / "checkpoints" / "checkpoint-1").is_dir()  # saved although save_steps=100
+    assert results["heldout_after"]["n"] == 3
+    history = json.loads((tmp_path / "log_history.json").read_text())
+    assert any("rewards/format/mean" in h for h in history)  # the shaping term is logged on its own

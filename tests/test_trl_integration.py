@@ -234,3 +234,22 @@ def test_tool_method_has_a_schema_trl_can_render() -> None:
     props = schema["function"]["parameters"]["properties"]
     assert set(props) == {"model_id", "subtasks", "access_list"}
     assert props["model_id"]["type"] == "array"
+
+
+def test_an_answer_prefix_opens_the_assistant_turn_and_the_reward_puts_it_back(
+    tasks: tuple[Task, ...],
+) -> None:
+    from puppeteer.integrations.trl import prefixed_rows
+    from puppeteer.train.conductor_model import tiny_tokenizer
+
+    env, _ = make_env(tasks)
+    tok = tiny_tokenizer()
+    rows = prefixed_rows(conductor_rows(env, chat=True), tok, "model_id = [")
+    assert len(rows) == len(tasks) and all(r["prompt"].endswith("assistant:model_id = [") for r in rows)
+    assert rows[0]["task_id"] == tasks[0].id and "Question:" in rows[0]["prompt"]
+    with pytest.raises(ValueError, match="chat rows"):
+        prefixed_rows(conductor_rows(env, chat=False), tok, "model_id = [")
+    rest = plan(GOOD).split("model_id = [", 1)[1]  # what the model writes after the prefix
+    reward = ConductorReward(env, max_workers=2, answer_prefix="model_id = [")
+    assert reward([None, None], [rest, "0, 1]\n"], task_id=[tasks[0].id, tasks[0].id]) == [1.0, 0.0]
+    assert ConductorReward(env)([None], [rest], task_id=[tasks[0].id]) == [0.0]  # without the prefix

@@ -64,6 +64,16 @@ def test_hostile_and_malformed_workflows_are_rejected(text: str, fragment: str) 
         parse_workflow(text, n_agents=3)
 
 
+def test_a_bare_access_index_means_a_one_element_list() -> None:
+    # SmolLM2-135M writes `access_list = [[], 0]` (llama.cpp probe, docs/conductor-grpo.md)
+    wf = parse_workflow('model_id = [0, 1, 2]\nsubtasks = ["a", "b", "c"]\naccess_list = [[], 0, 1]', 3)
+    assert wf.access_list == ((), (0,), (1,))
+    assert visible_steps(wf, 2) == (1,)
+    for bad, fragment in (("[0]", "not an earlier step"), ("[True]", "'all' or a list"), ("[-1]", "earlier")):
+        with pytest.raises(WorkflowError, match=fragment):
+            parse_workflow(f'model_id = [0]\nsubtasks = ["a"]\naccess_list = {bad}', n_agents=3)
+
+
 def test_too_many_steps_and_unavailable_agents() -> None:
     text = format_workflow(Workflow((0,) * 6, ("a",) * 6, ((),) * 6))
     with pytest.raises(WorkflowError, match="exceed the limit of 5"):

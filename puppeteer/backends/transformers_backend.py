@@ -3,11 +3,12 @@
 ``request.model.target`` is an HF model id, a local directory (a fine-tuned or GRPO-trained
 checkpoint) or ``DIR#FILE.gguf`` for a GGUF file inside ``DIR`` (``gguf_file=``, needs the
 ``gguf`` package; the weights are dequantised). ``embedded:KEY`` names an embedded GGUF model of
-:mod:`puppeteer.backends.models`. Models load lazily, once per target; calls on one model are
-serialised. The chat template of the tokenizer formats the messages.
+:mod:`puppeteer.backends.models`, loaded through :mod:`puppeteer.backends.hf_models` (converted
+once and cached whole, shared with the GRPO conductor loader). Models load lazily, once per
+target; calls on one model are serialised. The chat template of the tokenizer formats the messages.
 
-A GGUF tokenizer is converted on first load (about a minute): it is saved to
-``$PUPPETEER_CACHE/hf-tokenizers/<name>`` and reused from there.
+For a ``DIR#FILE.gguf`` target the tokenizer is converted on first load (about a minute): it is
+saved to ``$PUPPETEER_CACHE/hf-tokenizers/<name>`` and reused from there.
 """
 
 from __future__ import annotations
@@ -82,13 +83,21 @@ class TransformersBackend(SyncBackend):
 
             if self.n_threads:
                 torch.set_num_threads(self.n_threads)
-            path, gguf = resolve_target(target, self.cache_dir)
             start = time.perf_counter()
-            kwargs: dict[str, Any] = {"dtype": getattr(torch, self.dtype)}
-            if gguf is not None:
-                kwargs["gguf_file"] = gguf
-            model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(self.device).eval()
-            loaded = self._loaded[target] = _Loaded(model, self._tokenizer(path, gguf))
+            if target.startswith("embedded:"):  # one loader and cache with the GRPO conductor
+                from puppeteer.backends.hf_models import load_embedded_hf
+
+                key = target.removeprefix("embedded:")
+                model, tokenizer = load_embedded_hf(key, getattr(torch, self.dtype))
+                model = model.to(self.device).eval()
+            else:
+                path, gguf = resolve_target(target, self.cache_dir)
+                kwargs: dict[str, Any] = {"dtype": getattr(torch, self.dtype)}
+                if gguf is not None:
+                    kwargs["gguf_file"] = gguf
+                model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(self.device).eval()
+                tokenizer = self._tokenizer(path, gguf)
+            loaded = self._loaded[target] = _Loaded(model, tokenizer)
             log.info("transformers: loaded %s in %.1fs", target, time.perf_counter() - start)
             return loaded
 

@@ -105,6 +105,26 @@ def conductor_rows(
     return rows
 
 
+def prefixed_rows(
+    rows: Sequence[Mapping[str, Any]], tokenizer: Any, answer_prefix: str
+) -> list[dict[str, Any]]:
+    """Chat rows as text prompts whose assistant turn is already opened with ``answer_prefix``.
+
+    The prompt is the tokenizer's chat template applied with the generation prompt, then the
+    prefix (for example ``"model_id = ["``): the model continues the workflow from there, so a
+    small conductor cannot wander off before its first list. The reward must put the prefix back
+    in front of the completion (``ConductorReward(..., answer_prefix=...)``).
+    """
+    out = []
+    for row in rows:
+        messages = row["prompt"]
+        if isinstance(messages, str):
+            raise ValueError("prefixed_rows needs chat rows (conductor_rows(env, chat=True))")
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        out.append({**row, "prompt": text + answer_prefix})
+    return out
+
+
 def conductor_dataset(
     env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False
 ) -> datasets.Dataset:
@@ -161,9 +181,12 @@ class WorkflowScorer:
     group of completions for one question faces the same workers' draws and only the workflows differ.
     """
 
-    def __init__(self, env: ConductorEnv, max_workers: int = 16, seed: int = 0) -> None:
+    def __init__(
+        self, env: ConductorEnv, max_workers: int = 16, seed: int = 0, answer_prefix: str = ""
+    ) -> None:
         if env.config.mode != "workflow":
             raise ValueError("WorkflowScorer needs a workflow-mode env (ConductorEnv(mode='workflow', ...))")
+        self.answer_prefix = answer_prefix  # the start of the answer that the prompt already wrote
         if max_workers < 1:
             raise ValueError("max_workers must be >= 1")
         self.env = env
@@ -193,7 +216,7 @@ class WorkflowScorer:
         task = self.task(task_id)
         with self._env() as env:
             env.reset(seed=item_seed(self.seed, task_id), options={"task": task})
-            _, reward, _, _, info = env.step(completion_text(completion))
+            _, reward, _, _, info = env.step(self.answer_prefix + completion_text(completion))
         return outcome_from(task_id, float(reward), info)
 
     def score(
@@ -219,8 +242,16 @@ class ConductorReward:
 
     __name__ = "conductor"
 
-    def __init__(self, env: ConductorEnv | WorkflowScorer, max_workers: int = 16, seed: int = 0) -> None:
-        self.scorer = env if isinstance(env, WorkflowScorer) else WorkflowScorer(env, max_workers, seed)
+    def __init__(
+        self,
+        env: ConductorEnv | WorkflowScorer,
+        max_workers: int = 16,
+        seed: int = 0,
+        answer_prefix: str = "",
+    ) -> None:
+        self.scorer = (
+            env if isinstance(env, WorkflowScorer) else WorkflowScorer(env, max_workers, seed, answer_prefix)
+        )
         self.last: tuple[WorkflowOutcome, ...] = ()
 
     def __call__(
@@ -314,5 +345,6 @@ __all__ = [
     "conductor_dataset",
     "conductor_prompts",
     "conductor_rows",
+    "prefixed_rows",
     "summarize",
 ]

@@ -54,7 +54,8 @@ class ConductorCall:
 
 
 def _params_b(target: str) -> float:
-    model = EMBEDDED_MODELS.get(target)
+    """Parameters (billions) for the FLOPs proxy: known for embedded models (``KEY`` or ``embedded:KEY``)."""
+    model = EMBEDDED_MODELS.get(target.removeprefix("embedded:"))
     return model.params_b if model is not None else 0.0
 
 

@@ -13,11 +13,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +42,9 @@ class ModelSpec:
 
 
 def hf_cache_dir(spec: ModelSpec) -> Path:
-    if spec.cache_dir:
-        return Path(spec.cache_dir).expanduser()
-    env = os.environ.get("PUPPETEER_CACHE")
-    root = Path(env).expanduser() if env else Path.home() / ".cache" / "puppeteer"
-    return root / "hf"
+    from puppeteer.backends.hf_models import hf_cache_root
+
+    return hf_cache_root(spec.cache_dir)
 
 
 def _dtype(name: str) -> Any:
@@ -75,36 +69,10 @@ def load_hf(spec: ModelSpec) -> Loaded:
 
 
 def load_embedded(spec: ModelSpec) -> Loaded:
-    """An embedded GGUF model through transformers, converted once and cached with ``save_pretrained``."""
-    from puppeteer.backends.models import get_model, model_path
+    """An embedded GGUF model through transformers (:mod:`puppeteer.backends.hf_models`: converted once)."""
+    from puppeteer.backends.hf_models import load_embedded_hf
 
-    get_model(spec.id)  # a clear error for an unknown key
-    cached = hf_cache_dir(spec) / spec.id
-    if (cached / "config.json").is_file():
-        return _from_dir(cached, spec)
-    gguf = model_path(spec.id)
-    log.warning("converting %s from GGUF for transformers (once; cached in %s)", spec.id, cached)
-    model, tokenizer = _from_dir(gguf.parent, spec, gguf_file=gguf.name)
-    _forget_gguf_quantizer(model)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.id}-", dir=cached.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        with contextlib.suppress(OSError):  # another process may have won the race
-            tmp.rename(cached)  # atomic
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return model, tokenizer
-
-
-def _forget_gguf_quantizer(model: PreTrainedModel) -> None:
-    """transformers dequantises GGUF weights on load but keeps the quantizer, which blocks
-    ``save_pretrained`` and training; the weights are plain floats, so drop it."""
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    return load_embedded_hf(spec.id, _dtype(spec.dtype), spec.cache_dir)
 
 
 def tiny_tokenizer(corpus: tuple[str, ...] = ()) -> PreTrainedTokenizerBase:

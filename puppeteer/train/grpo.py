@@ -27,9 +27,12 @@ from puppeteer.integrations.trl import (
     WorkflowScorer,
     conductor_dataset,
     conductor_rows,
+    prefixed_rows,
     summarize,
 )
+from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
+from puppeteer.train.format_reward import FormatReward
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 
 if TYPE_CHECKING:
@@ -67,6 +70,7 @@ class EvalSpec:
     before: bool = True  # also evaluate the untrained conductor (the "before" of before/after)
     max_new_tokens: int = 256
     batch_size: int = 8
+    repetition_penalty: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,12 @@ class GRPOJob:
     workflow_lam: float = 0.0
     cost_model: str = "tokens"
     reward_workers: int = 16
+    stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
+    answer_prefix: str = ""  # with chat: the assistant turn starts with this text (e.g. "model_id = [")
+    prompt: str = "prompt-v1"  # the conductor prompt config (configs/conductor/<prompt>.yaml)
+    available: tuple[str, ...] | None = None  # a fixed subset of the pool's agents (names), every episode
+    format_reward_weight: float = 0.0  # > 0: add the graded format score (train/format_reward.py)
+    time_budget_s: float | None = None  # stop training (checkpoint, then the held-out "after") past this
     lora: LoraSpec | None = None
     eval: EvalSpec = field(default_factory=EvalSpec)
     grpo: Mapping[str, Any] = field(default_factory=dict)
@@ -122,6 +132,12 @@ class GRPOJob:
             workflow_lam=float(cfg.get("workflow_lam", 0.0)),
             cost_model=str(cfg.get("cost_model", "tokens")),
             reward_workers=int(cfg.get("reward_workers", 16)),
+            stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
+            answer_prefix=str(cfg.get("answer_prefix") or ""),
+            prompt=str(cfg.get("prompt") or "prompt-v1"),
+            format_reward_weight=float(cfg.get("format_reward_weight") or 0.0),
+            time_budget_s=float(cfg["time_budget_s"]) if cfg.get("time_budget_s") else None,
+            available=tuple(str(a) for a in cfg["available"]) if cfg.get("available") else None,
             lora=lora_spec,
             eval=EvalSpec(**dict(cfg.get("eval") or {})),
             grpo=dict(cfg.get("grpo") or {}),
@@ -131,9 +147,21 @@ class GRPOJob:
         )
 
     def env(self, split: str, n: int | None, pool: Any = None) -> ConductorEnv:
+        from puppeteer.pool import Pool, load_pool
+
+        pool = pool if isinstance(pool, Pool) else load_pool(self.pool)
+        unavailable: list[int] = []
+        if self.available is not None:
+            names = [a.name for a in pool.agents]
+            unknown = sorted(set(self.available) - set(names))
+            if unknown:
+                raise ValueError(f"available names agents not in pool {pool.name}: {unknown}")
+            unavailable = [i for i, name in enumerate(names) if name not in self.available]
         return ConductorEnv(
             mode="workflow",
-            pool=pool if pool is not None else self.pool,
+            pool=pool,
+            unavailable=unavailable,
+            prompt=self.prompt,
             suite=self.suite,
             split=split,
             n_tasks=n,
@@ -158,8 +186,10 @@ def grpo_config(job: GRPOJob, output_dir: Path) -> Any:
         "output_dir": str(output_dir),
         "seed": job.seed,
     }
-    if not torch.cuda.is_available():  # trl fails on CPU with bf16 (DESIGN.md)
-        kwargs.update(use_cpu=True, bf16=False, fp16=False)
+    if not torch.cuda.is_available():  # trl fails on CPU with its bf16 default (DESIGN.md) ...
+        # ... unless use_cpu is set: then an explicit grpo.bf16=true is bf16 autocast on the CPU (fp32
+        # weights; AMX/AVX-512-BF16 matmuls, ~2-2.6x faster for SmolLM2, scripts/bench_conductor_dtype.py)
+        kwargs.update(use_cpu=True, bf16=bool(job.grpo.get("bf16", False)), fp16=False)
     return GRPOConfig(**kwargs)
 
 
@@ -178,6 +208,29 @@ def metric_forwarder(logger: MetricLogger, on_log: OnLog | None = None) -> Train
                     on_log(int(state.global_step), numeric)
 
     return MetricForwarder()
+
+
+def time_budget(seconds: float) -> TrainerCallback:
+    """A trainer callback that ends training (with a checkpoint) once ``seconds`` of it have passed.
+
+    Counted from this process's start of training, so a resumed run gets the budget again.
+    """
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        def __init__(self) -> None:
+            self.start: float | None = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if self.start is not None and time.perf_counter() - self.start > seconds:
+                log.warning("time budget of %.0f s spent at step %d: stopping", seconds, state.global_step)
+                control.should_training_stop = True
+                control.should_save = True
+
+    return TimeBudget()
 
 
 def latest_checkpoint(directory: Path) -> Path | None:
@@ -208,6 +261,7 @@ def generate(
     prompts: Sequence[str | Sequence[Mapping[str, str]]],
     max_new_tokens: int,
     batch_size: int = 8,
+    repetition_penalty: float = 1.0,
 ) -> list[str]:
     """Greedy completions, batched with left padding; prompts as text or as chat messages."""
     import torch
@@ -234,6 +288,7 @@ def generate(
                     **enc,
                     max_new_tokens=max_new_tokens,
                     do_sample=False,
+                    repetition_penalty=repetition_penalty,
                     pad_token_id=tokenizer.pad_token_id,
                 )
             new = gen[:, enc["input_ids"].shape[1] :]
@@ -266,23 +321,39 @@ def evaluate_conductor(
     seed: int,
     records: Path | None = None,
     workers: int = 16,
+    answer_prefix: str = "",
 ) -> dict[str, Any]:
     """Greedy workflows for every item of ``env``, executed and graded: accuracy, parse rate, Wilson CIs."""
     rows = conductor_rows(env, chat=chat)
+    if answer_prefix:
+        rows = prefixed_rows(rows, tokenizer, answer_prefix)
     completions = generate(
-        model, tokenizer, [r["prompt"] for r in rows], spec.max_new_tokens, spec.batch_size
+        model, tokenizer, [r["prompt"] for r in rows], spec.max_new_tokens, spec.batch_size,
+        spec.repetition_penalty,
     )
-    outcomes = WorkflowScorer(env, max_workers=workers, seed=seed).score(
+    outcomes = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=answer_prefix).score(
         [r["task_id"] for r in rows], completions
     )
     if records is not None:
         with records.open("w") as f:
             for o, text in zip(outcomes, completions, strict=True):
-                f.write(json.dumps({**o.__dict__, "completion": text}) + "\n")
+                f.write(json.dumps({**o.__dict__, "completion": answer_prefix + text}) + "\n")
     return heldout_summary(outcomes)
 
 
 # ----------------------------------------------------------------------------- the job
+def train_dataset(job: GRPOJob, env: ConductorEnv, tokenizer: PreTrainedTokenizerBase) -> Any:
+    """The env's conductor prompts; with ``answer_prefix``, as text whose assistant turn is opened."""
+    if not job.answer_prefix:
+        return conductor_dataset(env, chat=job.chat)
+    import datasets
+
+    if not job.chat:
+        raise ValueError("answer_prefix needs chat=true (it opens the assistant turn of the chat template)")
+    rows = prefixed_rows(conductor_rows(env, chat=True), tokenizer, job.answer_prefix)
+    return datasets.Dataset.from_list(rows)
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -316,6 +387,8 @@ def run_conductor_training(
     train_env = job.env(job.train_split, job.n_train)
     eval_env = job.env(job.eval_split, job.n_eval, pool=train_env.pool)
     model, tokenizer = load_conductor_model(job.model)
+    if job.stop_after_access_list:
+        install_access_list_stop(model, tokenizer)
     label = backend_label(job, train_env)
     log.info(
         "conductor GRPO: %s; %d train items, %d held-out", label, len(train_env.tasks), len(eval_env.tasks)
@@ -335,6 +408,7 @@ def run_conductor_training(
             job.seed,
             run / "heldout_before.jsonl",
             job.reward_workers,
+            job.answer_prefix,
         )
         before_path.write_text(json.dumps(before, indent=2))
 
@@ -350,17 +424,28 @@ def run_conductor_training(
 
     checkpoints = run / "checkpoints"
     args = grpo_config(job, checkpoints)
+    shaping = []
+    if job.format_reward_weight > 0:
+        shaping = [FormatReward(job.answer_prefix, job.workflow_max_steps)]
+        args.reward_weights = [1.0, job.format_reward_weight] + [1.0] * len(extra_reward_funcs)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[
-            ConductorReward(train_env, max_workers=job.reward_workers, seed=job.seed),
+            ConductorReward(
+                train_env, max_workers=job.reward_workers, seed=job.seed, answer_prefix=job.answer_prefix
+            ),
+            *shaping,
             *extra_reward_funcs,
         ],
         args=args,
-        train_dataset=conductor_dataset(train_env, chat=job.chat),
+        train_dataset=train_dataset(job, train_env, tokenizer),
         processing_class=tokenizer,
         peft_config=job.lora.peft_config() if job.lora else None,
-        callbacks=[metric_forwarder(logger, on_log), *callbacks],
+        callbacks=[
+            metric_forwarder(logger, on_log),
+            *([time_budget(job.time_budget_s)] if job.time_budget_s else []),
+            *callbacks,
+        ],
     )
     resumed = resume_from(job, checkpoints)
     train_start = time.perf_counter()
@@ -378,6 +463,7 @@ def run_conductor_training(
             job.seed,
             run / "heldout_after.jsonl",
             job.reward_workers,
+            job.answer_prefix,
         )
         logger.log(
             {f"eval/{k}": v for k, v in after.items() if isinstance(v, int | float)},
