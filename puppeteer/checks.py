@@ -6,8 +6,15 @@ import math
 from numbers import Real
 
 
-def number(name: str, value: object, *, low: float | None = None, high: float | None = None,
-           low_open: bool = False, high_open: bool = False) -> float:
+def number(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """``value`` as a finite float within the bounds, else ``ValueError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, Real | str):
         raise ValueError(f"{name}={value!r}: must be a number")
@@ -39,8 +46,15 @@ def integer(name: str, value: object, *, low: int | None = None) -> int:
     return x
 
 
-def check_env_settings(*, lam: object, gamma: object, phi: object, workflow_lam: object,
-                       temperature: object, samples_per_item: object) -> None:
+def check_env_settings(
+    *,
+    lam: object,
+    gamma: object,
+    phi: object,
+    workflow_lam: object,
+    temperature: object,
+    samples_per_item: object,
+) -> None:
     """The numeric settings of ``ConductorEnv``: costs >= 0, gamma in (0, 1], phi > 0, all finite."""
     number("lam", lam, low=0.0)
     number("gamma", gamma, low=0.0, high=1.0, low_open=True)

@@ -112,8 +112,9 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     if args.policy:
         from puppeteer.orchestrator import Orchestrator
 
-        with Orchestrator.load(args.policy, pool, max_steps=args.max_steps, cache=args.cache,
-                               suite=args.suite, split=args.split) as orch:
+        with Orchestrator.load(
+            args.policy, pool, max_steps=args.max_steps, cache=args.cache, suite=args.suite, split=args.split
+        ) as orch:
             result = orch.run_task(task)
         _print_trajectory(console, task, result.trajectory)
         console.print(f"policy: {result.policy}  calls={result.calls}")
@@ -130,9 +131,11 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     )
     bad = [a for a in chain if not 0 <= a <= pool.terminator_id]
     if bad:
-        raise UserError(f"--chain names agent id {bad[0]}, but pool {pool.name!r} has agents "
-                        f"0..{len(pool) - 1} "
-                        f"(and the Terminator, {pool.terminator_id})")
+        raise UserError(
+            f"--chain names agent id {bad[0]}, but pool {pool.name!r} has agents "
+            f"0..{len(pool) - 1} "
+            f"(and the Terminator, {pool.terminator_id})"
+        )
     env = ConductorEnv(mode=mode, pool=pool, tasks=[task], max_steps=max(len(chain) + 1, 5), cache=args.cache)
     from puppeteer.rollout import run_actions, run_workflow_episode
 
@@ -202,8 +205,12 @@ def _configure_quickstart(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-eval", type=int, default=d.n_eval)
     p.add_argument("--episodes", type=int, default=d.episodes)
     p.add_argument("--lam", type=float, default=d.lam)
-    p.add_argument("--max-steps", type=int, default=d.max_steps,
-                   help="agents per item (1: learned routing, bounded cost; 2+: chains, many more calls)")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=d.max_steps,
+        help="agents per item (1: learned routing, bounded cost; 2+: chains, many more calls)",
+    )
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--seed", type=int, default=d.seed)
 
@@ -255,14 +262,30 @@ def analytics_commands() -> tuple[Command, ...]:
     from puppeteer.analytics import commands as ac
 
     return (
-        Command("ab", "paired A/B test of two policies (specs or run dirs) on the same items",
-                ac.configure_ab, ac.ab_command),
-        Command("sweep", "train and evaluate one policy per (lambda, seed); cost-accuracy plot",
-                ac.configure_sweep, ac.sweep_command),
-        Command("graph", "emergent collaboration graphs of runs: PNGs and an HTML report", ac.configure_graph,
-                ac.graph_command),
-        Command("query", "index runs into the SQLite trajectory store and run SQL", ac.configure_query,
-                ac.query_command),
+        Command(
+            "ab",
+            "paired A/B test of two policies (specs or run dirs) on the same items",
+            ac.configure_ab,
+            ac.ab_command,
+        ),
+        Command(
+            "sweep",
+            "train and evaluate one policy per (lambda, seed); cost-accuracy plot",
+            ac.configure_sweep,
+            ac.sweep_command,
+        ),
+        Command(
+            "graph",
+            "emergent collaboration graphs of runs: PNGs and an HTML report",
+            ac.configure_graph,
+            ac.graph_command,
+        ),
+        Command(
+            "query",
+            "index runs into the SQLite trajectory store and run SQL",
+            ac.configure_query,
+            ac.query_command,
+        ),
     )
 
 

@@ -192,8 +192,11 @@ def build_prompt(
     family = DOMAIN_FAMILIES.get(domain, domain)
     k = cfg.n_examples if n_examples is None else n_examples
     examples = [e for e in EXAMPLES if e.domain != family][:k]
-    system = [cfg.intro.format(max_steps=max_steps), f"Agents:\n{pool_table(pool, available, self_id)}",
-              cfg.format]
+    system = [
+        cfg.intro.format(max_steps=max_steps),
+        f"Agents:\n{pool_table(pool, available, self_id)}",
+        cfg.format,
+    ]
     if self_id is not None:
         system.append(cfg.recursion.format(self_id=self_id))
     messages = [Message("system", "\n\n".join(s.strip() for s in system))]
@@ -204,10 +207,16 @@ def build_prompt(
         )
     user = f"Question: {question}"
     if followup is not None:
-        user += "\n\n" + cfg.followup.format(
-            depth=followup.depth, max_depth=followup.max_depth, parent=followup.parent,
-            agent=followup.agent, answer=followup.answer,
-        ).strip()
+        user += (
+            "\n\n"
+            + cfg.followup.format(
+                depth=followup.depth,
+                max_depth=followup.max_depth,
+                parent=followup.parent,
+                agent=followup.agent,
+                answer=followup.answer,
+            ).strip()
+        )
     messages.append(Message("user", user))
     return ConductorPrompt(tuple(messages))
 
@@ -226,6 +235,13 @@ def conductor_prompt(
 ) -> str:
     """The ready-to-use conductor prompt as one text (see :func:`build_prompt`)."""
     return build_prompt(
-        pool, question, domain, max_steps, available=available, self_id=self_id, followup=followup,
-        config=config, n_examples=n_examples,
+        pool,
+        question,
+        domain,
+        max_steps,
+        available=available,
+        self_id=self_id,
+        followup=followup,
+        config=config,
+        n_examples=n_examples,
     ).text

@@ -48,8 +48,9 @@ LOCAL = "local"
 WALL_FIELDS = ("wall_s",)  # the only fields in which a Ray run may differ from a single-process one
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = 2,
-             runtime_env: dict[str, Any] | None = None) -> Any:
+def init_ray(
+    address: str | None = None, num_cpus: int | None = 2, runtime_env: dict[str, Any] | None = None
+) -> Any:
     """Connect to Ray once per process (a local instance for ``None``/``"local"``); returns the module."""
     try:
         import ray
@@ -57,8 +58,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = 2,
         raise ImportError("Ray rollouts need the ray extra: pip install 'puppeteer-orchestra[ray]'") from e
     if not ray.is_initialized():
         if address in (None, LOCAL):
-            ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=runtime_env,
-                     log_to_driver=False, configure_logging=False)
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                runtime_env=runtime_env,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         else:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
     return ray
@@ -67,12 +73,32 @@ def init_ray(address: str | None = None, num_cpus: int | None = 2,
 # --------------------------------------------------------------------------- evaluation
 
 
-def _eval_shard(spec: str, pool: Pool, suite: str, split: str, tasks: Sequence[Task], seed: int,
-                cache: str | None, max_steps: int, lam: float) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _eval_shard(
+    spec: str,
+    pool: Pool,
+    suite: str,
+    split: str,
+    tasks: Sequence[Task],
+    seed: int,
+    cache: str | None,
+    max_steps: int,
+    lam: float,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One shard, run by a Ray worker: the evaluation's own loop on a few items."""
     with tempfile.TemporaryDirectory(prefix="puppeteer-shard-") as tmp:
-        result = evaluate_policy(spec, pool, suite, split=split, seed=seed, out_dir=tmp, cache=cache,
-                                 max_steps=max_steps, lam=lam, progress=False, tasks=tasks)
+        result = evaluate_policy(
+            spec,
+            pool,
+            suite,
+            split=split,
+            seed=seed,
+            out_dir=tmp,
+            cache=cache,
+            max_steps=max_steps,
+            lam=lam,
+            progress=False,
+            tasks=tasks,
+        )
         lines = [json.loads(line) for line in (Path(tmp) / "trajectories.jsonl").read_text().splitlines()]
     return result.to_dict(), lines
 
@@ -123,8 +149,9 @@ def evaluate_policy_ray(
     remote = ray.remote(num_cpus=worker_cpus, max_retries=0)(_eval_shard)
     cache_arg = str(cache) if cache is not None else None
     start = time.perf_counter()
-    futures = [remote.remote(spec, pool, suite, split, shard, seed, cache_arg, max_steps, lam)
-               for shard in shards]
+    futures = [
+        remote.remote(spec, pool, suite, split, shard, seed, cache_arg, max_steps, lam) for shard in shards
+    ]
     parts = ray.get(futures)
     wall = time.perf_counter() - start
 
@@ -137,14 +164,28 @@ def evaluate_policy_ray(
     misses = [p[0]["cache_misses"] for p in parts if p[0]["cache_misses"] is not None]
     out = Path(out_dir) if out_dir is not None else None
     fields: dict[str, Any] = dict(
-        policy=spec, policy_name=first["policy_name"], pool=pool.name, suite=suite, split=split, seed=seed,
-        mode=first["mode"], backends=tuple(first["backends"]), lam=lam,
+        policy=spec,
+        policy_name=first["policy_name"],
+        pool=pool.name,
+        suite=suite,
+        split=split,
+        seed=seed,
+        mode=first["mode"],
+        backends=tuple(first["backends"]),
+        lam=lam,
         max_steps=max(int(p[0]["max_steps"]) for p in parts),  # workflow plans may raise the limit
-        cache_path=cache_arg, out_dir=str(out) if out is not None else None,
-        cache_hits=sum(hits) if hits else None, cache_misses=sum(misses) if misses else None,
+        cache_path=cache_arg,
+        out_dir=str(out) if out is not None else None,
+        cache_hits=sum(hits) if hits else None,
+        cache_misses=sum(misses) if misses else None,
     )
-    result = _summary([_record(line) for line in lines], len(items), wall_s=wall,
-                      completed=len(lines) == len(items), **fields)
+    result = _summary(
+        [_record(line) for line in lines],
+        len(items),
+        wall_s=wall,
+        completed=len(lines) == len(items),
+        **fields,
+    )
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         with (out / "trajectories.jsonl").open("w") as sink:
@@ -184,9 +225,17 @@ class RayEnvGroup:
     object passed to ``env`` cannot travel; the pool's backend options and cache path do).
     """
 
-    def __init__(self, env: Any, n_envs: int, workers: int, *, address: str | None = None,
-                 num_cpus: int | None = 2, runtime_env: dict[str, Any] | None = None,
-                 worker_cpus: float = 1.0) -> None:
+    def __init__(
+        self,
+        env: Any,
+        n_envs: int,
+        workers: int,
+        *,
+        address: str | None = None,
+        num_cpus: int | None = 2,
+        runtime_env: dict[str, Any] | None = None,
+        worker_cpus: float = 1.0,
+    ) -> None:
         if env.config.mode != "step":
             raise ValueError("RayEnvGroup runs step-mode envs (the trainer's)")
         spec = env.backend_spec
@@ -195,8 +244,13 @@ class RayEnvGroup:
         ray = init_ray(address, num_cpus, runtime_env)
         self.n_envs, self.gamma = n_envs, float(env.config.gamma)
         workers = max(1, min(workers, n_envs))
-        parts = {"config": env.config, "pool": env.pool, "tasks": env.tasks, "cache": spec.cache,
-                 "backend_options": {k: dict(v) for k, v in spec.options.items()}}
+        parts = {
+            "config": env.config,
+            "pool": env.pool,
+            "tasks": env.tasks,
+            "cache": spec.cache,
+            "backend_options": {k: dict(v) for k, v in spec.options.items()},
+        }
         actor = ray.remote(num_cpus=worker_cpus)(_EnvWorker)
         self._slots = [list(range(w, n_envs, workers)) for w in range(workers)]
         self._owner = {slot: w for w, slots in enumerate(self._slots) for slot in slots}
@@ -210,8 +264,10 @@ class RayEnvGroup:
         per_worker: dict[int, list[int]] = {}
         for i, call in enumerate(calls):
             per_worker.setdefault(self._owner[call[0]], []).append(i)
-        futures = {w: getattr(self._actors[w], method).remote([calls[i] for i in idx])
-                   for w, idx in per_worker.items()}
+        futures = {
+            w: getattr(self._actors[w], method).remote([calls[i] for i in idx])
+            for w, idx in per_worker.items()
+        }
         out: list[Any] = [None] * len(calls)
         for w, results in zip(futures, self._ray.get(list(futures.values())), strict=True):
             for i, result in zip(per_worker[w], results, strict=True):

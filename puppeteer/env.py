@@ -112,8 +112,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._prompt_config = load_prompt_config(config.prompt) if mode == "workflow" else None
         self._cost = get_cost_model(config.cost_model)
         phi = config.phi
-        self._reward = PuppeteerReward(lam=config.lam, gamma=config.gamma,
-                                       phi=float(phi if phi is not None else max_steps))
+        self._reward = PuppeteerReward(
+            lam=config.lam, gamma=config.gamma, phi=float(phi if phi is not None else max_steps)
+        )
         self._aggregate = aggregator(config.aggregate or ("vote" if mode == "step" else "last"))
         self._owns_backend = parts.backend_spec is not None  # close() releases only what this env built
         self.executor = Executor(
@@ -158,8 +159,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             self.reset(seed=seed)
 
     @classmethod
-    def from_parts(cls, parts: EnvParts, *, render_mode: str | None = None,
-                   seed: int | None = None) -> ConductorEnv:
+    def from_parts(
+        cls, parts: EnvParts, *, render_mode: str | None = None, seed: int | None = None
+    ) -> ConductorEnv:
         """An env of built parts (:func:`puppeteer.envbuild.build_env` makes them from a config)."""
         return cls(parts=parts, render_mode=render_mode, seed=seed)
 
@@ -245,8 +247,13 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
     def prompt(self) -> ConductorPrompt:
         """The conductor prompt of the current planning round (chat messages; ``.text`` is obs["prompt"])."""
         return build_prompt(
-            self.pool, self.task.question, self.task.domain, self.config.max_steps,
-            available=self.available(), self_id=self.self_id, followup=self._followup,
+            self.pool,
+            self.task.question,
+            self.task.domain,
+            self.config.max_steps,
+            available=self.available(),
+            self_id=self.self_id,
+            followup=self._followup,
             config=self._prompt_config,
         )
 
@@ -378,8 +385,11 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             self._grades[answer] = self._grader().grade(answer, self.task)
         correct = self._grades[answer]
         returns = discounted_returns(self._rewards, self.config.gamma)
-        return {"trajectory": self._trajectory(answer, correct, returns[0] if returns else 0.0),
-                "correct": correct, "final_answer": answer}
+        return {
+            "trajectory": self._trajectory(answer, correct, returns[0] if returns else 0.0),
+            "correct": correct,
+            "final_answer": answer,
+        }
 
     def _end_episode(self, f: float, t: int, terminated_by: str):
         answer = self._aggregate([s.answer for s in self._steps])
@@ -398,8 +408,16 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         )
 
     def _round(self, text: str | None, **fields: Any) -> dict[str, Any]:
-        record = {"depth": self._depth, "text": text, "parse_error": None, "workflow": None,
-                  "steps": [], "answer": None, "recurse": False, **fields}
+        record = {
+            "depth": self._depth,
+            "text": text,
+            "parse_error": None,
+            "workflow": None,
+            "steps": [],
+            "answer": None,
+            "recurse": False,
+            **fields,
+        }
         self._rounds.append(record)
         return record
 
@@ -431,8 +449,15 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         except WorkflowError as e:
             self._round(text, parse_error=str(e))
             traj = self._trajectory(None, False, 0.0, parse_error=str(e))
-            return self._finish(0.0, trajectory=traj, correct=False, final_answer=None, parse_error=str(e),
-                                rounds=list(self._rounds), depth=self._depth)
+            return self._finish(
+                0.0,
+                trajectory=traj,
+                correct=False,
+                final_answer=None,
+                parse_error=str(e),
+                rounds=list(self._rounds),
+                depth=self._depth,
+            )
         if workflow is None:  # an inner round kept its parent's answer
             self._round(text, answer=self._steps[-1].answer if self._steps else None)
             return self._end_workflow(self._workflow)
@@ -447,8 +472,13 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             steps = self.executor.run_workflow(self._context(), run, prior=prior, offset=len(self._steps))
         self._steps.extend(steps)
         last = self._steps[-1] if self._steps else None
-        self._round(text, workflow=format_workflow(workflow), steps=[s.index for s in steps],
-                    answer=last.answer if last else None, recurse=recurse)
+        self._round(
+            text,
+            workflow=format_workflow(workflow),
+            steps=[s.index for s in steps],
+            answer=last.answer if last else None,
+            recurse=recurse,
+        )
         if not recurse:
             return self._end_workflow(workflow)
         self._depth += 1
@@ -460,8 +490,13 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             max_depth=self.config.max_depth,
         )
         self._rewards.append(0.0)
-        return self._obs(), 0.0, False, False, self._info(round=self._rounds[-1], depth=self._depth,
-                                                          steps=steps)
+        return (
+            self._obs(),
+            0.0,
+            False,
+            False,
+            self._info(round=self._rounds[-1], depth=self._depth, steps=steps),
+        )
 
     def _end_workflow(self, workflow: Workflow | None):
         answer = self._aggregate([s.answer for s in self._steps])
@@ -470,8 +505,14 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         reward = conductor_reward(True, correct, cost, self.config.workflow_lam)
         traj = self._trajectory(answer, correct, reward, workflow=workflow)
         return self._finish(
-            reward, trajectory=traj, correct=correct, final_answer=answer, parse_error=None, cost=cost,
-            rounds=list(self._rounds), depth=self._depth,
+            reward,
+            trajectory=traj,
+            correct=correct,
+            final_answer=answer,
+            parse_error=None,
+            cost=cost,
+            rounds=list(self._rounds),
+            depth=self._depth,
         )
 
     def abort(self, error: str):
@@ -489,8 +530,16 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             reward = self._reward.final_reward(False, 0.0, max(t, 1))
             returns = discounted_returns([*self._rewards, reward], self.config.gamma)
         traj = self._trajectory(None, False, returns[0])
-        return self._finish(reward, trajectory=traj, correct=False, final_answer=None,
-                            terminated_by="error", error=error, returns=returns, cost=cost)
+        return self._finish(
+            reward,
+            trajectory=traj,
+            correct=False,
+            final_answer=None,
+            terminated_by="error",
+            error=error,
+            returns=returns,
+            cost=cost,
+        )
 
     def _render_lines(self) -> list[str]:
         lines = [f"Task {self.task.id}: {self.task.question[:300]}"]

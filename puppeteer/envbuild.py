@@ -67,8 +67,14 @@ class EnvConfig:
             raise ValueError("max_steps must be >= 1")
         if not 0 <= self.min_steps <= self.max_steps:
             raise ValueError(f"min_steps must be in 0..max_steps ({self.max_steps}), got {self.min_steps}")
-        check_env_settings(lam=self.lam, gamma=self.gamma, phi=self.phi, workflow_lam=self.workflow_lam,
-                           temperature=self.temperature, samples_per_item=self.samples_per_item)
+        check_env_settings(
+            lam=self.lam,
+            gamma=self.gamma,
+            phi=self.phi,
+            workflow_lam=self.workflow_lam,
+            temperature=self.temperature,
+            samples_per_item=self.samples_per_item,
+        )
         if self.max_depth < 0 or (self.max_depth and self.mode != "workflow"):
             raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
         object.__setattr__(self, "unavailable", tuple(int(i) for i in self.unavailable))
@@ -85,8 +91,9 @@ class BackendSpec:
     cache: str | None = None
 
     @classmethod
-    def of(cls, options: Mapping[str, Mapping[str, Any]] | None = None,
-           cache: str | Path | None = None) -> BackendSpec:
+    def of(
+        cls, options: Mapping[str, Mapping[str, Any]] | None = None, cache: str | Path | None = None
+    ) -> BackendSpec:
         frozen = {k: MappingProxyType(dict(v)) for k, v in (options or {}).items()}
         return cls(MappingProxyType(frozen), str(cache) if cache is not None else None)
 
@@ -109,14 +116,19 @@ def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:
 
     kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
     return {
-        t.id: SimItem(gold=t.answer, domain=t.domain, kind=kinds.get(t.grader, "text"),
-                      choices=tuple(t.meta.get("choices", ())))
+        t.id: SimItem(
+            gold=t.answer,
+            domain=t.domain,
+            kind=kinds.get(t.grader, "text"),
+            choices=tuple(t.meta.get("choices", ())),
+        )
         for t in tasks
     }
 
 
-def backend_options(pool: Pool, tasks: Sequence[Task],
-                    extra: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+def backend_options(
+    pool: Pool, tasks: Sequence[Task], extra: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
     """The pool's backend options, ``extra`` merged over them, and the answer key of a simulated pool."""
     options = {k: dict(v) for k, v in pool.backend_options.items()}
     for k, v in (extra or {}).items():
@@ -149,8 +161,10 @@ def env_parts(
     ``suite``/``split``; ``backend`` as given (``backend_options`` and ``cache`` then do not apply), or
     built from the pool, ``backend_options`` and ``cache``."""
     if config is not None and not isinstance(config, EnvConfig):
-        raise TypeError(f"config must be an EnvConfig, got {type(config).__name__}; pass settings as "
-                        "keywords (ConductorEnv(mode='step', ...))")
+        raise TypeError(
+            f"config must be an EnvConfig, got {type(config).__name__}; pass settings as "
+            "keywords (ConductorEnv(mode='step', ...))"
+        )
     if config is None:
         unknown = sorted(set(settings) - CONFIG_FIELDS)
         if unknown:
@@ -168,8 +182,9 @@ def env_parts(
     return EnvParts(config, resolved, items, build_backend(resolved, items, spec), spec)
 
 
-def build_env(config: EnvConfig, *, render_mode: str | None = None, seed: int | None = None,
-              **sources: Any) -> ConductorEnv:
+def build_env(
+    config: EnvConfig, *, render_mode: str | None = None, seed: int | None = None, **sources: Any
+) -> ConductorEnv:
     """A :class:`~puppeteer.env.ConductorEnv` from a typed config; ``sources`` as :func:`env_parts`
     takes them (pool, suite, split, tasks, n_tasks, backend, backend_options, cache)."""
     from puppeteer.env import ConductorEnv

@@ -32,27 +32,54 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=5)
     p.add_argument("--lam", type=float, default=0.1, help="cost weight in the reward")
-    p.add_argument("--cache", default=None,
-                   help=f"SQLite response cache for model-calling backends (default: ${RESPONSE_CACHE_ENV} "
-                        "or ~/.cache/puppeteer/responses.sqlite)")
+    p.add_argument(
+        "--cache",
+        default=None,
+        help=f"SQLite response cache for model-calling backends (default: ${RESPONSE_CACHE_ENV} "
+        "or ~/.cache/puppeteer/responses.sqlite)",
+    )
     p.add_argument("--no-cache", action="store_true", help="call the models every time")
-    p.add_argument("--out", default=None,
-                   help="output directory for results.json and trajectories.jsonl "
-                        "(default: runs/eval/<pool>_<suite>_<split>_<policy>)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output directory for results.json and trajectories.jsonl "
+        "(default: runs/eval/<pool>_<suite>_<split>_<policy>)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="spread the items over Ray workers: a local instance (no ADDRESS), 'auto' or "
-                        "ray://HEAD:10001 (needs the ray extra; same results as without)")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="spread the items over Ray workers: a local instance (no ADDRESS), 'auto' or "
+        "ray://HEAD:10001 (needs the ray extra; same results as without)",
+    )
     p.add_argument("--ray-workers", type=int, default=None, help="shards for --ray (default: cluster CPUs)")
     p.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
-    p.add_argument("--available", default=None,
-                   help="comma-separated agent names: evaluate on this fixed subset of the pool")
-    p.add_argument("--k-available", type=int, default=None,
-                   help="a random k-of-n subset of the agents per item (seeded per item)")
-    p.add_argument("--max-depth", type=int, default=0,
-                   help="conductor policies: how often the conductor may call itself (recursion)")
-    p.add_argument("--concurrency", type=int, default=None,
-                   help="items in flight at once (default: 16 for pools that call models, 1 for sim)")
+    p.add_argument(
+        "--available",
+        default=None,
+        help="comma-separated agent names: evaluate on this fixed subset of the pool",
+    )
+    p.add_argument(
+        "--k-available",
+        type=int,
+        default=None,
+        help="a random k-of-n subset of the agents per item (seeded per item)",
+    )
+    p.add_argument(
+        "--max-depth",
+        type=int,
+        default=0,
+        help="conductor policies: how often the conductor may call itself (recursion)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="items in flight at once (default: 16 for pools that call models, 1 for sim)",
+    )
 
 
 def resolve_cache(pool: Pool, cache: str | None, no_cache: bool, model_policy: bool = False) -> Path | None:
@@ -71,26 +98,54 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.analytics.tables import summary_rows
 
     pool = load_pool(args.pool)
-    cache = resolve_cache(pool, args.cache, args.no_cache,
-                          model_policy=args.policy.strip().lower().startswith("conductor"))
-    out = Path(args.out) if args.out else Path("runs") / "eval" / slug(
-        f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
+    cache = resolve_cache(
+        pool, args.cache, args.no_cache, model_policy=args.policy.strip().lower().startswith("conductor")
+    )
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("runs") / "eval" / slug(f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
+    )
     available = [a.strip() for a in args.available.split(",") if a.strip()] if args.available else None
     if getattr(args, "ray", None) is not None:
         from puppeteer.distributed import evaluate_policy_ray
 
         if available or args.k_available or args.max_depth:
             raise UserError("--available, --k-available and --max-depth are not supported with --ray yet")
-        result = evaluate_policy_ray(args.policy, pool, args.suite, split=args.split, n=args.n,
-                                     seed=args.seed, out_dir=out, cache=cache, max_steps=args.max_steps,
-                                     lam=args.lam, address=args.ray, workers=args.ray_workers,
-                                     overwrite=args.overwrite)
+        result = evaluate_policy_ray(
+            args.policy,
+            pool,
+            args.suite,
+            split=args.split,
+            n=args.n,
+            seed=args.seed,
+            out_dir=out,
+            cache=cache,
+            max_steps=args.max_steps,
+            lam=args.lam,
+            address=args.ray,
+            workers=args.ray_workers,
+            overwrite=args.overwrite,
+        )
     else:
-        result = evaluate_policy(args.policy, pool, args.suite, split=args.split, n=args.n, seed=args.seed,
-                                 out_dir=out, cache=cache, max_steps=args.max_steps, lam=args.lam,
-                                 progress=not args.quiet, overwrite=args.overwrite, available=available,
-                                 k_available=args.k_available, max_depth=args.max_depth,
-                                 concurrency=args.concurrency)
+        result = evaluate_policy(
+            args.policy,
+            pool,
+            args.suite,
+            split=args.split,
+            n=args.n,
+            seed=args.seed,
+            out_dir=out,
+            cache=cache,
+            max_steps=args.max_steps,
+            lam=args.lam,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+            available=available,
+            k_available=args.k_available,
+            max_depth=args.max_depth,
+            concurrency=args.concurrency,
+        )
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

@@ -42,7 +42,6 @@ from puppeteer.trajectories import trajectory_to_dict
 from puppeteer.types import Task, Trajectory, Workflow
 
 if TYPE_CHECKING:
-
     from puppeteer.backends.base import Backend
     from puppeteer.env import ConductorEnv
 
@@ -153,26 +152,55 @@ def _conductor_fields(records: Sequence[_Record], max_depth: int) -> dict[str, A
             idx = {i for x in rounds for i in x["steps"]}
             steps = [s for s in r.trajectory.steps if s.index in idx]  # type: ignore[union-attr]
             worker_calls.append(len(steps))
-            usd.append(sum(s.completion.cost_usd or 0.0 for s in steps)
-                       + sum(c["cost_usd"] for c in r.extra["conductor"][: d + 1]))
+            usd.append(
+                sum(s.completion.cost_usd or 0.0 for s in steps)
+                + sum(c["cost_usd"] for c in r.extra["conductor"][: d + 1])
+            )
             conductor_calls.append(min(len(r.extra["conductor"]), d + 1))
-        per_depth.append(dict(depth=d, reached=reached, accuracy=mean(correct),
-                              mean_worker_calls=mean(worker_calls),
-                              mean_conductor_calls=mean(conductor_calls), mean_usd_incl_conductor=mean(usd)))
+        per_depth.append(
+            dict(
+                depth=d,
+                reached=reached,
+                accuracy=mean(correct),
+                mean_worker_calls=mean(worker_calls),
+                mean_conductor_calls=mean(conductor_calls),
+                mean_usd_incl_conductor=mean(usd),
+            )
+        )
     fields["per_depth"] = tuple(per_depth)
     return fields
 
 
-def _record_line(index: int, task: Task, policy: str, record: _Record, mode: str,
-                 wall_s: float) -> dict[str, Any]:
+def _record_line(
+    index: int, task: Task, policy: str, record: _Record, mode: str, wall_s: float
+) -> dict[str, Any]:
     if record.trajectory is not None:
         d = trajectory_to_dict(record.trajectory)
     else:
-        d = {"task_id": task.id, "suite": task.suite, "mode": mode, "steps": [], "final_answer": None,
-             "correct": False, "reward": 0.0, "parse_error": None, "workflow": None, "prompt_tokens": 0,
-             "completion_tokens": 0, "cost_usd": 0.0, "flops": 0.0}
-    d.update(index=index, policy=policy, error=record.error, gold=task.answer, domain=task.domain,
-             wall_s=round(wall_s, 4), **record.extra)
+        d = {
+            "task_id": task.id,
+            "suite": task.suite,
+            "mode": mode,
+            "steps": [],
+            "final_answer": None,
+            "correct": False,
+            "reward": 0.0,
+            "parse_error": None,
+            "workflow": None,
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "cost_usd": 0.0,
+            "flops": 0.0,
+        }
+    d.update(
+        index=index,
+        policy=policy,
+        error=record.error,
+        gold=task.answer,
+        domain=task.domain,
+        wall_s=round(wall_s, 4),
+        **record.extra,
+    )
     return d
 
 
@@ -255,7 +283,11 @@ def _summary(records: Sequence[_Record], n: int, **fields: Any) -> EvalResult:
         return float(np.mean(values)) if values else 0.0
 
     return EvalResult(
-        n=n, correct=correct, accuracy=correct / n if n else 0.0, ci_low=lo, ci_high=hi,
+        n=n,
+        correct=correct,
+        accuracy=correct / n if n else 0.0,
+        ci_low=lo,
+        ci_high=hi,
         n_errors=sum(r.error is not None for r in records),
         n_parse_errors=sum(t.parse_error is not None for t in done),
         mean_calls=mean([len(t.steps) for t in done]),
@@ -285,8 +317,9 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
     except (OSError, ValueError, AttributeError):
         finished = True  # unreadable: keep it, the user decides
     if finished:
-        raise ResultExists(f"{results} holds a finished result; pass --overwrite to replace it, "
-                           "or choose another --out")
+        raise ResultExists(
+            f"{results} holds a finished result; pass --overwrite to replace it, or choose another --out"
+        )
 
 
 def _write_results(out: Path | None, result: EvalResult) -> None:
@@ -350,13 +383,20 @@ def evaluate_policy(
     conductor = is_conductor_policy(policy)
     workflow = is_workflow_policy(policy)
     plans: list[Workflow | BaseException] = []
-    env_kwargs: dict[str, Any] = dict(pool=pool, tasks=items, lam=lam, cache=cache, backend=backend,
-                                      k_available=k_available)
+    env_kwargs: dict[str, Any] = dict(
+        pool=pool, tasks=items, lam=lam, cache=cache, backend=backend, k_available=k_available
+    )
     reset_options: dict[str, Any] = {"available": list(available)} if available else {}
     if conductor:
         policy.bind(cache)  # type: ignore[union-attr]
-        env = ConductorEnv(mode="workflow", aggregate="last", workflow_lam=lam, max_steps=max_steps,
-                           max_depth=max_depth, **env_kwargs)
+        env = ConductorEnv(
+            mode="workflow",
+            aggregate="last",
+            workflow_lam=lam,
+            max_steps=max_steps,
+            max_depth=max_depth,
+            **env_kwargs,
+        )
     elif is_workflow_policy(policy):
         for t, s in zip(items, seeds, strict=True):
             try:
@@ -365,26 +405,41 @@ def evaluate_policy(
                 plans.append(e)
         longest = max((len(p) for p in plans if isinstance(p, Workflow)), default=1)
         max_steps = max(max_steps, longest)
-        env = ConductorEnv(mode="workflow", aggregate=policy.aggregate, workflow_lam=lam,
-                           max_steps=max_steps, **env_kwargs)
+        env = ConductorEnv(
+            mode="workflow", aggregate=policy.aggregate, workflow_lam=lam, max_steps=max_steps, **env_kwargs
+        )
     else:
-        env = ConductorEnv(mode="step", aggregate=getattr(policy, "aggregate", None), max_steps=max_steps,
-                           **env_kwargs)
+        env = ConductorEnv(
+            mode="step", aggregate=getattr(policy, "aggregate", None), max_steps=max_steps, **env_kwargs
+        )
     mode = env.config.mode
     fields: dict[str, Any] = dict(
-        policy=spec, policy_name=policy.name, pool=pool.name, suite=suite, split=split, seed=seed, mode=mode,
+        policy=spec,
+        policy_name=policy.name,
+        pool=pool.name,
+        suite=suite,
+        split=split,
+        seed=seed,
+        mode=mode,
         backends=pool.backends(),
-        max_steps=max_steps, lam=lam, cache_path=str(cache) if cache is not None else None,
+        max_steps=max_steps,
+        lam=lam,
+        cache_path=str(cache) if cache is not None else None,
         out_dir=str(out) if out is not None else None,
-        available=tuple(available) if available else None, max_depth=max_depth,
+        available=tuple(available) if available else None,
+        max_depth=max_depth,
     )
 
     records: dict[int, _Record] = {}
     cached = _cached_backends(env, pool)
     # a shared backend (``backend=``) keeps counting across runs: report this run's share only
     hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
-    workers = _workers(env, policy, concurrency if concurrency is not None else default_concurrency(
-        pool.backends()), len(items))
+    workers = _workers(
+        env,
+        policy,
+        concurrency if concurrency is not None else default_concurrency(pool.backends()),
+        len(items),
+    )
 
     def run_item(worker: tuple[ConductorEnv, Any], i: int) -> tuple[_Record, float]:
         item_env, item_policy = worker
@@ -392,16 +447,23 @@ def evaluate_policy(
         try:
             extra: dict[str, Any] = {}
             if conductor:
-                traj, extra = run_conductor_episode(item_env, item_policy, seed=seeds[i], index=i,
-                                                    options=reset_options)
+                traj, extra = run_conductor_episode(
+                    item_env, item_policy, seed=seeds[i], index=i, options=reset_options
+                )
             elif workflow:
                 plan = plans[i]
                 if isinstance(plan, BaseException):
                     raise plan
                 traj = run_workflow_episode(item_env, plan, seed=seeds[i], index=i, options=reset_options)
             else:
-                traj = run_step_episode(item_env, item_policy, np.random.default_rng(seeds[i]), seed=seeds[i],
-                                        index=i, options=reset_options)
+                traj = run_step_episode(
+                    item_env,
+                    item_policy,
+                    np.random.default_rng(seeds[i]),
+                    seed=seeds[i],
+                    index=i,
+                    options=reset_options,
+                )
             return _Record(traj.correct, None, traj, extra), time.perf_counter() - t0
         except Exception as e:
             log.warning("item %d (%s) failed: %s: %s", i, items[i].id, type(e).__name__, e)
@@ -436,20 +498,29 @@ def evaluate_policy(
             elif out is not None and len(records) == len(items) and len(workers) > 1:
                 _sort_lines(out / "trajectories.jsonl")
         if cached:
-            fields.update(cache_hits=sum(c.stats.hits for c in cached) - hits0,
-                          cache_misses=sum(c.stats.misses for c in cached) - misses0)
+            fields.update(
+                cache_hits=sum(c.stats.hits for c in cached) - hits0,
+                cache_misses=sum(c.stats.misses for c in cached) - misses0,
+            )
         if backend is None:  # the caches were opened here: close their SQLite connections
             for c in cached:
                 c.close()
         if conductor:
             fields.update(_conductor_fields([records[i] for i in sorted(records)], max_depth))
-        result = _summary([records[i] for i in sorted(records)], len(items),
-                          wall_s=time.perf_counter() - start, completed=len(records) == len(items), **fields)
+        result = _summary(
+            [records[i] for i in sorted(records)],
+            len(items),
+            wall_s=time.perf_counter() - start,
+            completed=len(records) == len(items),
+            **fields,
+        )
         _write_results(out, result)
     if write_error is not None:
         why = write_error.strerror or write_error
-        raise UserError(f"could not write {out / 'trajectories.jsonl'} ({why}); the first {len(records)} "
-                        "items are kept, results.json says completed: false")
+        raise UserError(
+            f"could not write {out / 'trajectories.jsonl'} ({why}); the first {len(records)} "
+            "items are kept, results.json says completed: false"
+        )
     return result
 
 

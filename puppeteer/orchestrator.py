@@ -143,16 +143,27 @@ class Orchestrator:
         else:
             spec, obj = policy.name, policy
         tasks = load_suite(suite, split) if suite else ()
-        return cls(obj, pool, spec, max_steps=max_steps, lam=lam, grader=grader, tasks=tasks,
-                   backend=backend, cache=cache, seed=seed)
+        return cls(
+            obj,
+            pool,
+            spec,
+            max_steps=max_steps,
+            lam=lam,
+            grader=grader,
+            tasks=tasks,
+            backend=backend,
+            cache=cache,
+            seed=seed,
+        )
 
     # ------------------------------------------------------------------ backends
     def backend(self) -> Backend:
         """The shared backend, created on first use (a sim pool learns the known suite items)."""
         with self._lock:
             if self._backend is None:
-                self._backend = build_backend(self.pool, tuple(self._known.values()),
-                                              BackendSpec.of(cache=self._cache))
+                self._backend = build_backend(
+                    self.pool, tuple(self._known.values()), BackendSpec.of(cache=self._cache)
+                )
             return self._backend
 
     def close(self) -> None:
@@ -176,11 +187,18 @@ class Orchestrator:
         if known is not None:
             return known
         digest = hashlib.blake2b(question.encode(), digest_size=6).hexdigest()
-        return Task(id=f"{FREE_SUITE}/{digest}", question=question, answer=answer, suite=FREE_SUITE,
-                    domain=FREE_SUITE, grader=grader or self.grader)
+        return Task(
+            id=f"{FREE_SUITE}/{digest}",
+            question=question,
+            answer=answer,
+            suite=FREE_SUITE,
+            domain=FREE_SUITE,
+            grader=grader or self.grader,
+        )
 
-    def answer(self, question: str, *, grader: str | None = None, gold: str = "",
-               seed: int | None = None) -> OrchestratorResult:
+    def answer(
+        self, question: str, *, grader: str | None = None, gold: str = "", seed: int | None = None
+    ) -> OrchestratorResult:
         """Run the policy on one question; exceptions from backends propagate unchanged."""
         if not question.strip():
             raise ValueError("the question is empty")
@@ -193,20 +211,38 @@ class Orchestrator:
         kwargs: dict[str, Any] = dict(pool=self.pool, tasks=[task], lam=self.lam, backend=self.backend())
         if is_workflow_policy(self.policy):
             plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))
-            env = ConductorEnv(mode="workflow", aggregate=self.policy.aggregate,
-                               workflow_lam=self.lam, max_steps=max(self.max_steps, len(plan)), **kwargs)
+            env = ConductorEnv(
+                mode="workflow",
+                aggregate=self.policy.aggregate,
+                workflow_lam=self.lam,
+                max_steps=max(self.max_steps, len(plan)),
+                **kwargs,
+            )
             traj = run_workflow_episode(env, plan, seed=run_seed, index=0)
         else:
-            env = ConductorEnv(mode="step", aggregate=getattr(self.policy, "aggregate", None),
-                               max_steps=self.max_steps, **kwargs)
-            traj = run_step_episode(env, self._step_policy, np.random.default_rng(run_seed), seed=run_seed,
-                                    index=0)
+            env = ConductorEnv(
+                mode="step",
+                aggregate=getattr(self.policy, "aggregate", None),
+                max_steps=self.max_steps,
+                **kwargs,
+            )
+            traj = run_step_episode(
+                env, self._step_policy, np.random.default_rng(run_seed), seed=run_seed, index=0
+            )
         graded = bool(task.answer)
         return OrchestratorResult(
-            question=question, final_answer=traj.final_answer, steps=traj.steps,
-            prompt_tokens=traj.prompt_tokens, completion_tokens=traj.completion_tokens,
-            cost_usd=traj.cost_usd, flops=traj.flops, policy=self.spec, pool=self.pool.name,
-            task_id=task.id, correct=traj.correct if graded else None, parse_error=traj.parse_error,
+            question=question,
+            final_answer=traj.final_answer,
+            steps=traj.steps,
+            prompt_tokens=traj.prompt_tokens,
+            completion_tokens=traj.completion_tokens,
+            cost_usd=traj.cost_usd,
+            flops=traj.flops,
+            policy=self.spec,
+            pool=self.pool.name,
+            task_id=task.id,
+            correct=traj.correct if graded else None,
+            parse_error=traj.parse_error,
             trajectory=traj,
         )
 

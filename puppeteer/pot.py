@@ -45,12 +45,13 @@ def printed_answer(stdout: str) -> str | None:
 def _shown(result: SandboxResult, max_chars: int) -> str:
     if result.ok:
         return clip(result.stdout.strip(), max_chars) if result.stdout.strip() else "(no output)"
-    tail = result.stderr.strip()[-max_chars // 2:]
+    tail = result.stderr.strip()[-max_chars // 2 :]
     return clip(f"{result.stdout.strip()}\n[{result.status}]\n{tail}".strip(), max_chars)
 
 
-def run_program(completion: Completion, limits: SandboxLimits = DEFAULT_LIMITS,
-                max_output_chars: int = 2000) -> ProgramRun:
+def run_program(
+    completion: Completion, limits: SandboxLimits = DEFAULT_LIMITS, max_output_chars: int = 2000
+) -> ProgramRun:
     """Run the completion's program in the sandbox and write its printed result as the answer."""
     program = find_program(completion.text)
     if program is None:

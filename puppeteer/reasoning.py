@@ -154,8 +154,9 @@ def inline_layout(visible: Sequence[Turn]) -> tuple[tuple[Message, ...], str]:
     blocks = []
     for turn in visible:
         answer = turn.answer if turn.answer is not None else "none (it stated no final answer)"
-        blocks.append(f"Agent {turn.agent_name} wrote:\n\"\"\"\n{turn.response.strip()}\n\"\"\"\n"
-                      f"Its answer: {answer}")
+        blocks.append(
+            f'Agent {turn.agent_name} wrote:\n"""\n{turn.response.strip()}\n"""\nIts answer: {answer}'
+        )
     return (), "Earlier work by other agents (it may contain mistakes):\n\n" + "\n\n".join(blocks)
 
 

@@ -84,9 +84,14 @@ def action_limit(env: ConductorEnv) -> int:
     return c.max_steps + 1 if c.mode == "step" else c.max_depth + 1
 
 
-def run_episode(env: ConductorEnv, act: Act, *, seed: int | None = None,
-                options: Mapping[str, Any] | None = None,
-                start: Callable[[str], None] | None = None) -> EpisodeEnd:
+def run_episode(
+    env: ConductorEnv,
+    act: Act,
+    *,
+    seed: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    start: Callable[[str], None] | None = None,
+) -> EpisodeEnd:
     """Reset ``env`` (``seed``, ``options``) and step it with ``act(obs, info)`` until it ends the episode.
 
     ``start(task_id)`` is called after the reset, before the first action (a policy's ``reset``).
@@ -115,23 +120,46 @@ def _options(index: int | None, options: Mapping[str, Any] | None) -> dict[str, 
     return {**({"task_index": index} if index is not None else {}), **(options or {})}
 
 
-def run_step_episode(env: ConductorEnv, policy: Any, rng: np.random.Generator, *, seed: int | None,
-                     index: int | None = None, options: Mapping[str, Any] | None = None) -> Trajectory:
+def run_step_episode(
+    env: ConductorEnv,
+    policy: Any,
+    rng: np.random.Generator,
+    *,
+    seed: int | None,
+    index: int | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Trajectory:
     """A step policy (``reset(task_id)``, ``act(obs, rng)``) on item ``index``; its trajectory."""
-    return run_episode(env, lambda obs, _info: policy.act(obs, rng), seed=seed,
-                       options=_options(index, options), start=policy.reset).trajectory
+    return run_episode(
+        env,
+        lambda obs, _info: policy.act(obs, rng),
+        seed=seed,
+        options=_options(index, options),
+        start=policy.reset,
+    ).trajectory
 
 
-def run_workflow_episode(env: ConductorEnv, plan: Workflow | str, *, seed: int | None,
-                         index: int | None = None, options: Mapping[str, Any] | None = None) -> Trajectory:
+def run_workflow_episode(
+    env: ConductorEnv,
+    plan: Workflow | str,
+    *,
+    seed: int | None,
+    index: int | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Trajectory:
     """One planned workflow (or a conductor's completion text) on item ``index``; its trajectory."""
     text = plan if isinstance(plan, str) else format_workflow(plan)
     return run_episode(env, lambda _obs, _info: text, seed=seed, options=_options(index, options)).trajectory
 
 
-def run_conductor_episode(env: ConductorEnv, policy: ConductorPolicy, *, seed: int | None,
-                          index: int | None = None, options: Mapping[str, Any] | None = None
-                          ) -> tuple[Trajectory, dict[str, Any]]:
+def run_conductor_episode(
+    env: ConductorEnv,
+    policy: ConductorPolicy,
+    *,
+    seed: int | None,
+    index: int | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> tuple[Trajectory, dict[str, Any]]:
     """One episode of a text-writing conductor: it acts until the env ends it (recursion acts again).
 
     Returns the trajectory and the conductor's record: its own calls, every planning round
@@ -139,16 +167,24 @@ def run_conductor_episode(env: ConductorEnv, policy: ConductorPolicy, *, seed: i
     """
     end = run_episode(env, policy.act, seed=seed, options=_options(index, options), start=policy.reset)
     grader = env.graders[env.task.grader]
-    rounds = [{**r, "correct": grader.grade(r["answer"], env.task) if r["parse_error"] is None else False}
-              for r in end.info["rounds"]]
+    rounds = [
+        {**r, "correct": grader.grade(r["answer"], env.task) if r["parse_error"] is None else False}
+        for r in end.info["rounds"]
+    ]
     return end.trajectory, {
-        "conductor": [c.to_dict() for c in policy.calls], "rounds": rounds,
+        "conductor": [c.to_dict() for c in policy.calls],
+        "rounds": rounds,
         "available": [a.name for a, ok in zip(env.pool.agents, env.available(), strict=True) if ok],
     }
 
 
-def run_actions(env: ConductorEnv, actions: Iterable[Any] | Callable[[Task], Iterable[Any]], *,
-                seed: int | None = None, options: Mapping[str, Any] | None = None) -> EpisodeEnd:
+def run_actions(
+    env: ConductorEnv,
+    actions: Iterable[Any] | Callable[[Task], Iterable[Any]],
+    *,
+    seed: int | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> EpisodeEnd:
     """Take ``actions`` in order until the env ends the episode (the rest are not taken).
 
     ``actions`` may be a function of the episode's task (called after the reset): a reference plan.

@@ -37,8 +37,9 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise CheckpointError(f"could not write {path}: {exc.strerror or exc}; the previous file is intact") \
-            from exc
+        raise CheckpointError(
+            f"could not write {path}: {exc.strerror or exc}; the previous file is intact"
+        ) from exc
     with contextlib.suppress(OSError):  # make the rename itself durable
         fd = os.open(path.parent, os.O_RDONLY)
         try:

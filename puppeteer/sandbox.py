@@ -68,8 +68,19 @@ logger = logging.getLogger(__name__)
 SandboxStatus = Literal["ok", "error", "timeout", "memory", "output_limit", "killed"]
 
 PROTECTIONS = (
-    "userns", "netns", "mountns", "pidns", "readonly-fs", "private-proc", "rlimits", "nproc",
-    "uid-drop", "dac-read-search", "caps-dropped", "no-new-privs", "audit-hook",
+    "userns",
+    "netns",
+    "mountns",
+    "pidns",
+    "readonly-fs",
+    "private-proc",
+    "rlimits",
+    "nproc",
+    "uid-drop",
+    "dac-read-search",
+    "caps-dropped",
+    "no-new-privs",
+    "audit-hook",
 )
 
 _EXIT_MEMORY = 113
@@ -78,10 +89,24 @@ _MAIN = "main.py"
 _CHUNK = 65536
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "out of memory", "std::bad_alloc")
 _SYSTEM_READ_ROOTS = (
-    "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin",
-    "/etc/localtime", "/etc/timezone", "/etc/mime.types", "/etc/os-release", "/etc/ld.so.cache",
-    "/dev/null", "/dev/zero", "/dev/random", "/dev/urandom",
-    "/proc/cpuinfo", "/proc/meminfo", "/sys/devices/system/cpu",
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/bin",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/mime.types",
+    "/etc/os-release",
+    "/etc/ld.so.cache",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/random",
+    "/dev/urandom",
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/sys/devices/system/cpu",
 )
 
 
@@ -165,8 +190,13 @@ class _Captured:
     truncated: bool
 
 
-def run_python(code: str, *, limits: SandboxLimits = DEFAULT_LIMITS, stdin: str = "",
-               files: Mapping[str, str | bytes] | None = None) -> SandboxResult:
+def run_python(
+    code: str,
+    *,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+    stdin: str = "",
+    files: Mapping[str, str | bytes] | None = None,
+) -> SandboxResult:
     """Run ``code`` as ``__main__`` in a fresh confined process and report what happened.
 
     ``files`` are written into the scratch directory (relative paths) before the run;
@@ -182,24 +212,42 @@ def run_python(code: str, *, limits: SandboxLimits = DEFAULT_LIMITS, stdin: str 
         _remove_tree(scratch)
 
 
-def _execute(scratch: str, uid: int | None, limits: SandboxLimits, stdin: bytes,
-             start: float) -> SandboxResult:
+def _execute(
+    scratch: str, uid: int | None, limits: SandboxLimits, stdin: bytes, start: float
+) -> SandboxResult:
     needed = _python_paths(limits)
     report_r, report_w = os.pipe()
     config = {
-        "scratch": scratch, "main": _MAIN, "uid": uid, "report_fd": report_w,
-        "cpu_s": int(limits.cpu_s), "memory_bytes": limits.memory_mb << 20,
-        "file_bytes": limits.max_file_mb << 20, "nproc": limits.max_processes,
-        "needed": needed, "readable": [*_SYSTEM_READ_ROOTS, *needed],
+        "scratch": scratch,
+        "main": _MAIN,
+        "uid": uid,
+        "report_fd": report_w,
+        "cpu_s": int(limits.cpu_s),
+        "memory_bytes": limits.memory_mb << 20,
+        "file_bytes": limits.max_file_mb << 20,
+        "nproc": limits.max_processes,
+        "needed": needed,
+        "readable": [*_SYSTEM_READ_ROOTS, *needed],
         "site": _site_dirs() if limits.site_packages else [],
-        "namespaces": limits.namespaces, "audit": limits.audit_hook, "require": list(limits.require),
-        "exit_memory": _EXIT_MEMORY, "exit_setup": _EXIT_SETUP,
+        "namespaces": limits.namespaces,
+        "audit": limits.audit_hook,
+        "require": list(limits.require),
+        "exit_memory": _EXIT_MEMORY,
+        "exit_setup": _EXIT_SETUP,
     }
     argv = [sys.executable, "-I", "-S", "-B", _CHILD, marshal.dumps(config).hex()]
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=scratch, env=_child_env(scratch), start_new_session=True,
-                                pass_fds=(report_w,), close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=scratch,
+            env=_child_env(scratch),
+            start_new_session=True,
+            pass_fds=(report_w,),
+            close_fds=True,
+        )
     except BaseException:
         os.close(report_r)
         raise
@@ -273,7 +321,7 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, report_fd: int, deadline: 
                     exited = True
                 elif fd == in_fd:
                     try:
-                        sent += os.write(fd, data[sent:sent + _CHUNK])
+                        sent += os.write(fd, data[sent : sent + _CHUNK])
                     except BlockingIOError:
                         continue
                     except BrokenPipeError:
@@ -311,8 +359,13 @@ def _pump(proc: subprocess.Popen[bytes], data: bytes, report_fd: int, deadline: 
     _drain(report_fd, buffers[report_fd], 4096 - len(buffers[report_fd]))
     for fd in (out_fd, err_fd):
         used += _drain(fd, buffers[fd], max(0, cap - used))
-    return _Captured(bytes(buffers[out_fd]), bytes(buffers[err_fd]), bytes(buffers[report_fd]), reason,
-                     truncated=used > cap)
+    return _Captured(
+        bytes(buffers[out_fd]),
+        bytes(buffers[err_fd]),
+        bytes(buffers[report_fd]),
+        reason,
+        truncated=used > cap,
+    )
 
 
 def _drain(fd: int, buffer: bytearray, budget: int) -> int:
@@ -330,8 +383,13 @@ def _drain(fd: int, buffer: bytearray, budget: int) -> int:
     return seen
 
 
-def _classify(reason: Literal["timeout", "output_limit"] | None, returncode: int | None, cpu_s: float,
-              limits: SandboxLimits, stderr: str) -> SandboxStatus:
+def _classify(
+    reason: Literal["timeout", "output_limit"] | None,
+    returncode: int | None,
+    cpu_s: float,
+    limits: SandboxLimits,
+    stderr: str,
+) -> SandboxStatus:
     if reason is not None:
         return reason
     if returncode == 0:
@@ -380,8 +438,12 @@ def _reap_leftovers(leader: int, uid: int | None, patience_s: float = 5.0) -> No
         if not victims:
             return
         if time.monotonic() > deadline:
-            logger.warning("sandbox: %d process(es) of run %d outlived %.0fs of SIGKILLs", len(victims),
-                           leader, patience_s)
+            logger.warning(
+                "sandbox: %d process(es) of run %d outlived %.0fs of SIGKILLs",
+                len(victims),
+                leader,
+                patience_s,
+            )
             return
         for pid in victims:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -487,8 +549,10 @@ def _child_env(scratch: str) -> dict[str, str]:
 
 
 def _site_dirs() -> list[str]:
-    found = [*site.getsitepackages(), *(p for p in sys.path if os.path.basename(p) in ("site-packages",
-                                                                                        "dist-packages"))]
+    found = [
+        *site.getsitepackages(),
+        *(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")),
+    ]
     return _existing_unique(found)
 
 

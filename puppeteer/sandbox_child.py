@@ -30,6 +30,7 @@ def _prepare(cfg: Config) -> list[str]:
 
     class Libc:
         """libc functions by name; a missing one (not Linux) fails like a refused call."""
+
         def __init__(self) -> None:
             self._lib = ctypes.CDLL(None, use_errno=True)
 
@@ -45,16 +46,29 @@ def _prepare(cfg: Config) -> list[str]:
     enc = os.fsencode
 
     def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> bool:
-        return libc.mount(src and enc(src), enc(dst), fstype and enc(fstype),
-                          ctypes.c_ulong(flags), data and enc(data)) == 0
+        return (
+            libc.mount(
+                src and enc(src), enc(dst), fstype and enc(fstype), ctypes.c_ulong(flags), data and enc(data)
+            )
+            == 0
+        )
 
     class Attr(ctypes.Structure):
         _fields_ = [(n, ctypes.c_uint64) for n in ("set", "clr", "prop", "userns")]
 
     def mount_setattr(path: str, flags: int, to_set: int, to_clear: int) -> bool:
         attr = Attr(to_set, to_clear, 0, 0)
-        return libc.syscall(ctypes.c_long(442), ctypes.c_int(-100), enc(path), ctypes.c_uint(flags),
-                            ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0
+        return (
+            libc.syscall(
+                ctypes.c_long(442),
+                ctypes.c_int(-100),
+                enc(path),
+                ctypes.c_uint(flags),
+                ctypes.byref(attr),
+                ctypes.c_size_t(ctypes.sizeof(attr)),
+            )
+            == 0
+        )
 
     def capset(mask: int) -> bool:
         class Hdr(ctypes.Structure):
@@ -104,8 +118,11 @@ def _prepare(cfg: Config) -> list[str]:
                 if top and os.path.isdir(path):
                     hides.add(top)
                     binds.setdefault(path, os.open(path, os.O_PATH))
-        hidden = [top for top in sorted(hides)
-                  if mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")]
+        hidden = [
+            top
+            for top in sorted(hides)
+            if mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+        ]
         bound = True
         for path, fd in sorted(binds.items()):
             with contextlib.suppress(OSError):
@@ -128,8 +145,12 @@ def _prepare(cfg: Config) -> list[str]:
             return False
 
     R = resource
-    basic = [(R.RLIMIT_CPU, cfg["cpu_s"]), (R.RLIMIT_AS, cfg["memory_bytes"]),
-             (R.RLIMIT_FSIZE, cfg["file_bytes"]), (R.RLIMIT_CORE, 0)]
+    basic = [
+        (R.RLIMIT_CPU, cfg["cpu_s"]),
+        (R.RLIMIT_AS, cfg["memory_bytes"]),
+        (R.RLIMIT_FSIZE, cfg["file_bytes"]),
+        (R.RLIMIT_CORE, 0),
+    ]
     if all([limit(res, value) for res, value in basic]):
         done.append("rlimits")
     if drop is not None and limit(R.RLIMIT_NPROC, cfg["nproc"]):
@@ -143,6 +164,7 @@ def _prepare(cfg: Config) -> list[str]:
             code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             if code < 0:
                 import signal
+
                 if -code not in (signal.SIGKILL, signal.SIGSTOP):
                     signal.signal(-code, signal.SIG_DFL)
                 os.kill(os.getpid(), -code)
@@ -178,18 +200,54 @@ def _guard(scratch: str, readable: list[str]) -> None:
     writes = (scratch,)
     reads = (*tuple(realpath(p) for p in readable), realpath("/proc/self"), scratch)
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    entry_events = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1),
-                    "os.link": (0, 1), "os.symlink": (1,), "shutil.rmtree": (0,)}
-    content_events = {"os.chmod", "os.chown", "os.truncate", "os.utime", "os.setxattr", "os.removexattr",
-                      "os.chflags", "os.lchflags", "shutil.chown"}
+    entry_events = {
+        "os.remove": (0,),
+        "os.rmdir": (0,),
+        "os.mkdir": (0,),
+        "os.rename": (0, 1),
+        "os.link": (0, 1),
+        "os.symlink": (1,),
+        "shutil.rmtree": (0,),
+    }
+    content_events = {
+        "os.chmod",
+        "os.chown",
+        "os.truncate",
+        "os.utime",
+        "os.setxattr",
+        "os.removexattr",
+        "os.chflags",
+        "os.lchflags",
+        "shutil.chown",
+    }
     list_events = {"os.listdir", "os.scandir", "os.chdir"}
-    denied = {"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.startfile",
-              "subprocess.Popen", "pty.spawn", "os.killpg", "resource.setrlimit", "resource.prlimit",
-              "webbrowser.open", "sqlite3.enable_load_extension", "sqlite3.load_extension"}
+    denied = {
+        "os.fork",
+        "os.forkpty",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.startfile",
+        "subprocess.Popen",
+        "pty.spawn",
+        "os.killpg",
+        "resource.setrlimit",
+        "resource.prlimit",
+        "webbrowser.open",
+        "sqlite3.enable_load_extension",
+        "sqlite3.load_extension",
+    }
     denied_imports = {"_posixsubprocess"}
     # ctypes may be imported (numpy and sympy do) but not used to call C or poke memory.
-    denied_ctypes = {"ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata",
-                     "ctypes.string_at", "ctypes.wstring_at"}
+    denied_ctypes = {
+        "ctypes.dlsym",
+        "ctypes.dlsym/handle",
+        "ctypes.call_function",
+        "ctypes.cdata",
+        "ctypes.string_at",
+        "ctypes.wstring_at",
+    }
 
     def under(path: str, roots: tuple[str, ...]) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
@@ -218,7 +276,8 @@ def _guard(scratch: str, readable: list[str]) -> None:
                 return
             target = full(path)
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & wflags)
+                isinstance(flags, int) and flags & wflags
+            )
             if writing:
                 if not under(target, writes):
                     deny(f"writing {target}")
@@ -251,8 +310,11 @@ def _guard(scratch: str, readable: list[str]) -> None:
         elif event == "ctypes.dlopen":
             if args[0] is not None:
                 deny(f"loading {args[0]}")
-        elif event in denied or event in denied_ctypes or (
-                event.startswith("socket.") and event != "socket.gethostname"):
+        elif (
+            event in denied
+            or event in denied_ctypes
+            or (event.startswith("socket.") and event != "socket.gethostname")
+        ):
             deny(event)
 
     import _posixsubprocess
@@ -278,6 +340,7 @@ def _fail(exc: BaseException, namespace: dict[str, Any], exit_memory: int) -> No
         sys.stdout.flush()
     try:
         import traceback
+
         tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
         report = traceback.TracebackException(type(exc), exc, tb)
         pending, seen = [report], set()
@@ -299,6 +362,7 @@ def _fail(exc: BaseException, namespace: dict[str, Any], exit_memory: int) -> No
 def _main(cfg: Config, done: list[str]) -> None:
     """Report the layers, install the guard and run ``cfg["main"]`` as ``__main__``."""
     import builtins
+
     scratch = cfg["scratch"]
     os.chdir(scratch)
     sys.path[:0] = [scratch]
@@ -319,8 +383,15 @@ def _main(cfg: Config, done: list[str]) -> None:
         sys.stderr.write(f"sandbox: required protections unavailable: {', '.join(missing)}\n")
         sys.stderr.flush()
         os._exit(cfg["exit_setup"])
-    namespace = {"__name__": "__main__", "__file__": cfg["main"], "__builtins__": builtins,
-                 "__doc__": None, "__spec__": None, "__loader__": None, "__package__": None}
+    namespace = {
+        "__name__": "__main__",
+        "__file__": cfg["main"],
+        "__builtins__": builtins,
+        "__doc__": None,
+        "__spec__": None,
+        "__loader__": None,
+        "__package__": None,
+    }
     try:
         exec(compile(source, cfg["main"], "exec"), namespace)
     except SystemExit:

@@ -104,9 +104,15 @@ def _details(result: OrchestratorResult) -> dict[str, Any]:
         "correct": result.correct,
         "parse_error": result.parse_error,
         "steps": [
-            {"agent": s.agent_name, "agent_id": s.agent_id, "answer": s.answer, "text": s.completion.text,
-             "prompt_tokens": s.completion.prompt_tokens, "completion_tokens": s.completion.completion_tokens,
-             "cost_usd": s.completion.cost_usd}
+            {
+                "agent": s.agent_name,
+                "agent_id": s.agent_id,
+                "answer": s.answer,
+                "text": s.completion.text,
+                "prompt_tokens": s.completion.prompt_tokens,
+                "completion_tokens": s.completion.completion_tokens,
+                "cost_usd": s.completion.cost_usd,
+            }
             for s in result.steps
         ],
     }
@@ -119,8 +125,14 @@ def completion_body(result: OrchestratorResult, model: str, request_id: str, cre
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                     "finish_reason": "stop", "logprobs": None}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": result.text},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
         "usage": _usage(result),
         "puppeteer": _details(result),
     }
@@ -131,13 +143,20 @@ def _pieces(text: str, size: int = 16) -> Iterator[str]:
         yield text[i : i + size]
 
 
-def stream_chunks(result: OrchestratorResult, model: str, request_id: str, created: int,
-                  include_usage: bool) -> Iterator[str]:
+def stream_chunks(
+    result: OrchestratorResult, model: str, request_id: str, created: int, include_usage: bool
+) -> Iterator[str]:
     """``chat.completion.chunk`` SSE events for the final answer, then ``[DONE]``."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-        body = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra}
+        body = {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            **extra,
+        }
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     yield chunk({"role": "assistant", "content": ""})
@@ -145,8 +164,15 @@ def stream_chunks(result: OrchestratorResult, model: str, request_id: str, creat
         yield chunk({"content": piece})
     yield chunk({}, "stop")
     if include_usage:
-        body = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [], "usage": _usage(result), "puppeteer": _details(result)}
+        body = {
+            "id": request_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": _usage(result),
+            "puppeteer": _details(result),
+        }
         yield f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
     yield "data: [DONE]\n\n"
 
@@ -163,8 +189,10 @@ def create_app(
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
 
-    app = FastAPI(title="puppeteer router", description=f"policy {orchestrator.spec} on pool "
-                  f"{orchestrator.pool.name}, OpenAI-compatible")
+    app = FastAPI(
+        title="puppeteer router",
+        description=f"policy {orchestrator.spec} on pool {orchestrator.pool.name}, OpenAI-compatible",
+    )
     slots = asyncio.Semaphore(max_concurrency)
 
     def error(status: int, kind: str, message: str) -> JSONResponse:
@@ -186,8 +214,10 @@ def create_app(
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
-                                            "owned_by": "puppeteer"}]}
+        return {
+            "object": "list",
+            "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "puppeteer"}],
+        }
 
     async def route(body: ChatRequest) -> OrchestratorResult:
         try:
@@ -195,8 +225,11 @@ def create_app(
         except ValueError as e:
             raise ServeError(400, "invalid_request_error", str(e)) from None
         if body.grader is not None and body.grader not in _graders():
-            raise ServeError(400, "invalid_request_error",
-                             f"unknown grader {body.grader!r}; known: {', '.join(sorted(_graders()))}")
+            raise ServeError(
+                400,
+                "invalid_request_error",
+                f"unknown grader {body.grader!r}; known: {', '.join(sorted(_graders()))}",
+            )
         try:
             await asyncio.wait_for(slots.acquire(), timeout=queue_timeout_s)
         except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
@@ -205,8 +238,9 @@ def create_app(
             return await run_in_threadpool(orchestrator.answer, question, grader=body.grader)
         except Exception as e:
             log.exception("routing failed")
-            raise ServeError(502, "backend_error",
-                             f"the agents' backend failed: {type(e).__name__}: {e}") from None
+            raise ServeError(
+                502, "backend_error", f"the agents' backend failed: {type(e).__name__}: {e}"
+            ) from None
         finally:
             slots.release()
 
@@ -233,15 +267,21 @@ def _graders() -> set[str]:
     return set(default_graders())
 
 
-def serve(orchestrator: Orchestrator, host: str = "127.0.0.1", port: int = 8000,
-          max_concurrency: int = 8, log_level: str = "info") -> None:
+def serve(
+    orchestrator: Orchestrator,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_concurrency: int = 8,
+    log_level: str = "info",
+) -> None:
     """Run the app with uvicorn until interrupted."""
     import uvicorn
 
     if host not in LOOPBACK:
         log.warning("serving on %s: the endpoint has no authentication; put it behind your own gateway", host)
-    uvicorn.run(create_app(orchestrator, max_concurrency=max_concurrency), host=host, port=port,
-                log_level=log_level)
+    uvicorn.run(
+        create_app(orchestrator, max_concurrency=max_concurrency), host=host, port=port, log_level=log_level
+    )
 
 
 __all__ = ["ChatRequest", "completion_body", "create_app", "serve", "stream_chunks"]

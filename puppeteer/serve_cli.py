@@ -17,11 +17,17 @@ def configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     p.add_argument("--max-steps", type=int, default=5)
     p.add_argument("--lam", type=float, default=0.1)
-    p.add_argument("--grader", default="exact",
-                   help="default answer format for questions (numeric, math, letter, exact); "
-                        "a request may set its own with the extra field `grader`")
-    p.add_argument("--suite", default=None,
-                   help="questions found verbatim in this suite run as its items (graded; sim knows them)")
+    p.add_argument(
+        "--grader",
+        default="exact",
+        help="default answer format for questions (numeric, math, letter, exact); "
+        "a request may set its own with the extra field `grader`",
+    )
+    p.add_argument(
+        "--suite",
+        default=None,
+        help="questions found verbatim in this suite run as its items (graded; sim knows them)",
+    )
     p.add_argument("--split", default="test")
     p.add_argument("--cache", default=None, help="SQLite response cache for model-calling backends")
     p.add_argument("--no-cache", action="store_true")
@@ -35,16 +41,27 @@ def serve_command(args: argparse.Namespace, console: Console) -> int:
 
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
-        raise ImportError(f"`puppeteer serve` needs {', '.join(missing)}: "
-                          "pip install 'puppeteer-orchestra[serve]'")
+        raise ImportError(
+            f"`puppeteer serve` needs {', '.join(missing)}: pip install 'puppeteer-orchestra[serve]'"
+        )
     from puppeteer.serve import serve
 
     pool = load_pool(args.pool)
     cache = resolve_cache(pool, args.cache, args.no_cache)
-    orch = Orchestrator.load(args.policy, pool, max_steps=args.max_steps, lam=args.lam, grader=args.grader,
-                             suite=args.suite, split=args.split, cache=cache)
-    console.print(f"serving policy [bold]{orch.spec}[/bold] on pool [bold]{pool.name}[/bold] at "
-                  f"http://{args.host}:{args.port}/v1 (POST /v1/chat/completions)")
+    orch = Orchestrator.load(
+        args.policy,
+        pool,
+        max_steps=args.max_steps,
+        lam=args.lam,
+        grader=args.grader,
+        suite=args.suite,
+        split=args.split,
+        cache=cache,
+    )
+    console.print(
+        f"serving policy [bold]{orch.spec}[/bold] on pool [bold]{pool.name}[/bold] at "
+        f"http://{args.host}:{args.port}/v1 (POST /v1/chat/completions)"
+    )
     try:
         serve(orch, host=args.host, port=args.port, max_concurrency=args.max_concurrency)
     finally:

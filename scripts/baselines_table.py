@@ -49,38 +49,55 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=5)
-    p.add_argument("--specs", nargs="+", default=None,
-                   help="policy specs (default: all baselines for the pool)")
+    p.add_argument(
+        "--specs", nargs="+", default=None, help="policy specs (default: all baselines for the pool)"
+    )
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--runs-dir", default="runs/baselines")
-    p.add_argument("--n-threads", type=int, default=None,
-                   help="llama.cpp threads (default: every available CPU; calls run one at a time)")
+    p.add_argument(
+        "--n-threads",
+        type=int,
+        default=None,
+        help="llama.cpp threads (default: every available CPU; calls run one at a time)",
+    )
     p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.add_argument("--no-plot", action="store_true",
-                   help="no accuracy-vs-cost figure (default: <out dir>/img/baselines-<pool>.png)")
+    p.add_argument(
+        "--no-plot",
+        action="store_true",
+        help="no accuracy-vs-cost figure (default: <out dir>/img/baselines-<pool>.png)",
+    )
     return p.parse_args(argv)
 
 
 def overlap_lines(results: list[EvalResult]) -> list[str]:
     """Item by item: what single agents cover together, and what each other run gains and loses
     against the best single agent (read from the runs' trajectories)."""
-    dirs = {r.policy: Path(r.out_dir) for r in results
-            if r.out_dir and r.completed and (Path(r.out_dir) / "trajectories.jsonl").is_file()}
+    dirs = {
+        r.policy: Path(r.out_dir)
+        for r in results
+        if r.out_dir and r.completed and (Path(r.out_dir) / "trajectories.jsonl").is_file()
+    }
     outcomes: dict[str, Outcomes] = {p: read_outcomes(d) for p, d in dirs.items()}
     singles = {p: o for p, o in outcomes.items() if p.startswith("single:")}
     if not singles:
         return []
     cov = coverage(singles)
-    lines = [f"Item by item: at least one of the {len(singles)} single agents solves "
-             f"**{cov.any} of {cov.n}** items (the most a router picking one of them per item could "
-             f"solve); the best alone, `{cov.best}`, solves {cov.best_solved}."]
+    lines = [
+        f"Item by item: at least one of the {len(singles)} single agents solves "
+        f"**{cov.any} of {cov.n}** items (the most a router picking one of them per item could "
+        f"solve); the best alone, `{cov.best}`, solves {cov.best_solved}."
+    ]
     others = {p: o for p, o in outcomes.items() if p not in singles}
     if others:
         best = f"`{cov.best}`"
-        lines += ["", f"| policy | correct | gained vs {best} | lost vs {best} | last step kept the previous "
-                  "step's answer (verbatim copies) |", "|---|---:|---:|---:|---|"]
+        lines += [
+            "",
+            f"| policy | correct | gained vs {best} | lost vs {best} | last step kept the previous "
+            "step's answer (verbatim copies) |",
+            "|---|---:|---:|---:|---|",
+        ]
         for p, o in others.items():
             c = compare(o, singles[cov.best])
             kept = "-"
@@ -94,12 +111,19 @@ def overlap_lines(results: list[EvalResult]) -> list[str]:
 
 def plot(results: list[EvalResult], path: Path, machine: str) -> Path:
     """Accuracy against model seconds per item, one panel per suite."""
-    panels = {suite: [CostPoint(r.policy, r.mean_latency_s, r.accuracy, r.ci_low, r.ci_high)
-                      for r in results if r.suite == suite and r.completed]
-              for suite in dict.fromkeys(r.suite for r in results)}
+    panels = {
+        suite: [
+            CostPoint(r.policy, r.mean_latency_s, r.accuracy, r.ci_low, r.ci_high)
+            for r in results
+            if r.suite == suite and r.completed
+        ]
+        for suite in dict.fromkeys(r.suite for r in results)
+    }
     first = results[0]
-    title = (f"Baselines on pool {first.pool}, split {first.split}, n={first.n} per suite "
-             f"(backend {'+'.join(first.backends)}; {machine})")
+    title = (
+        f"Baselines on pool {first.pool}, split {first.split}, n={first.n} per suite "
+        f"(backend {'+'.join(first.backends)}; {machine})"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     return accuracy_vs_cost(panels, path, title, cost_label="model seconds per item (as recorded per call)")
 
@@ -111,8 +135,14 @@ def kept_notes(path: Path) -> str:
     return "\n" + NOTES_MARKER + (notes if found else "\n")
 
 
-def render(results: list[EvalResult], command: str, cache: Path | None, machine: str,
-           pending: list[str], figure: str | None = None) -> str:
+def render(
+    results: list[EvalResult],
+    command: str,
+    cache: Path | None,
+    machine: str,
+    pending: list[str],
+    figure: str | None = None,
+) -> str:
     first = results[0]
     lines = [
         f"# Baselines on the `{first.pool}` pool",
@@ -133,8 +163,11 @@ def render(results: list[EvalResult], command: str, cache: Path | None, machine:
         "",
     ]
     if pending:
-        lines += [f"**Partial**: written after {len(results)} runs; not run yet: {', '.join(pending)}. "
-                  "Re-running the command replays finished calls from the cache and completes it.", ""]
+        lines += [
+            f"**Partial**: written after {len(results)} runs; not run yet: {', '.join(pending)}. "
+            "Re-running the command replays finished calls from the cache and completes it.",
+            "",
+        ]
     if figure:
         lines += [f"![accuracy against model time]({figure})", ""]
     for suite in dict.fromkeys(r.suite for r in results):
@@ -166,9 +199,21 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(spec, suite) for spec in specs for suite in args.suites]
     for i, (spec, suite) in enumerate(runs):
         out = Path(args.runs_dir) / pool.name / suite / slug(spec)
-        results.append(evaluate_policy(spec, pool, suite, split=args.split, n=args.n, seed=args.seed,
-                                       out_dir=out, backend=backend, max_steps=args.max_steps,
-                                       progress=not args.quiet, overwrite=True))  # regenerates its runs
+        results.append(
+            evaluate_policy(
+                spec,
+                pool,
+                suite,
+                split=args.split,
+                n=args.n,
+                seed=args.seed,
+                out_dir=out,
+                backend=backend,
+                max_steps=args.max_steps,
+                progress=not args.quiet,
+                overwrite=True,
+            )
+        )  # regenerates its runs
         pending = [f"`{sp}` on {su}" for sp, su in runs[i + 1 :]]
         figure = None
         if not args.no_plot:

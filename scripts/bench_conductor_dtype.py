@@ -31,22 +31,32 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     model, tok = load_conductor_model(ModelSpec(id=args.model))
     env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", split="train", n_tasks=1)
-    prompt = tok.apply_chat_template(conductor_rows(env, chat=True)[0]["prompt"], tokenize=False,
-                                     add_generation_prompt=True)
+    prompt = tok.apply_chat_template(
+        conductor_rows(env, chat=True)[0]["prompt"], tokenize=False, add_generation_prompt=True
+    )
     enc = tok([prompt], return_tensors="pt", add_special_tokens=False)
-    report: dict[str, object] = {"model": args.model, "threads": torch.get_num_threads(),
-                                 "prompt_tokens": int(enc["input_ids"].shape[1]), "k": args.k,
-                                 "new": args.new}
+    report: dict[str, object] = {
+        "model": args.model,
+        "threads": torch.get_num_threads(),
+        "prompt_tokens": int(enc["input_ids"].shape[1]),
+        "k": args.k,
+        "new": args.new,
+    }
     seqs = None
     for name in ("float32", "bf16-autocast"):
-        ctx = (torch.autocast("cpu", dtype=torch.bfloat16) if name != "float32" else contextlib.nullcontext())
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if name != "float32" else contextlib.nullcontext()
         with ctx:
             torch.manual_seed(0)
             t0 = time.perf_counter()
             with torch.no_grad():
-                out = model.generate(**enc, do_sample=True, num_return_sequences=args.k,
-                                     max_new_tokens=args.new, min_new_tokens=args.new,
-                                     pad_token_id=tok.pad_token_id)
+                out = model.generate(
+                    **enc,
+                    do_sample=True,
+                    num_return_sequences=args.k,
+                    max_new_tokens=args.new,
+                    min_new_tokens=args.new,
+                    pad_token_id=tok.pad_token_id,
+                )
             gen_s = time.perf_counter() - t0
             seqs = out if seqs is None else seqs  # train both on the same sequences
             model.zero_grad()
@@ -55,8 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             logp = torch.log_softmax(logits, -1).gather(-1, seqs[:, -args.new :, None]).mean()
             logp.backward()
             train_s = time.perf_counter() - t0
-        report[name] = {"generate_s": round(gen_s, 2), "forward_backward_s": round(train_s, 2),
-                        "mean_logp": float(logp)}
+        report[name] = {
+            "generate_s": round(gen_s, 2),
+            "forward_backward_s": round(train_s, 2),
+            "mean_logp": float(logp),
+        }
         print(json.dumps({name: report[name]}), flush=True)
     f32, b16 = report["float32"], report["bf16-autocast"]
     assert isinstance(f32, dict) and isinstance(b16, dict)

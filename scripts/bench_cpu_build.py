@@ -138,9 +138,13 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--batches", default="4", help="comma-separated batch sizes besides 1")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--extra-buffers", choices=("auto", "on", "off"), default="auto",
-                    help="AMX / repacked weight buffers; auto: off when the CPU backend has AMX kernels, as "
-                    "puppeteer's llamacpp backend does (they crash in this ggml version)")
+    ap.add_argument(
+        "--extra-buffers",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="AMX / repacked weight buffers; auto: off when the CPU backend has AMX kernels, as "
+        "puppeteer's llamacpp backend does (they crash in this ggml version)",
+    )
     ap.add_argument("--label", default="")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -152,15 +156,22 @@ def main() -> None:
     info = llama_cpp.llama_print_system_info().decode(errors="replace").strip()
     extra = {"on": True, "off": False}.get(args.extra_buffers, "AMX_INT8 = 1" not in info)
     out: dict[str, Any] = {
-        "label": args.label, "python": sys.executable, "llama_cpp": llama_cpp.__version__,
+        "label": args.label,
+        "python": sys.executable,
+        "llama_cpp": llama_cpp.__version__,
         "cpu_backend": loaded,
-        "system_info": info, "threads": args.threads, "extra_buffers": extra, "models": {},
+        "system_info": info,
+        "threads": args.threads,
+        "extra_buffers": extra,
+        "models": {},
     }
     for path in args.models:
         bench = Bench(path, args.threads, 4096, max([1, *batches]), extra)
         try:
-            row = {"prefill": median_of(args.reps, lambda b=bench: b.prefill(args.prompt)),
-                   "decode_b1": median_of(args.reps, lambda b=bench: b.generate(1, args.tokens))}
+            row = {
+                "prefill": median_of(args.reps, lambda b=bench: b.prefill(args.prompt)),
+                "decode_b1": median_of(args.reps, lambda b=bench: b.generate(1, args.tokens)),
+            }
             for n in batches:
                 row[f"decode_b{n}"] = median_of(args.reps, lambda b=bench, n=n: b.generate(n, args.tokens))
         finally:

@@ -48,8 +48,15 @@ def fixed_latency_pool(latency: float) -> Pool:
     for a in base.agents[:4]:
         options = dict(a.model.options)
         options.update(first_token_s=latency, tokens_per_s=1e12)  # latency = first_token_s exactly
-        model = ModelSpec(a.model.name, a.model.backend, a.model.target, a.model.params_b, a.model.price_in,
-                          a.model.price_out, MappingProxyType(options))
+        model = ModelSpec(
+            a.model.name,
+            a.model.backend,
+            a.model.target,
+            a.model.params_b,
+            a.model.price_in,
+            a.model.price_out,
+            MappingProxyType(options),
+        )
         agents.append(Agent(a.name, model, a.pattern, a.tools, a.description, a.max_tokens))
     opts = {"sim": MappingProxyType({**base.backend_options["sim"], "realtime": True})}
     return Pool("fixed-latency", tuple(agents), backend_options=MappingProxyType(opts))
@@ -78,8 +85,10 @@ def main() -> None:
     ind, dep = concurrency(a.latency, a.reps)
     print("backend: sim (pool sim-paper)")
     print(f"step mode: {sps:,.0f} env steps/s, {eps:,.0f} episodes/s over {a.episodes} episodes")
-    print(f"workflow of 4 steps, {a.latency:.2f} s per call: independent {ind:.3f} s, dependent {dep:.3f} s, "
-          f"ratio dependent/independent {dep / ind:.2f}x (ideal 4.00x)")
+    print(
+        f"workflow of 4 steps, {a.latency:.2f} s per call: independent {ind:.3f} s, dependent {dep:.3f} s, "
+        f"ratio dependent/independent {dep / ind:.2f}x (ideal 4.00x)"
+    )
 
 
 if __name__ == "__main__":

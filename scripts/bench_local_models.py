@@ -92,8 +92,10 @@ def bench_model(key: str, args: argparse.Namespace) -> dict[str, dict[str, float
     }
     if threads > 1:
         configs["raw @1t"] = (raw_runner(raw1, args.tokens), 1)
-        configs[f"batch={args.thread_batch} @1t"] = (backend_runner(bat1, key, args.tokens, concurrent=True),
-                                                     args.thread_batch)
+        configs[f"batch={args.thread_batch} @1t"] = (
+            backend_runner(bat1, key, args.tokens, concurrent=True),
+            args.thread_batch,
+        )
     for run, _ in configs.values():  # warm-up: load, page the weights in, build graphs
         run(1)
     rates: dict[str, list[float]] = {name: [] for name in configs}
@@ -114,8 +116,14 @@ def bench_model(key: str, args: argparse.Namespace) -> dict[str, dict[str, float
     raw.close()
     if raw1 is not raw:
         raw1.close()
-    return {name: {"tok_s": statistics.median(rates[name]), "vs_raw": statistics.median(ratios[name]),
-                   "in_flight": configs[name][1]} for name in names}
+    return {
+        name: {
+            "tok_s": statistics.median(rates[name]),
+            "vs_raw": statistics.median(ratios[name]),
+            "in_flight": configs[name][1],
+        }
+        for name in names
+    }
 
 
 # --------------------------------------------------------------------------- episodes
@@ -158,22 +166,34 @@ def eval_items(batching: bool, args: argparse.Namespace) -> float:
     pool = capped_pool(args.cap)
     options = {"llamacpp": {"n_ctx": args.n_ctx, "batching": batching, "n_threads": args.n_threads}}
     router = make_router(options)
-    result = evaluate_policy("single:qwen0.5b-cot", pool, "gsm8k", n=32, backend=router, progress=False,
-                             concurrency=32 if batching else 1)
+    result = evaluate_policy(
+        "single:qwen0.5b-cot",
+        pool,
+        "gsm8k",
+        n=32,
+        backend=router,
+        progress=False,
+        concurrency=32 if batching else 1,
+    )
     router.backend("llamacpp").close()  # type: ignore[attr-defined]
     return result.n / result.wall_s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--models", default="qwen2.5-coder-0.5b,qwen2.5-coder-1.5b")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=32, help="completion tokens per request")
     parser.add_argument("--batches", default="2,4,8,16")
     parser.add_argument("--thread-batch", type=int, default=8, help="batch size of the one-thread comparison")
-    parser.add_argument("--n-threads", type=int, default=None,
-                        help="default: the batched backend's default (CPUs minus the load average)")
+    parser.add_argument(
+        "--n-threads",
+        type=int,
+        default=None,
+        help="default: the batched backend's default (CPUs minus the load average)",
+    )
     parser.add_argument("--n-ctx", type=int, default=2048)
     parser.add_argument("--cap", type=int, default=48, help="agents' max_tokens cap in part 2")
     parser.add_argument("--skip-episodes", action="store_true")
@@ -199,8 +219,11 @@ def main() -> None:
             one = fn(False, args)
             many = fn(True, args)
             results["episodes"][name] = {"sequential_eps": one, "batched_eps": many, "ratio": many / one}
-            print(f"{name}: one at a time {one:.3f} episodes/s, batched {many:.3f} episodes/s, "
-                  f"ratio {many / one:.2f}", flush=True)
+            print(
+                f"{name}: one at a time {one:.3f} episodes/s, batched {many:.3f} episodes/s, "
+                f"ratio {many / one:.2f}",
+                flush=True,
+            )
     results["load_average_end"] = os.getloadavg()
     print(f"load average at end: {results['load_average_end']}")
     if args.json:

@@ -49,16 +49,26 @@ def main() -> None:
         base = evaluate_policy(args.policy, pool, args.suite, n=args.n, progress=False)
         single = time.perf_counter() - t0
         init_ray(None, num_cpus=args.num_cpus)
-        print(f"| setting | wall s | ratio to one process | accuracy |\n|---|---:|---:|---:|\n"
-              f"| one process | {single:.1f} | 1.00 | {base.accuracy:.3f} |")
+        print(
+            f"| setting | wall s | ratio to one process | accuracy |\n|---|---:|---:|---:|\n"
+            f"| one process | {single:.1f} | 1.00 | {base.accuracy:.3f} |"
+        )
         for w in args.workers:
             t0 = time.perf_counter()
-            res = evaluate_policy_ray(args.policy, pool, args.suite, n=args.n, workers=w,
-                                      worker_cpus=args.num_cpus / max(args.workers))
+            res = evaluate_policy_ray(
+                args.policy,
+                pool,
+                args.suite,
+                n=args.n,
+                workers=w,
+                worker_cpus=args.num_cpus / max(args.workers),
+            )
             wall = time.perf_counter() - t0
             same = res.accuracy == base.accuracy and res.mean_usd == base.mean_usd
-            print(f"| Ray, {w} worker(s) | {wall:.1f} | {single / wall:.2f} | {res.accuracy:.3f}"
-                  f"{'' if same else ' (DIFFERS)'} |")
+            print(
+                f"| Ray, {w} worker(s) | {wall:.1f} | {single / wall:.2f} | {res.accuracy:.3f}"
+                f"{'' if same else ' (DIFFERS)'} |"
+            )
 
 
 if __name__ == "__main__":

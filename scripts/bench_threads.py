@@ -17,8 +17,9 @@ from puppeteer.backends.models import model_path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=24)
@@ -28,13 +29,16 @@ def main() -> None:
     for _ in range(args.rounds):
         for threads in sorted({1, available_cpus()}):
             llm = load_llama(path, n_ctx=512, n_threads=threads)
-            llm.create_chat_completion(messages=[{"role": "user", "content": "hi"}], max_tokens=2,
-                                       temperature=0)  # warm-up
+            llm.create_chat_completion(
+                messages=[{"role": "user", "content": "hi"}], max_tokens=2, temperature=0
+            )  # warm-up
             start = time.perf_counter()
             r = llm.create_chat_completion(messages=question, max_tokens=args.tokens, temperature=0, seed=0)
             rate = r["usage"]["completion_tokens"] / (time.perf_counter() - start)
-            print(f"{args.model}: {threads} threads {rate:.2f} tok/s (load average {os.getloadavg()[0]:.1f})",
-                  flush=True)
+            print(
+                f"{args.model}: {threads} threads {rate:.2f} tok/s (load average {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
             llm.close()
 
 

@@ -55,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--max-tokens must exceed the agent's budget ({old_budget})")
     run = Path(args.runs_dir) / pool.name / args.suite / slug(f"single:{args.agent}")
     records = list(read_trajectories(run / "trajectories.jsonl"))
-    cut = {t.task_id: t.steps[0].completion.text for t in records
-           if t.steps and t.steps[0].completion.truncated}
+    cut = {
+        t.task_id: t.steps[0].completion.text for t in records if t.steps and t.steps[0].completion.truncated
+    }
     kept = sum(t.correct for t in records if t.task_id not in cut)
     items = [t for t in load_suite(args.suite, args.split) if t.id in cut]
     probe_pool = with_budget(pool, args.agent, args.max_tokens)
@@ -64,8 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     options.setdefault("llamacpp", {})["n_threads"] = available_cpus()
     backend = make_router(options, cache=resolve_cache(probe_pool, args.cache, False))
     out = run.parent / f"{slug(f'single:{args.agent}')}_max{args.max_tokens}_truncated"
-    result = evaluate_policy(f"single:{args.agent}", probe_pool, args.suite, split=args.split, tasks=items,
-                             out_dir=out, backend=backend, progress=True, overwrite=True)  # regenerates
+    result = evaluate_policy(
+        f"single:{args.agent}",
+        probe_pool,
+        args.suite,
+        split=args.split,
+        tasks=items,
+        out_dir=out,
+        backend=backend,
+        progress=True,
+        overwrite=True,
+    )  # regenerates
     new = [t for t in read_trajectories(out / "trajectories.jsonl") if t.steps]
     prefix_ok = sum(t.steps[0].completion.text.startswith(cut[t.task_id].rstrip()) for t in new)
     still_cut = sum(t.steps[0].completion.truncated for t in new)
@@ -78,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{result.mean_latency_s:.1f} model s per re-run item\n"
         f"  accuracy with max_tokens={args.max_tokens}: {correct}/{n} = {correct / n:.3f} "
         f"[{lo:.3f}, {hi:.3f}] "
-        f"(was {sum(t.correct for t in records)}/{n})\n  trajectories: {out}\n")
+        f"(was {sum(t.correct for t in records)}/{n})\n  trajectories: {out}\n"
+    )
     return 0
 
 

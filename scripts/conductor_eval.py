@@ -38,8 +38,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=5)
     p.add_argument("--max-depth", type=int, default=0)
-    p.add_argument("--concurrency", type=int, default=16,
-                   help="items in flight, so that the conductor's llama.cpp calls batch")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=16,
+        help="items in flight, so that the conductor's llama.cpp calls batch",
+    )
     p.add_argument("--available", default=None, help="comma-separated agent names (a fixed subset)")
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
     p.add_argument("--out-dir", default=str(ROOT / "docs" / "conductor-runs"))
@@ -83,7 +87,11 @@ def summarize(path: Path) -> dict[str, Any] | None:
     results = path / "results.json"
     meta = json.loads(results.read_text()) if results.is_file() else {}
     return dict(
-        n=n, correct=correct, acc=correct / n, lo=lo, hi=hi,
+        n=n,
+        correct=correct,
+        acc=correct / n,
+        lo=lo,
+        hi=hi,
         parse_fail=sum(bool(d["parse_error"]) for d in lines),
         errors=sum(bool(d.get("error")) for d in lines),
         calls=mean([len(d["steps"]) for d in lines]),
@@ -100,9 +108,11 @@ def summarize(path: Path) -> dict[str, Any] | None:
 
 
 def table(rows: list[tuple[str, str, str, dict[str, Any]]]) -> str:
-    head = ("| policy | pool | suite | items done | parse failures | accuracy (95% CI) | worker calls | "
-            "worker tokens | worker USD | worker model s | conductor tokens (out) | conductor s | "
-            "worker backend |\n|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    head = (
+        "| policy | pool | suite | items done | parse failures | accuracy (95% CI) | worker calls | "
+        "worker tokens | worker USD | worker model s | conductor tokens (out) | conductor s | "
+        "worker backend |\n|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"
+    )
     out = [head]
     for policy, pool, suite, s in rows:
         done = f"{s['n']}" + ("" if s["completed"] else " (partial)")
@@ -125,14 +135,19 @@ def write_table(args: argparse.Namespace, command: str) -> None:
             if s is not None:
                 rows.append((args.policy, pool, suite, s))
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    runs = " and ".join(f"`python scripts/conductor_eval.py --policy {args.policy} --pools {pool} --suites "
-                        f"{' '.join(args.suites)} --n {args.n}`" for pool in args.pools)
-    text = (f"<!-- written by scripts/conductor_eval.py at {stamp} -->\n"
-            f"# Conductor results\n\nTable made {stamp} by `{command} --table-only` from the runs of {runs} "
-            f"(split test, seed 0; a rerun of a run command replays finished items from the response "
-            f"cache and goes on). Conductor backend: llamacpp (policy `{args.policy}`). Means are per item "
-            f"over the items done; `(partial)` marks runs that had not finished all {args.n} items."
-            f"\n\n{table(rows)}\n")
+    runs = " and ".join(
+        f"`python scripts/conductor_eval.py --policy {args.policy} --pools {pool} --suites "
+        f"{' '.join(args.suites)} --n {args.n}`"
+        for pool in args.pools
+    )
+    text = (
+        f"<!-- written by scripts/conductor_eval.py at {stamp} -->\n"
+        f"# Conductor results\n\nTable made {stamp} by `{command} --table-only` from the runs of {runs} "
+        f"(split test, seed 0; a rerun of a run command replays finished items from the response "
+        f"cache and goes on). Conductor backend: llamacpp (policy `{args.policy}`). Means are per item "
+        f"over the items done; `(partial)` marks runs that had not finished all {args.n} items."
+        f"\n\n{table(rows)}\n"
+    )
     Path(args.table).write_text(text)
 
 
@@ -152,10 +167,21 @@ def main(argv: list[str] | None = None) -> int:
                     logging.info("%s on %s/%s: finished in %s, skipped", args.policy, pool_name, suite, out)
                     continue
                 logging.info("conductor %s on %s/%s -> %s", args.policy, pool_name, suite, out)
-                evaluate_policy(args.policy, pool, suite, n=args.n, seed=args.seed, out_dir=out, cache=cache,
-                                max_steps=args.max_steps, progress=False, available=available,
-                                max_depth=args.max_depth, concurrency=args.concurrency,
-                                overwrite=True)  # an unfinished run: finished items replay from the cache
+                evaluate_policy(
+                    args.policy,
+                    pool,
+                    suite,
+                    n=args.n,
+                    seed=args.seed,
+                    out_dir=out,
+                    cache=cache,
+                    max_steps=args.max_steps,
+                    progress=False,
+                    available=available,
+                    max_depth=args.max_depth,
+                    concurrency=args.concurrency,
+                    overwrite=True,
+                )  # an unfinished run: finished items replay from the cache
                 write_table(args, command)
     write_table(args, command)
     return 0

@@ -41,8 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     env = ConductorEnv(mode="workflow", pool=args.pool, suite=args.suite, split="test", n_tasks=args.n)
     backend = make_router({"llamacpp": {"n_ctx": 4096}}, cache=default_response_cache())
     policy = ConductorPolicy(model=conductor_model(args.model), max_tokens=args.max_tokens, backend=backend)
-    report: dict[str, object] = {"model": args.model, "pool": args.pool, "suite": args.suite, "n": args.n,
-                                 "max_tokens": args.max_tokens}
+    report: dict[str, object] = {
+        "model": args.model,
+        "pool": args.pool,
+        "suite": args.suite,
+        "n": args.n,
+        "max_tokens": args.max_tokens,
+    }
     for layout in ("chat", "flat"):
         parsed, errors, tokens = 0, [], []
         for i, task in enumerate(env.tasks):
@@ -53,15 +58,19 @@ def main(argv: list[str] | None = None) -> int:
                     prompt = ConductorPrompt((Message("user", obs["prompt"]),))
                 return policy.write(prompt)
 
-            step_info = run_episode(env, write, seed=item_seed(0, task.id), options={"task_index": i},
-                                    start=policy.reset).info
+            step_info = run_episode(
+                env, write, seed=item_seed(0, task.id), options={"task_index": i}, start=policy.reset
+            ).info
             tokens.append(policy.calls[-1].completion_tokens)
             if step_info["parse_error"] is None:
                 parsed += 1
             else:
                 errors.append(step_info["parse_error"])
-        report[layout] = {"parsed": parsed, "errors": errors,
-                          "mean_completion_tokens": sum(tokens) / len(tokens)}
+        report[layout] = {
+            "parsed": parsed,
+            "errors": errors,
+            "mean_completion_tokens": sum(tokens) / len(tokens),
+        }
     text = json.dumps(report, indent=2)
     sys.stdout.write(text + "\n")
     if args.out:

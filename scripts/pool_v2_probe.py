@@ -35,11 +35,17 @@ logger = logging.getLogger("pool_v2_probe")
 
 
 def episode(executor: Executor, task: Any, grader: Any, ids: list[int]) -> tuple[Step, ...]:
-    ctx = EpisodeContext(question=task.question, item_key=task.id,
-                         extract=lambda text, truncated: grader.extract(text, task, truncated=truncated),
-                         answer_format=ANSWER_FORMATS.get(task.grader, DEFAULT_FORMAT))
-    workflow = Workflow(model_id=tuple(ids), subtasks=tuple("" for _ in ids),
-                        access_list=tuple(tuple(range(i)) for i in range(len(ids))))
+    ctx = EpisodeContext(
+        question=task.question,
+        item_key=task.id,
+        extract=lambda text, truncated: grader.extract(text, task, truncated=truncated),
+        answer_format=ANSWER_FORMATS.get(task.grader, DEFAULT_FORMAT),
+    )
+    workflow = Workflow(
+        model_id=tuple(ids),
+        subtasks=tuple("" for _ in ids),
+        access_list=tuple(tuple(range(i)) for i in range(len(ids))),
+    )
     return executor.run_workflow(ctx, workflow)
 
 
@@ -56,8 +62,9 @@ def run(args: argparse.Namespace) -> None:
         for line in out.read_text().splitlines():
             r = json.loads(line)
             done.add((r["pool"], r["layout"], r["spec"], r["item"]))
-    router = make_router({k: dict(v) for k, v in pool.backend_options.items()},
-                         cache=args.cache or default_response_cache())
+    router = make_router(
+        {k: dict(v) for k, v in pool.backend_options.items()}, cache=args.cache or default_response_cache()
+    )
     executor = Executor(backend=router, pool=pool, tools=default_tools())
     for spec in args.specs:
         ids = [pool.index(name) for name in spec.split(">")]
@@ -68,14 +75,27 @@ def run(args: argparse.Namespace) -> None:
             steps = episode(executor, task, grader, ids)
             last = steps[-1]
             record = {
-                "pool": pool.name, "layout": pool.context_layout, "spec": spec, "suite": args.suite,
+                "pool": pool.name,
+                "layout": pool.context_layout,
+                "spec": spec,
+                "suite": args.suite,
                 "item": task.id,
-                "correct": grader.grade(last.answer, task), "answer": last.answer,
-                "steps": [{"agent": s.agent_name, "answer": s.answer,
-                           "tokens": s.completion.completion_tokens,
-                           "prompt_tokens": s.completion.prompt_tokens, "truncated": s.completion.truncated,
-                           "tool_calls": s.tool_calls, "model_s": round(s.completion.latency_s, 2),
-                           "cached": s.completion.cached, "text": s.completion.text} for s in steps],
+                "correct": grader.grade(last.answer, task),
+                "answer": last.answer,
+                "steps": [
+                    {
+                        "agent": s.agent_name,
+                        "answer": s.answer,
+                        "tokens": s.completion.completion_tokens,
+                        "prompt_tokens": s.completion.prompt_tokens,
+                        "truncated": s.completion.truncated,
+                        "tool_calls": s.tool_calls,
+                        "model_s": round(s.completion.latency_s, 2),
+                        "cached": s.completion.cached,
+                        "text": s.completion.text,
+                    }
+                    for s in steps
+                ],
             }
             if len(steps) > 1:
                 prev, cur = steps[-2].completion.text.strip(), last.completion.text.strip()
@@ -92,9 +112,11 @@ def summary(path: Path) -> str:
     for line in path.read_text().splitlines():
         r = json.loads(line)
         groups[(r["pool"] + " / " + r["layout"], r["suite"], r["spec"])].append(r)
-    rows = ["| pool / layout | suite | spec | n | accuracy | last-step tokens (mean) | truncated | "
-            "tool-call rate | model s/item | verbatim copies | kept previous answer |",
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| pool / layout | suite | spec | n | accuracy | last-step tokens (mean) | truncated | "
+        "tool-call rate | model s/item | verbatim copies | kept previous answer |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for (pool, suite, spec), rs in groups.items():
         n = len(rs)
         last = [r["steps"][-1] for r in rs]
@@ -105,8 +127,10 @@ def summary(path: Path) -> str:
         secs = sum(sum(s["model_s"] for s in r["steps"]) for r in rs) / n
         copies = sum(r.get("verbatim_copy", False) for r in rs) if len(rs[0]["steps"]) > 1 else "-"
         kept = sum(r.get("kept_answer", False) for r in rs) if len(rs[0]["steps"]) > 1 else "-"
-        rows.append(f"| {pool} | {suite} | `{spec}` | {n} | {acc:.2f} | {toks:.0f} | {trunc}/{n} | "
-                    f"{tools}/{n} | {secs:.1f} | {copies} | {kept} |")
+        rows.append(
+            f"| {pool} | {suite} | `{spec}` | {n} | {acc:.2f} | {toks:.0f} | {trunc}/{n} | "
+            f"{tools}/{n} | {secs:.1f} | {copies} | {kept} |"
+        )
     return "\n".join(rows)
 
 

@@ -35,9 +35,20 @@ def arith() -> tuple[Task, ...]:
 
 
 ALL_SPECS = [
-    "single:gpt5-cot", "single:6", "random", "chain", "chain:qwen3-32b-cot,qwen3-32b-verify", "vote:3",
-    "vote:gpt5-cot,sonnet4-cot,gemma3-27b-cot", "moa", "moa:0,1|gemma3-27b-summarize", "reflect",
-    "reflect:qwen3-32b-cot", "reflect:qwen3-32b-cot:1", "oracle", "random-step",
+    "single:gpt5-cot",
+    "single:6",
+    "random",
+    "chain",
+    "chain:qwen3-32b-cot,qwen3-32b-verify",
+    "vote:3",
+    "vote:gpt5-cot,sonnet4-cot,gemma3-27b-cot",
+    "moa",
+    "moa:0,1|gemma3-27b-summarize",
+    "reflect",
+    "reflect:qwen3-32b-cot",
+    "reflect:qwen3-32b-cot:1",
+    "oracle",
+    "random-step",
 ]
 
 
@@ -56,15 +67,26 @@ def test_spec_resolves_names_and_ids(pool: Pool) -> None:
     assert make_policy("single: gpt5-cot ", pool) == SingleAgent("gpt5-cot")
     assert make_policy("chain:3,qwen3-32b-verify", pool) == FixedChain(("qwen3-32b-cot", "qwen3-32b-verify"))
     assert make_policy("vote:2", pool) == MajorityVote(k=2)
-    assert make_policy("moa:0,1|9", pool) == MixtureOfAgents(("gpt5-cot", "gemini25pro-cot"),
-                                                            "gemma3-27b-summarize")
+    assert make_policy("moa:0,1|9", pool) == MixtureOfAgents(
+        ("gpt5-cot", "gemini25pro-cot"), "gemma3-27b-summarize"
+    )
     assert make_policy("reflect:sonnet4-cot:4", pool) == SelfReflection("sonnet4-cot", 4)
     assert make_policy("random", pool, max_steps=3) == RandomWorkflow(max_steps=3)
     assert make_policy("random-step", pool, max_steps=4) == RandomStep(max_steps=4)
 
 
-BAD_SPECS = ["nonsense", "single", "single:nobody", "single:99", "vote:11", "moa:0,1", "moa:0|",
-             "reflect:gpt5-cot:x", "chain:terminator", "puppeteer:/no/such/dir"]
+BAD_SPECS = [
+    "nonsense",
+    "single",
+    "single:nobody",
+    "single:99",
+    "vote:11",
+    "moa:0,1",
+    "moa:0|",
+    "reflect:gpt5-cot:x",
+    "chain:terminator",
+    "puppeteer:/no/such/dir",
+]
 
 
 @pytest.mark.parametrize("spec", BAD_SPECS)
@@ -139,8 +161,9 @@ class ThreeWayTie:
 def test_vote_ties_go_to_the_first_listed_member(pool: Pool, arith: tuple[Task, ...], first: str) -> None:
     members = [first, *(m for m in ("gpt5-cot", "sonnet4-cot", "gemma3-27b-cot") if m != first)]
     backend = ThreeWayTie({t.id: t.answer for t in arith}, right=pool.agent(pool.index(first)).model.target)
-    result = evaluate_policy("vote:" + ",".join(members), pool, "arith", tasks=arith[:6], backend=backend,
-                             progress=False)
+    result = evaluate_policy(
+        "vote:" + ",".join(members), pool, "arith", tasks=arith[:6], backend=backend, progress=False
+    )
     assert result.correct == 6
 
 

@@ -30,9 +30,15 @@ class CountingBackend:
         with self._lock:
             self.calls += 1
             n = self.calls
-        return Completion(text=f"{request.messages[-1].content}|{request.sample_index}|call{n}",
-                          prompt_tokens=11, completion_tokens=7, cost_usd=self.cost, flops=123.0,
-                          latency_s=0.25 + n, model=request.model.target)
+        return Completion(
+            text=f"{request.messages[-1].content}|{request.sample_index}|call{n}",
+            prompt_tokens=11,
+            completion_tokens=7,
+            cost_usd=self.cost,
+            flops=123.0,
+            latency_s=0.25 + n,
+            model=request.model.target,
+        )
 
     def complete(self, request: CompletionRequest) -> Completion:
         time.sleep(self.delay)
@@ -200,8 +206,9 @@ def test_corrupt_database_raises_and_is_left_untouched(tmp_path: Path) -> None:
     assert path.read_bytes() == garbage
 
 
-def test_locked_database_returns_fresh_completion_and_reports(tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_locked_database_returns_fresh_completion_and_reports(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "c.sqlite"
     inner = CountingBackend()
     cache = CachedBackend(inner, path, timeout=0.2)

@@ -21,8 +21,22 @@ def test_pool_show_lists_agents_and_terminator(capsys: pytest.CaptureFixture[str
 
 
 def test_run_chain_prints_steps_tokens_cost_and_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--pool", "sim-paper", "--suite", "arith", "--index", "3",
-                 "--chain", "gpt5-cot,qwen3-32b-verify"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--pool",
+                "sim-paper",
+                "--suite",
+                "arith",
+                "--index",
+                "3",
+                "--chain",
+                "gpt5-cot,qwen3-32b-verify",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "step 1: gpt5-cot" in out and "step 2: qwen3-32b-verify" in out
     assert "final answer:" in out and "cost=$" in out and "completion=" in out
@@ -37,9 +51,22 @@ def test_run_workflow_rejects_hostile_text_without_running_it(capsys: pytest.Cap
 
 def test_train_entry_point_writes_results(tmp_path) -> None:
     out = tmp_path / "run"
-    assert main(["train", "trainer.episodes=64", "trainer.batch_episodes=32", "policy.encoder=hashing",
-                 "suite.n_eval=10", "suite.n_val=10", "wandb.enabled=false", f"out={out}",
-                 f"hydra.run.dir={tmp_path / 'hydra'}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "trainer.episodes=64",
+                "trainer.batch_episodes=32",
+                "policy.encoder=hashing",
+                "suite.n_eval=10",
+                "suite.n_val=10",
+                "wandb.enabled=false",
+                f"out={out}",
+                f"hydra.run.dir={tmp_path / 'hydra'}",
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["episodes"] == 64 and results["backend"] == "sim" and results["n_eval"] == 10
     assert (out / "learning_curve.png").stat().st_size > 1000

@@ -31,26 +31,35 @@ class Scripted(SyncBackend):
     def complete(self, request: CompletionRequest) -> Completion:
         self.requests.append(request)
         text = self.texts[min(len(self.requests) - 1, len(self.texts) - 1)]
-        return Completion(text=text, prompt_tokens=100, completion_tokens=20, cost_usd=0.001, flops=1.0,
-                          latency_s=0.5, model="scripted")
+        return Completion(
+            text=text,
+            prompt_tokens=100,
+            completion_tokens=20,
+            cost_usd=0.001,
+            flops=1.0,
+            latency_s=0.5,
+            model="scripted",
+        )
 
 
 def _pool() -> Pool:
     """Deterministic simulated workers: `ace` is always right, `dud` always wrong."""
     sim = {"backend": "sim", "params_b": 1, "price_in": 1.0, "price_out": 2.0}
-    return pool_from_dict({
-        "name": "det",
-        "backend_options": {"sim": {"seed": 0, "default_column": "MATH500"}},
-        "models": {
-            "ace": {**sim, "target": "ace", "options": {"skills": {"MATH500": 100.0}}},
-            "dud": {**sim, "target": "dud", "options": {"skills": {"MATH500": 0.0}}},
-        },
-        "agents": [
-            {"name": "ace", "model": "ace", "pattern": "cot"},
-            {"name": "dud", "model": "dud", "pattern": "cot"},
-            {"name": "ace2", "model": "ace", "pattern": "cot"},
-        ],
-    })
+    return pool_from_dict(
+        {
+            "name": "det",
+            "backend_options": {"sim": {"seed": 0, "default_column": "MATH500"}},
+            "models": {
+                "ace": {**sim, "target": "ace", "options": {"skills": {"MATH500": 100.0}}},
+                "dud": {**sim, "target": "dud", "options": {"skills": {"MATH500": 0.0}}},
+            },
+            "agents": [
+                {"name": "ace", "model": "ace", "pattern": "cot"},
+                {"name": "dud", "model": "dud", "pattern": "cot"},
+                {"name": "ace2", "model": "ace", "pattern": "cot"},
+            ],
+        }
+    )
 
 
 RIGHT = "# one solver\nmodel_id = [0]\nsubtasks = ['Solve it.']\naccess_list = [[]]"
@@ -76,8 +85,13 @@ def _env(**kw: object) -> ConductorEnv:
 
 @pytest.mark.parametrize(
     ("text", "reward", "parse_error"),
-    [("I would ask the best agent.", 0.0, True), (WRONG, 0.5, False), (RIGHT, 1.0, False),
-     (HOSTILE, 0.0, True), ("x" * 300_000, 0.0, True)],
+    [
+        ("I would ask the best agent.", 0.0, True),
+        (WRONG, 0.5, False),
+        (RIGHT, 1.0, False),
+        (HOSTILE, 0.0, True),
+        ("x" * 300_000, 0.0, True),
+    ],
 )
 def test_policy_text_goes_through_the_env_parser(text: str, reward: float, parse_error: bool) -> None:
     env = _env()
@@ -216,8 +230,9 @@ def test_conductor_must_be_the_last_step_and_empty_lists_end_only_inner_rounds()
 def test_evaluate_conductor_writes_text_parse_status_and_per_depth(tmp_path) -> None:
     tasks = load_suite("arith", "test", n=4)
     policy, _ = _policy(["not a plan", SELF, RIGHT, WRONG])
-    result = evaluate_policy(policy, _pool(), "arith", tasks=tasks, out_dir=tmp_path, progress=False,
-                             max_depth=1)
+    result = evaluate_policy(
+        policy, _pool(), "arith", tasks=tasks, out_dir=tmp_path, progress=False, max_depth=1
+    )
     assert result.n == 4 and result.n_parse_errors == 1 and result.max_depth == 1
     lines = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert lines[0]["parse_error"] and lines[0]["conductor"][0]["text"] == "not a plan"
@@ -263,8 +278,9 @@ def test_env_checker_passes_with_k_of_n_and_recursion() -> None:
     import gymnasium as gym
     from gymnasium.utils.env_checker import check_env
 
-    env = gym.make("Conductor-v0", mode="workflow", pool="sim-paper", suite="arith", k_available=3,
-                   max_depth=1)
+    env = gym.make(
+        "Conductor-v0", mode="workflow", pool="sim-paper", suite="arith", k_available=3, max_depth=1
+    )
     check_env(env.unwrapped, skip_render_check=True)
     for seed in range(3):
         obs, _ = env.reset(seed=seed)
@@ -277,8 +293,15 @@ def test_env_checker_passes_with_k_of_n_and_recursion() -> None:
 @pytest.mark.slow
 def test_smollm2_conducts_end_to_end_through_llamacpp(tmp_path) -> None:
     pytest.importorskip("llama_cpp")
-    result = evaluate_policy("conductor:smollm2-135m", "sim-paper", "arith", n=2, out_dir=tmp_path,
-                             cache=tmp_path / "cache.sqlite", progress=False)
+    result = evaluate_policy(
+        "conductor:smollm2-135m",
+        "sim-paper",
+        "arith",
+        n=2,
+        out_dir=tmp_path,
+        cache=tmp_path / "cache.sqlite",
+        progress=False,
+    )
     assert result.n == 2 and result.n_errors == 0 and result.completed
     assert result.mean_conductor_calls == 1.0 and result.mean_conductor_completion_tokens > 0
     lines = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
@@ -288,8 +311,9 @@ def test_smollm2_conducts_end_to_end_through_llamacpp(tmp_path) -> None:
         # parsed or not, the status is recorded and the reward follows it
         assert (line["parse_error"] is None) == (line["reward"] > 0)
     # a second run replays the conductor from the response cache
-    again = evaluate_policy("conductor:smollm2-135m", "sim-paper", "arith", n=2,
-                            cache=tmp_path / "cache.sqlite", progress=False)
+    again = evaluate_policy(
+        "conductor:smollm2-135m", "sim-paper", "arith", n=2, cache=tmp_path / "cache.sqlite", progress=False
+    )
     assert again.correct == result.correct and again.n_parse_errors == result.n_parse_errors
 
 

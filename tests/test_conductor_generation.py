@@ -100,7 +100,10 @@ def test_tiny_model_generation_ends_right_after_a_forced_access_list() -> None:
     prompt_len = enc["input_ids"].shape[1]
     install_access_list_stop(model, tok)
     out = model.generate(
-        **enc, max_new_tokens=40, do_sample=False, logits_processor=LogitsProcessorList([Teacher()]),
+        **enc,
+        max_new_tokens=40,
+        do_sample=False,
+        logits_processor=LogitsProcessorList([Teacher()]),
         pad_token_id=tok.pad_token_id,
     )
     new = out[0, prompt_len:].tolist()

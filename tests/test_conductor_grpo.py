@@ -216,8 +216,14 @@ def test_cpu_preset_opens_the_answer_and_fixes_a_short_prompt_and_subset(tmp_pat
 
 
 def test_time_budget_stops_training_with_a_checkpoint_and_still_evaluates(tmp_path: Path) -> None:
-    cfg = conductor_cfg(*TINY, "grpo.max_steps=4", "grpo.save_steps=100", "time_budget_s=0.001",
-                        "format_reward_weight=0.5", "eval.before=false")
+    cfg = conductor_cfg(
+        *TINY,
+        "grpo.max_steps=4",
+        "grpo.save_steps=100",
+        "time_budget_s=0.001",
+        "format_reward_weight=0.5",
+        "eval.before=false",
+    )
     results = run_conductor_training(cfg, tmp_path)
     assert results["steps"] == 1  # the budget was spent after the first step
     assert (tmp_path / "checkpoints" / "checkpoint-1").is_dir()  # saved although save_steps=100

@@ -9,13 +9,20 @@ from puppeteer.pool import PoolError, load_pool, pool_from_dict
 from puppeteer.reasoning import Turn, worker_messages
 from puppeteer.types import Completion, CompletionRequest, Workflow
 
-EARLIER = (Turn("qwen1.5b-cot", "Solve it.", "16 - 3 - 4 = 9 eggs, 9 * 2 = 18.\nAnswer: 18", "18"),
-           Turn("qwen0.5b-cot", "Solve it.", "It is 20 dollars, cut off", None))
+EARLIER = (
+    Turn("qwen1.5b-cot", "Solve it.", "16 - 3 - 4 = 9 eggs, 9 * 2 = 18.\nAnswer: 18", "18"),
+    Turn("qwen0.5b-cot", "Solve it.", "It is 20 dollars, cut off", None),
+)
 
 
 def _agent(pattern: str = "verify") -> object:
-    pool = pool_from_dict({"name": "p", "models": {"m": {"backend": "sim", "params_b": 1}},
-                           "agents": [{"name": "a", "model": "m", "pattern": pattern}]})
+    pool = pool_from_dict(
+        {
+            "name": "p",
+            "models": {"m": {"backend": "sim", "params_b": 1}},
+            "agents": [{"name": "a", "model": "m", "pattern": pattern}],
+        }
+    )
     return pool.agent(0)
 
 
@@ -49,9 +56,14 @@ def test_pool_files_choose_the_layout_and_local_keeps_turns() -> None:
     assert v2.context_layout == "inline"
     assert v2.subset(["qwen0.5b-cot"]).context_layout == "inline"
     with pytest.raises(PoolError, match="context_layout"):
-        pool_from_dict({"name": "p", "context_layout": "sideways",
-                        "models": {"m": {"backend": "sim", "params_b": 1}},
-                        "agents": [{"name": "a", "model": "m"}]})
+        pool_from_dict(
+            {
+                "name": "p",
+                "context_layout": "sideways",
+                "models": {"m": {"backend": "sim", "params_b": 1}},
+                "agents": [{"name": "a", "model": "m"}],
+            }
+        )
 
 
 class Recorder:
@@ -71,10 +83,17 @@ class Recorder:
 
 
 def test_executor_passes_the_earlier_steps_answer_into_an_inline_chain() -> None:
-    pool = pool_from_dict({"name": "p", "context_layout": "inline",
-                           "models": {"m": {"backend": "sim", "params_b": 1}},
-                           "agents": [{"name": "solver", "model": "m", "pattern": "cot"},
-                                      {"name": "checker", "model": "m", "pattern": "verify"}]})
+    pool = pool_from_dict(
+        {
+            "name": "p",
+            "context_layout": "inline",
+            "models": {"m": {"backend": "sim", "params_b": 1}},
+            "agents": [
+                {"name": "solver", "model": "m", "pattern": "cot"},
+                {"name": "checker", "model": "m", "pattern": "verify"},
+            ],
+        }
+    )
     backend = Recorder()
     ctx = EpisodeContext(question="What is 3 + 4?", item_key="i", extract=lambda text, _t: text.split()[-1])
     steps = Executor(backend=backend, pool=pool).run_workflow(ctx, Workflow((0, 1), ("", ""), ((), (0,))))

@@ -30,8 +30,14 @@ class FakeEngine:
     the cells in use never exceed ``kv_size``.
     """
 
-    def __init__(self, n_seq_max: int = 4, kv_size: int = 4096, n_batch: int = 64, n_ctx: int = 512,
-                 gate: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        n_seq_max: int = 4,
+        kv_size: int = 4096,
+        n_batch: int = 64,
+        n_ctx: int = 512,
+        gate: threading.Event | None = None,
+    ) -> None:
         self.n_seq_max, self.kv_size, self.n_batch, self.n_ctx = n_seq_max, kv_size, n_batch, n_ctx
         self.kv: dict[int, list[int]] = {i: [] for i in range(n_seq_max)}
         self.rows: dict[int, list[int]] = {}  # batch index -> context that produced its logits
@@ -101,8 +107,13 @@ def prompt(question: bytes, reply: bytes | Sequence[int]) -> tuple[int, ...]:
     return (*question, SEP, *reply, SEP)
 
 
-def job(question: bytes, reply: bytes | Sequence[int], max_tokens: int = 64, stop: tuple[bytes, ...] = (),
-        seed: int = 0) -> GenerationJob:
+def job(
+    question: bytes,
+    reply: bytes | Sequence[int],
+    max_tokens: int = 64,
+    stop: tuple[bytes, ...] = (),
+    seed: int = 0,
+) -> GenerationJob:
     return GenerationJob(prompt(question, reply), max_tokens, stop, SamplingParams(seed=seed))
 
 
@@ -130,8 +141,9 @@ def test_concurrent_jobs_decode_in_one_batch_and_each_gets_its_own_reply(gated) 
     assert all(r.finish_reason == "stop" for r in out)  # ended by the end-of-generation token
     # the end-of-generation token is not counted
     assert [len(r.completion_tokens) for r in out] == [len(f"answer {i}!") for i in range(4)]
-    assert [r.prompt_tokens for r in out] == [len(prompt(f"q{i}".encode(), f"answer {i}!".encode()))
-                                              for i in range(4)]
+    assert [r.prompt_tokens for r in out] == [
+        len(prompt(f"q{i}".encode(), f"answer {i}!".encode())) for i in range(4)
+    ]
     assert max(len(b) for b in engine.batches) == 4  # all four sequences shared decode calls
     assert batcher.stats.jobs == 4 and batcher.stats.max_sequences == 4
     # 4 prompts + 9 decode steps, not 4 x (1 + 9) one-at-a-time calls
@@ -213,8 +225,10 @@ def test_reservations_never_overflow_the_kv_cache() -> None:
     engine = FakeEngine(n_seq_max=4, kv_size=120, n_ctx=100, gate=gate)
     batcher = ContinuousBatcher(engine)
     try:
-        futures = [batcher.submit(job(f"question {i}".encode(), f"reply {i}".encode(), max_tokens=30))
-                   for i in range(6)]
+        futures = [
+            batcher.submit(job(f"question {i}".encode(), f"reply {i}".encode(), max_tokens=30))
+            for i in range(6)
+        ]
         gate.set()
         assert [r.text for r in results(futures)] == [f"reply {i}".encode() for i in range(6)]
         assert engine.max_cells <= 120

@@ -145,34 +145,71 @@ class RealModels:
 
 # (pattern searched in the command text after ``puppeteer ``, why): the first match wins
 NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
-    (r"^quickstart\b", RealModels(
-        "trains on real local llama.cpp models for ~17 min on 2 cores (docs/quickstart/report.md); "
-        "the same code path runs on the simulator in tests/test_quickstart.py", slow=False)),
-    (r"^run --pool local\b", RealModels(
-        "calls a real local llama.cpp model (one generation, ~1 min on 2 cores)", slow=True)),
-    (r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$", RealModels(
-        "a mention of the sub-command in prose, not a command", slow=False)),
-    (r"^(graph|query) ", RealModels(
-        "reads runs that earlier commands of the page made; tests/test_analytics_*.py run it",
-        slow=False)),
-    (r"^sweep .*--seeds [3-9]", RealModels(
-        "the full documented study (many training runs); the page's quick sweep runs here", slow=False)),
-    (r"\.\.\.|\[[A-Z_]+\]|\[--|^ab A B\b|HEAD_IP|=ADDRESS|=N\b| K\b", RealModels(
-        "a usage template with placeholders, not a runnable command", slow=False)),
+    (
+        r"^quickstart\b",
+        RealModels(
+            "trains on real local llama.cpp models for ~17 min on 2 cores (docs/quickstart/report.md); "
+            "the same code path runs on the simulator in tests/test_quickstart.py",
+            slow=False,
+        ),
+    ),
+    (
+        r"^run --pool local\b",
+        RealModels("calls a real local llama.cpp model (one generation, ~1 min on 2 cores)", slow=True),
+    ),
+    (
+        r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$",
+        RealModels("a mention of the sub-command in prose, not a command", slow=False),
+    ),
+    (
+        r"^(graph|query) ",
+        RealModels(
+            "reads runs that earlier commands of the page made; tests/test_analytics_*.py run it", slow=False
+        ),
+    ),
+    (
+        r"^sweep .*--seeds [3-9]",
+        RealModels(
+            "the full documented study (many training runs); the page's quick sweep runs here", slow=False
+        ),
+    ),
+    (
+        r"\.\.\.|\[[A-Z_]+\]|\[--|^ab A B\b|HEAD_IP|=ADDRESS|=N\b| K\b",
+        RealModels("a usage template with placeholders, not a runnable command", slow=False),
+    ),
     (r"--ray (auto|ray://)|ray_address=auto", RealModels("needs a running Ray cluster", slow=False)),
-    (r"--ray\b|rollout_workers=[1-9]", RealModels(
-        "starts a local Ray instance (slow on 2 cores); tests/test_ray.py runs the same paths", slow=True)),
-    (r"^ab runs/", RealModels(
-        "compares a run directory made by an earlier command of the same page", slow=False)),
-    (r"(sb3|puppeteer|conductor):(runs|/)", RealModels(
-        "needs a policy trained by an earlier command of the same page", slow=False)),
-    (r"track=conductor", RealModels(
-        "trains a language model with GRPO (CPU minutes to GPU hours); tests/test_conductor_grpo.py runs "
-        "one step of each shipped config with a tiny model", slow=False)),
-    (r"^serve\b", RealModels(
-        "starts a server that runs until stopped; tests/test_serve.py runs it on 127.0.0.1", slow=False)),
-    (r"--pool (local|api-example)\b|pool=(local|api-example)\b|--policy conductor\b",
-     RealModels("calls real models (local llama.cpp or a provider's API)", slow=False)),
+    (
+        r"--ray\b|rollout_workers=[1-9]",
+        RealModels(
+            "starts a local Ray instance (slow on 2 cores); tests/test_ray.py runs the same paths", slow=True
+        ),
+    ),
+    (
+        r"^ab runs/",
+        RealModels("compares a run directory made by an earlier command of the same page", slow=False),
+    ),
+    (
+        r"(sb3|puppeteer|conductor):(runs|/)",
+        RealModels("needs a policy trained by an earlier command of the same page", slow=False),
+    ),
+    (
+        r"track=conductor",
+        RealModels(
+            "trains a language model with GRPO (CPU minutes to GPU hours); tests/test_conductor_grpo.py runs "
+            "one step of each shipped config with a tiny model",
+            slow=False,
+        ),
+    ),
+    (
+        r"^serve\b",
+        RealModels(
+            "starts a server that runs until stopped; tests/test_serve.py runs it on 127.0.0.1", slow=False
+        ),
+    ),
+    (
+        r"--pool (local|api-example)\b|pool=(local|api-example)\b|--policy conductor\b",
+        RealModels("calls real models (local llama.cpp or a provider's API)", slow=False),
+    ),
 )
 
 
@@ -204,10 +241,17 @@ def shrink_eval(argv: list[str], tmp: Path) -> list[str]:
 
 def shrink_train(argv: list[str], tmp: Path) -> list[str]:
     # the suite keeps its default sizes: they must fit the suite (mix-paper's test split holds 150)
-    tiny = {"trainer.episodes": "8", "trainer.batch_episodes": "8", "trainer.group_size": "4",
-            "trainer.eval_every": "1", "policy.encoder": "hashing", "policy.hidden": "16",
-            "wandb.enabled": "false", "hydra.run.dir": str(tmp / "run"),
-            "hydra.sweep.dir": str(tmp / "sweep")}
+    tiny = {
+        "trainer.episodes": "8",
+        "trainer.batch_episodes": "8",
+        "trainer.group_size": "4",
+        "trainer.eval_every": "1",
+        "policy.encoder": "hashing",
+        "policy.hidden": "16",
+        "wandb.enabled": "false",
+        "hydra.run.dir": str(tmp / "run"),
+        "hydra.sweep.dir": str(tmp / "sweep"),
+    }
     for key, value in tiny.items():
         argv = _override(argv, key, value)
     return argv
@@ -238,8 +282,9 @@ def _id(cmd: DocCommand) -> str:
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=_id)
-def test_doc_command_runs_on_the_simulator(cmd: DocCommand, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doc_command_runs_on_the_simulator(
+    cmd: DocCommand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     why = real_models(cmd)
     if why is not None:
         pytest.skip(f"not in the fast run: {why.reason}" + ("; runs in the slow suite" if why.slow else ""))
@@ -250,8 +295,9 @@ def test_doc_command_runs_on_the_simulator(cmd: DocCommand, tmp_path: Path,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", SLOW, ids=_id)
-def test_doc_command_runs_on_real_models(cmd: DocCommand, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_doc_command_runs_on_real_models(
+    cmd: DocCommand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("llama_cpp")
     monkeypatch.chdir(tmp_path)
     assert main(runnable(cmd, tmp_path)) == 0, cmd.text
@@ -281,7 +327,7 @@ def test_extractor_handles_prompts_chains_comments_and_multiline_quotes(tmp_path
         "```bash\n"
         "pip install x && puppeteer eval --n 3   # a comment\n"
         "$ puppeteer run --workflow 'model_id=[0]\n"
-        "subtasks=[\"a b\"]' \"What is 2?\"\n"
+        'subtasks=["a b"]\' "What is 2?"\n'
         "puppeteer train \\\n"
         "  lam=0.2\n"
         "```\n\n"

@@ -29,10 +29,28 @@ def _episode(env: ConductorEnv, index: int) -> tuple:
 def test_build_env_from_a_config_equals_the_keyword_form_and_gym_make() -> None:
     config = EnvConfig(mode="step", lam=0.3, gamma=0.9, max_steps=3, min_steps=1)
     built = build_env(config, pool="sim-paper", suite="arith", split="train", n_tasks=6)
-    keyword = ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=6, lam=0.3,
-                           gamma=0.9, max_steps=3, min_steps=1)
-    made = gym.make("Conductor-v0", pool="sim-paper", suite="arith", split="train", n_tasks=6, lam=0.3,
-                    gamma=0.9, max_steps=3, min_steps=1).unwrapped
+    keyword = ConductorEnv(
+        mode="step",
+        pool="sim-paper",
+        suite="arith",
+        split="train",
+        n_tasks=6,
+        lam=0.3,
+        gamma=0.9,
+        max_steps=3,
+        min_steps=1,
+    )
+    made = gym.make(
+        "Conductor-v0",
+        pool="sim-paper",
+        suite="arith",
+        split="train",
+        n_tasks=6,
+        lam=0.3,
+        gamma=0.9,
+        max_steps=3,
+        min_steps=1,
+    ).unwrapped
     assert isinstance(made, ConductorEnv)
     assert built.config == keyword.config == made.config == config
     assert [t.id for t in built.tasks] == [t.id for t in keyword.tasks] == [t.id for t in made.tasks]
@@ -41,8 +59,15 @@ def test_build_env_from_a_config_equals_the_keyword_form_and_gym_make() -> None:
 
 
 def test_clone_shares_config_tasks_and_backend_but_does_not_own_it() -> None:
-    env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", n_tasks=4, max_depth=1,
-                       render_mode="ansi", unavailable=[1])
+    env = ConductorEnv(
+        mode="workflow",
+        pool="sim-paper",
+        suite="arith",
+        n_tasks=4,
+        max_depth=1,
+        render_mode="ansi",
+        unavailable=[1],
+    )
     twin = env.clone()
     assert twin.config == env.config and twin.config.unavailable == (1,)
     assert twin.tasks == env.tasks and twin.pool is env.pool

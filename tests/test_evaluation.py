@@ -68,8 +68,16 @@ class CutOffBackend:
 
     def complete(self, request: CompletionRequest) -> Completion:
         text = f"First we add the numbers.\nThe running total so far is {self.gold[request.context.item_key]}"
-        return Completion(text=text, prompt_tokens=50, completion_tokens=request.max_tokens, cost_usd=0.0,
-                          flops=1.0, latency_s=0.0, model="cutoff", truncated=True)
+        return Completion(
+            text=text,
+            prompt_tokens=50,
+            completion_tokens=request.max_tokens,
+            cost_usd=0.0,
+            flops=1.0,
+            latency_s=0.0,
+            model="cutoff",
+            truncated=True,
+        )
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
         return self.complete(request)
@@ -78,21 +86,25 @@ class CutOffBackend:
 def test_a_cut_off_generation_gives_no_answer(pool: Pool, tasks: tuple[Task, ...]) -> None:
     """The last number of unfinished reasoning (here even the gold) is not an answer the model gave."""
     backend = CutOffBackend({t.id: t.answer for t in tasks})
-    result = evaluate_policy("single:gpt5-cot", pool, "arith", tasks=tasks[:5], backend=backend,
-                             progress=False)
+    result = evaluate_policy(
+        "single:gpt5-cot", pool, "arith", tasks=tasks[:5], backend=backend, progress=False
+    )
     assert result.correct == 0 and result.n == 5
 
 
 # ----------------------------------------------------------------------------- Wilson interval
 
 
-@pytest.mark.parametrize(("k", "n", "low", "high"), [
-    (8, 10, 0.4902, 0.9433),    # p=0.8: centre 0.99208/1.38416, half 1.96*0.160012/1.38416
-    (50, 100, 0.4038, 0.5962),  # p=0.5: centre exactly 0.5, half 1.96*0.050951/1.038416
-    (0, 10, 0.0, 0.2775),       # z^2/(n+z^2) = 3.8415/13.8415
-    (10, 10, 0.7225, 1.0),
-    (1, 1, 0.2065, 1.0),
-])
+@pytest.mark.parametrize(
+    ("k", "n", "low", "high"),
+    [
+        (8, 10, 0.4902, 0.9433),  # p=0.8: centre 0.99208/1.38416, half 1.96*0.160012/1.38416
+        (50, 100, 0.4038, 0.5962),  # p=0.5: centre exactly 0.5, half 1.96*0.050951/1.038416
+        (0, 10, 0.0, 0.2775),  # z^2/(n+z^2) = 3.8415/13.8415
+        (10, 10, 0.7225, 1.0),
+        (1, 1, 0.2065, 1.0),
+    ],
+)
 def test_wilson_against_hand_computed_values(k: int, n: int, low: float, high: float) -> None:
     lo, hi = wilson_interval(k, n)
     assert lo == pytest.approx(low, abs=1e-4) and hi == pytest.approx(high, abs=1e-4)
@@ -111,13 +123,38 @@ def test_results_json_and_trajectories(tmp_path: Path, pool: Pool, tasks: tuple[
     out = tmp_path / "run"
     result = evaluate_policy("moa", pool, "arith", tasks=tasks, seed=3, out_dir=out, progress=False)
     saved = json.loads((out / "results.json").read_text())
-    for key in ("policy", "pool", "suite", "split", "n", "seed", "mode", "backends", "accuracy", "ci_low",
-                "ci_high", "mean_calls", "mean_prompt_tokens", "mean_completion_tokens", "mean_usd",
-                "mean_flops", "wall_s", "cache_hits", "cache_misses", "n_errors", "completed"):
+    for key in (
+        "policy",
+        "pool",
+        "suite",
+        "split",
+        "n",
+        "seed",
+        "mode",
+        "backends",
+        "accuracy",
+        "ci_low",
+        "ci_high",
+        "mean_calls",
+        "mean_prompt_tokens",
+        "mean_completion_tokens",
+        "mean_usd",
+        "mean_flops",
+        "wall_s",
+        "cache_hits",
+        "cache_misses",
+        "n_errors",
+        "completed",
+    ):
         assert key in saved
     assert saved == json.loads(json.dumps(result.to_dict()))
     assert (saved["policy"], saved["pool"], saved["n"], saved["seed"], saved["backends"]) == (
-        "moa", "sim-paper", 40, 3, ["sim"])
+        "moa",
+        "sim-paper",
+        40,
+        3,
+        ["sim"],
+    )
     lines = [json.loads(x) for x in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(lines) == 40 and [x["index"] for x in lines] == list(range(40))
     assert all(x["error"] is None and len(x["steps"]) == 4 for x in lines)
@@ -130,13 +167,15 @@ def test_results_json_and_trajectories(tmp_path: Path, pool: Pool, tasks: tuple[
     assert result.accuracy == result.correct / 40
 
 
-def test_a_failing_item_does_not_stop_the_evaluation(tmp_path: Path, pool: Pool,
-                                                     tasks: tuple[Task, ...]) -> None:
+def test_a_failing_item_does_not_stop_the_evaluation(
+    tmp_path: Path, pool: Pool, tasks: tuple[Task, ...]
+) -> None:
     bad = tasks[5].id
     spec = "chain:gpt5-cot,qwen3-32b-verify"
     backend = FlakyBackend(SimBackend(**_sim_options(pool, tasks)), bad)
-    result = evaluate_policy(spec, pool, "arith", tasks=tasks, out_dir=tmp_path / "flaky", backend=backend,
-                             progress=False)
+    result = evaluate_policy(
+        spec, pool, "arith", tasks=tasks, out_dir=tmp_path / "flaky", backend=backend, progress=False
+    )
     clean = evaluate_policy(spec, pool, "arith", tasks=tasks, out_dir=tmp_path / "clean", progress=False)
     assert result.n == 40 and result.n_errors == 1 and result.completed and backend.calls > 70
     lines, clean_lines = (
@@ -148,7 +187,8 @@ def test_a_failing_item_does_not_stop_the_evaluation(tmp_path: Path, pool: Pool,
     assert all(x["error"] is None for i, x in enumerate(lines) if i != 5)
     # the other 39 items are answered exactly as without the failure (same seed per item)
     assert [x["correct"] for i, x in enumerate(lines) if i != 5] == [
-        x["correct"] for i, x in enumerate(clean_lines) if i != 5]
+        x["correct"] for i, x in enumerate(clean_lines) if i != 5
+    ]
     assert result.correct == clean.correct - int(clean_lines[5]["correct"])
     assert result.accuracy == result.correct / 40  # an error counts as wrong
     assert len(list(read_trajectories(tmp_path / "flaky" / "trajectories.jsonl"))) == 40
@@ -162,8 +202,9 @@ def test_an_interrupted_run_keeps_what_it_did(tmp_path: Path, pool: Pool, tasks:
     backend = FlakyBackend(SimBackend(**_sim_options(pool, tasks)), tasks[7].id, exc=Abort)
     out = tmp_path / "abort"
     with pytest.raises(Abort):
-        evaluate_policy("single:gpt5-cot", pool, "arith", tasks=tasks, out_dir=out, backend=backend,
-                        progress=False)
+        evaluate_policy(
+            "single:gpt5-cot", pool, "arith", tasks=tasks, out_dir=out, backend=backend, progress=False
+        )
     saved = json.loads((out / "results.json").read_text())
     assert saved["completed"] is False and saved["n"] == 40
     assert len((out / "trajectories.jsonl").read_text().splitlines()) == 7
@@ -171,21 +212,27 @@ def test_an_interrupted_run_keeps_what_it_did(tmp_path: Path, pool: Pool, tasks:
 
 def test_cache_statistics_and_shared_first_calls(tmp_path: Path, pool: Pool, tasks: tuple[Task, ...]) -> None:
     def cached_router() -> Router:
-        return Router(default_registry(), {"sim": _sim_options(pool, tasks)},
-                      wrap=lambda name, b: CachedBackend(b, tmp_path / "responses.sqlite"))
+        return Router(
+            default_registry(),
+            {"sim": _sim_options(pool, tasks)},
+            wrap=lambda name, b: CachedBackend(b, tmp_path / "responses.sqlite"),
+        )
 
     vote = evaluate_policy("vote:3", pool, "arith", tasks=tasks, backend=cached_router(), progress=False)
     assert (vote.cache_hits, vote.cache_misses) == (0, 120)
     # a single agent's calls are the vote's first-member calls: all served from the cache
-    single = evaluate_policy("single:gpt5-cot", pool, "arith", tasks=tasks, backend=cached_router(),
-                             progress=False)
+    single = evaluate_policy(
+        "single:gpt5-cot", pool, "arith", tasks=tasks, backend=cached_router(), progress=False
+    )
     assert (single.cache_hits, single.cache_misses) == (40, 0)
     uncached = evaluate_policy("single:gpt5-cot", pool, "arith", tasks=tasks, progress=False)
     assert single.correct == uncached.correct and uncached.cache_hits is None
     # one backend shared by several runs: each run reports its own hits and misses, not the running total
     shared = cached_router()
-    runs = [evaluate_policy(spec, pool, "arith", tasks=tasks, backend=shared, progress=False)
-            for spec in ("single:gpt5-cot", "single:gpt5-cot", "vote:3")]
+    runs = [
+        evaluate_policy(spec, pool, "arith", tasks=tasks, backend=shared, progress=False)
+        for spec in ("single:gpt5-cot", "single:gpt5-cot", "vote:3")
+    ]
     assert [(r.cache_hits, r.cache_misses) for r in runs] == [(40, 0), (40, 0), (120, 0)]
 
 
@@ -197,8 +244,10 @@ def test_item_seeds_do_not_depend_on_order_or_n(pool: Pool, tasks: tuple[Task, .
 
 
 def test_markdown_table(pool: Pool, tasks: tuple[Task, ...]) -> None:
-    results = [evaluate_policy(s, pool, "arith", tasks=tasks[:10], progress=False)
-               for s in ("single:gpt5-cot", "vote:3", "moa:0,1|9")]
+    results = [
+        evaluate_policy(s, pool, "arith", tasks=tasks[:10], progress=False)
+        for s in ("single:gpt5-cot", "vote:3", "moa:0,1|9")
+    ]
     table = markdown_table(results).splitlines()
     assert len(table) == 5 and table[0].startswith("| policy |")
     assert "`vote:3`" in table[3] and "| 3.00 |" in table[3] and "sim" in table[3]
@@ -224,8 +273,24 @@ def test_default_cache_only_for_model_calling_pools(tmp_path: Path, monkeypatch:
 
 def test_cli_eval_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli"
-    rc = main(["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "vote:3", "--n", "25",
-               "--seed", "2", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "eval",
+            "--pool",
+            "sim-paper",
+            "--suite",
+            "arith",
+            "--policy",
+            "vote:3",
+            "--n",
+            "25",
+            "--seed",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "accuracy" in printed and str(out / "results.json") in printed
@@ -238,8 +303,20 @@ def test_cli_eval_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_cli_eval_rejects_an_unknown_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "best-of-all",
-               "--out", str(tmp_path / "x"), "--quiet"])
+    rc = main(
+        [
+            "eval",
+            "--pool",
+            "sim-paper",
+            "--suite",
+            "arith",
+            "--policy",
+            "best-of-all",
+            "--out",
+            str(tmp_path / "x"),
+            "--quiet",
+        ]
+    )
     assert rc == 2
     printed = capsys.readouterr().out
     assert "unknown policy spec" in printed and "random-step" in printed

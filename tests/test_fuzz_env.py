@@ -26,10 +26,50 @@ from puppeteer.listscan import STATES, match_lists
 from puppeteer.workflow import MAX_TEXT_CHARS
 
 FRAGMENTS = [
-    "model_id", "subtasks", "access_list", " = ", "=", ":", "[", "]", "[[", "]]", ",", "'", '"', "'''", '"""',
-    "\\", "\n", "#", "```", "```python\n", "all", "'all'", '["all"]', "0", "1", "2", "99", "-1", "True",
-    "None", "1e9", "(", ")", "{", "}", "__import__('os').system('touch /tmp/puppeteer-fuzz-pwned')",
-    "lambda: 1", "\udcff", "\ud83d\ude00", "\x00", "\u202e", "𝔘𝔫𝔦", " ", "\t",
+    "model_id",
+    "subtasks",
+    "access_list",
+    " = ",
+    "=",
+    ":",
+    "[",
+    "]",
+    "[[",
+    "]]",
+    ",",
+    "'",
+    '"',
+    "'''",
+    '"""',
+    "\\",
+    "\n",
+    "#",
+    "```",
+    "```python\n",
+    "all",
+    "'all'",
+    '["all"]',
+    "0",
+    "1",
+    "2",
+    "99",
+    "-1",
+    "True",
+    "None",
+    "1e9",
+    "(",
+    ")",
+    "{",
+    "}",
+    "__import__('os').system('touch /tmp/puppeteer-fuzz-pwned')",
+    "lambda: 1",
+    "\udcff",
+    "\ud83d\ude00",
+    "\x00",
+    "\u202e",
+    "𝔘𝔫𝔦",
+    " ",
+    "\t",
 ]
 SENTINEL = "/tmp/puppeteer-fuzz-pwned"
 VALID = "model_id = [0, 1]\nsubtasks = ['solve', 'check']\naccess_list = [[], 'all']\n"
@@ -95,8 +135,9 @@ def count_scanner_work() -> Iterator[None]:
     mp.undo()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(text=completions())
 @example(text=VALID + "model_id=[" * ((MAX_TEXT_CHARS - len(VALID)) // 10))
 @example(text=('subtasks = ["' * (MAX_TEXT_CHARS // 13))[:MAX_TEXT_CHARS])
@@ -116,8 +157,14 @@ def test_workflow_step_accepts_any_text_in_the_action_space(workflow_env: Conduc
 
 
 ACTIONS = st.one_of(
-    st.integers(-5, 20), st.integers(), st.floats(allow_nan=True), st.text(max_size=20), st.none(),
-    st.booleans(), st.builds(np.int64, st.integers(-5, 20)), st.lists(st.integers(0, 3), max_size=3),
+    st.integers(-5, 20),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.builds(np.int64, st.integers(-5, 20)),
+    st.lists(st.integers(0, 3), max_size=3),
     st.builds(lambda x: np.array([x]), st.integers(0, 3)),
 )
 
@@ -129,8 +176,12 @@ def test_step_mode_accepts_or_refuses_any_action(
 ) -> None:
     step_env.reset(seed=seed)
     for action in actions:
-        valid = not isinstance(action, bool) and step_env.action_space.contains(action) and bool(
-            step_env.action_masks()[int(action)]  # type: ignore[call-overload]
+        valid = (
+            not isinstance(action, bool)
+            and step_env.action_space.contains(action)
+            and bool(
+                step_env.action_masks()[int(action)]  # type: ignore[call-overload]
+            )
         )
         try:
             obs, reward, terminated, truncated, info = step_env.step(action)

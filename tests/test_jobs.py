@@ -55,8 +55,17 @@ def test_heldout_is_the_greedy_evaluation_on_clones() -> None:
 
 def test_train_job_builds_from_the_composed_config() -> None:
     cfg = {
-        "lam": 0.3, "gamma": 0.9, "phi": None, "max_steps": 3, "min_steps": 1, "cost_model": "tokens",
-        "temperature": 0.0, "samples_per_item": None, "k_available": 2, "cache": None, "seed": 5,
+        "lam": 0.3,
+        "gamma": 0.9,
+        "phi": None,
+        "max_steps": 3,
+        "min_steps": 1,
+        "cost_model": "tokens",
+        "temperature": 0.0,
+        "samples_per_item": None,
+        "k_available": 2,
+        "cache": None,
+        "seed": 5,
         "pool": {"name": "sim-paper"},
         "suite": {"name": "arith", "train_split": "train", "eval_split": "test", "n_train": 6, "n_eval": 4},
         "policy": {"encoder": "hashing", "hidden": 8, "encoder_options": None},

@@ -58,10 +58,17 @@ def _handler(state: FakeServer) -> type[BaseHTTPRequestHandler]:
                 return
             n = len(state.requests)
             reply = {
-                "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 1700000000,
+                "id": f"chatcmpl-{n}",
+                "object": "chat.completion",
+                "created": 1700000000,
                 "model": body.get("model", "?"),
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": f"The answer is 84. (call {n})"}}],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": f"The answer is 84. (call {n})"},
+                    }
+                ],
                 "usage": {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40},
             }
             self._send(200, json.dumps(reply).encode())
@@ -89,13 +96,21 @@ def server() -> Iterator[FakeServer]:
 
 
 def local_spec(**options: Any) -> ModelSpec:
-    return ModelSpec(name="local", backend="litellm", target="openai/tiny-local", params_b=1.5,
-                     price_in=1.0, price_out=2.0, options=options)
+    return ModelSpec(
+        name="local",
+        backend="litellm",
+        target="openai/tiny-local",
+        params_b=1.5,
+        price_in=1.0,
+        price_out=2.0,
+        options=options,
+    )
 
 
 def request(spec: ModelSpec, **kw: Any) -> CompletionRequest:
-    return CompletionRequest(model=spec, messages=(Message("system", "Be brief."),
-                                                   Message("user", "What is 12*7?")), **kw)
+    return CompletionRequest(
+        model=spec, messages=(Message("system", "Be brief."), Message("user", "What is 12*7?")), **kw
+    )
 
 
 OFFLINE_PROBE = """
@@ -128,15 +143,21 @@ print(c.text, "|", attempts)
 
 def test_import_is_lazy_and_mock_calls_stay_offline() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LITELLM")}
-    out = subprocess.run([sys.executable, "-c", OFFLINE_PROBE], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", OFFLINE_PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "offline ok | []"  # no connection or DNS attempt at all
 
 
 def test_mock_response_offline() -> None:
-    spec = ModelSpec(name="mini", backend="litellm", target="gpt-4o-mini", params_b=8.0,
-                     options={"mock_response": "It is 84."})
+    spec = ModelSpec(
+        name="mini",
+        backend="litellm",
+        target="gpt-4o-mini",
+        params_b=8.0,
+        options={"mock_response": "It is 84."},
+    )
     backend = LiteLLMBackend(num_retries=0)
     completion = backend.complete(request(spec, max_tokens=20))
     assert completion.text == "It is 84."
@@ -148,8 +169,13 @@ def test_mock_response_offline() -> None:
 
 
 def test_mock_response_async() -> None:
-    spec = ModelSpec(name="mini", backend="litellm", target="gpt-4o-mini", params_b=8.0,
-                     options={"mock_response": "async 84"})
+    spec = ModelSpec(
+        name="mini",
+        backend="litellm",
+        target="gpt-4o-mini",
+        params_b=8.0,
+        options={"mock_response": "async 84"},
+    )
     completions = asyncio.run(_gather(LiteLLMBackend(num_retries=0), spec, 3))
     assert [c.text for c in completions] == ["async 84"] * 3
 
@@ -170,8 +196,10 @@ def test_real_http_roundtrip(server: FakeServer) -> None:
     (sent,) = server.requests
     assert sent["path"] == "/v1/chat/completions"
     assert sent["model"] == "tiny-local"
-    assert sent["messages"] == [{"role": "system", "content": "Be brief."},
-                                {"role": "user", "content": "What is 12*7?"}]
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 12*7?"},
+    ]
     assert sent["max_tokens"] == 33 and sent["temperature"] == 0.3 and sent["stop"] == ["\n\n", "END"]
     assert server.headers[0].get("authorization") == f"Bearer {SECRET}"
 

@@ -51,9 +51,17 @@ def make_part_packages(root: Path, prefix: str, chunks: list[bytes]) -> tuple[Pa
 
 
 def fake_model(files: tuple[PackageFile, ...], data: bytes, key: str = "fake") -> EmbeddedModel:
-    return EmbeddedModel(key=key, title="Fake", files=files, file_name=f"{key}.gguf",
-                         sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), params_b=0.001,
-                         context_length=128, chat_format="none")
+    return EmbeddedModel(
+        key=key,
+        title="Fake",
+        files=files,
+        file_name=f"{key}.gguf",
+        sha256=hashlib.sha256(data).hexdigest(),
+        size_bytes=len(data),
+        params_b=0.001,
+        context_length=128,
+        chat_format="none",
+    )
 
 
 @pytest.fixture
@@ -157,8 +165,11 @@ def test_concurrent_processes_join_once(parts, tmp_path: Path) -> None:
     with ProcessPoolExecutor(4, mp_context=multiprocessing.get_context("fork")) as pool:
         list(pool.map(_join_in_process, [paths] * 4, [str(dest)] * 4, [sha] * 4))
     assert dest.read_bytes() == data
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["joined.gguf", "joined.gguf.lock",
-                                                             "joined.gguf.sha256"]
+    assert sorted(p.name for p in dest.parent.iterdir()) == [
+        "joined.gguf",
+        "joined.gguf.lock",
+        "joined.gguf.sha256",
+    ]
 
 
 def test_unknown_model_key_fails_before_loading() -> None:
@@ -234,8 +245,9 @@ def test_qwen_answers_arithmetic(backend, key: str) -> None:
 
 @pytest.mark.slow
 def test_qwen_15b_answers_a_fact(backend) -> None:
-    c = backend.complete(ask("qwen2.5-coder-1.5b", "What is the capital of France? Answer in one word.",
-                             max_tokens=10))
+    c = backend.complete(
+        ask("qwen2.5-coder-1.5b", "What is the capital of France? Answer in one word.", max_tokens=10)
+    )
     assert "paris" in c.text.lower()
 
 
@@ -279,8 +291,10 @@ def test_sampling_seed_follows_sample_index() -> None:
     b = LlamaCppBackend(n_ctx=512, seed=11, reuse_prefix=False)
     key = "qwen2.5-coder-0.5b"
     prompt = "Write one sentence about a cat."
-    texts = [b.complete(ask(key, prompt, max_tokens=16, temperature=1.0, sample_index=i)).text
-             for i in (0, 1, 0, 2)]
+    texts = [
+        b.complete(ask(key, prompt, max_tokens=16, temperature=1.0, sample_index=i)).text
+        for i in (0, 1, 0, 2)
+    ]
     b.close()
     assert texts[0] == texts[2]  # same seed + sample_index: same sample
     assert len({texts[0], texts[1], texts[3]}) == 3  # other sample indices: other samples
@@ -294,12 +308,13 @@ def test_prefix_kv_cache_reuse_speeds_up_shared_system_prompt() -> None:
     backend = LlamaCppBackend(n_ctx=2048, n_parallel=1)  # one sequence: an unrelated prompt evicts the prefix
     key = "smollm2-135m"
     system = "You are a careful assistant in a team of agents. " + " ".join(
-        f"Rule {i}: check every intermediate result of step {i} twice before reporting it."
-        for i in range(25))
+        f"Rule {i}: check every intermediate result of step {i} twice before reporting it." for i in range(25)
+    )
 
     def req(question: str) -> CompletionRequest:
-        return CompletionRequest(model=spec_for(key), max_tokens=1,
-                                 messages=(Message("system", system), Message("user", question)))
+        return CompletionRequest(
+            model=spec_for(key), max_tokens=1, messages=(Message("system", system), Message("user", question))
+        )
 
     cold, warm = [], []
     for i in range(2):
@@ -344,9 +359,11 @@ def test_batched_completion_reports_queue_wait_apart_from_latency(monkeypatch: p
     """The call's wall time minus the batcher's queue wait is latency_s; the wait is queue_s."""
     from puppeteer.backends import llamacpp, llamacpp_batch
 
-    response = {"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 20, "completion_tokens": 2},
-                "timings": {"queue_s": 1.5, "run_s": 2.0}}
+    response = {
+        "choices": [{"message": {"content": "4"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 2},
+        "timings": {"queue_s": 1.5, "run_s": 2.0},
+    }
     monkeypatch.setattr(llamacpp_batch, "batched_chat_completion", lambda llama, submit, **kw: response)
     ticks = iter([10.0, 14.0])  # the call starts at 10 s and returns at 14 s
     monkeypatch.setattr(llamacpp.time, "perf_counter", lambda: next(ticks))

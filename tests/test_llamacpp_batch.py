@@ -29,8 +29,10 @@ PROMPTS = [  # (question, max_tokens, stop): answers that end on their own, cut 
 
 
 def requests() -> list[CompletionRequest]:
-    return [CompletionRequest(model=SPEC, messages=(Message("user", q),), max_tokens=m, stop=s)
-            for q, m, s in PROMPTS]
+    return [
+        CompletionRequest(model=SPEC, messages=(Message("user", q),), max_tokens=m, stop=s)
+        for q, m, s in PROMPTS
+    ]
 
 
 def backend(batching: bool, **kw: object):
@@ -71,11 +73,16 @@ def test_batched_engine_one_at_a_time_reproduces_the_sequential_path(sequential)
     for s, g, r in zip(sequential, got, requests(), strict=True):
         check_consistent(g, r)
         assert (g.text, g.prompt_tokens, g.completion_tokens, g.truncated) == (
-            s.text, s.prompt_tokens, s.completion_tokens, s.truncated)
+            s.text,
+            s.prompt_tokens,
+            s.completion_tokens,
+            s.truncated,
+        )
     # the cases the prompts were chosen for
     assert got[3].truncated and got[3].completion_tokens == 12
-    assert any(not g.truncated and g.completion_tokens < r.max_tokens for g, r in zip(got, requests(),
-                                                                                     strict=True))
+    assert any(
+        not g.truncated and g.completion_tokens < r.max_tokens for g, r in zip(got, requests(), strict=True)
+    )
 
 
 def test_concurrent_calls_batch_and_agree_with_the_sequential_path(sequential) -> None:

@@ -19,24 +19,40 @@ def _records() -> list[dict[str, object]]:
     return [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>',
-     [("calculator", {"expression": "2*3"})]),
-    ('x <tool_call>{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}</tool_call>',
-     [("calculator", {"expression": "1+1"})]),  # arguments written as a JSON string
-    ('<tool_call>\n{"name": "calculator", "arguments": {"expression": "7-2"}}',
-     [("calculator", {"expression": "7-2"})]),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>', []),  # malformed JSON
-    ('<calc>2*3</calc>', []),
-    # llama.cpp drops the special <tool_call> tokens: the bare object, or one in a json fence
-    ('{"name": "calculator", "arguments": {"expression": "9*2"}}\n', [("calculator", {"expression": "9*2"})]),
-    ('```json\n{\n  "name": "calculator",\n  "arguments": {\n    "expression": "1/4"\n  }\n}\n```',
-     [("calculator", {"expression": "1/4"})]),
-    ('{"name": "calculator"', []),
-    ('<tool_call>{"name": "a", "arguments": {}}</tool_call> '
-     '<tool_call>{"name": "b", "arguments": {}}</tool_call>',
-     [("a", {}), ("b", {})]),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2*3"}}\n</tool_call>',
+            [("calculator", {"expression": "2*3"})],
+        ),
+        (
+            'x <tool_call>{"name": "calculator", "arguments": "{\\"expression\\": \\"1+1\\"}"}</tool_call>',
+            [("calculator", {"expression": "1+1"})],
+        ),  # arguments written as a JSON string
+        (
+            '<tool_call>\n{"name": "calculator", "arguments": {"expression": "7-2"}}',
+            [("calculator", {"expression": "7-2"})],
+        ),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>', []),  # malformed JSON
+        ("<calc>2*3</calc>", []),
+        # llama.cpp drops the special <tool_call> tokens: the bare object, or one in a json fence
+        (
+            '{"name": "calculator", "arguments": {"expression": "9*2"}}\n',
+            [("calculator", {"expression": "9*2"})],
+        ),
+        (
+            '```json\n{\n  "name": "calculator",\n  "arguments": {\n    "expression": "1/4"\n  }\n}\n```',
+            [("calculator", {"expression": "1/4"})],
+        ),
+        ('{"name": "calculator"', []),
+        (
+            '<tool_call>{"name": "a", "arguments": {}}</tool_call> '
+            '<tool_call>{"name": "b", "arguments": {}}</tool_call>',
+            [("a", {}), ("b", {})],
+        ),
+    ],
+)
 def test_parse_tool_calls(text: str, expected: list[tuple[str, dict[str, str]]]) -> None:
     assert [(name, dict(args)) for name, args in parse_tool_calls(text)] == expected
 
@@ -44,15 +60,19 @@ def test_parse_tool_calls(text: str, expected: list[tuple[str, dict[str, str]]])
 def test_native_calculator_runs_the_call_and_answers_like_the_chat_template() -> None:
     tool = native_calculator()
     assert tool.name == "calculator-native" and tool.function == "calculator"
-    call = tool.find_call('Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": '
-                          '{"expression": "(16 - 3 - 4) * 2"}}\n</tool_call>')
+    call = tool.find_call(
+        'Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": '
+        '{"expression": "(16 - 3 - 4) * 2"}}\n</tool_call>'
+    )
     assert call is not None
     result = tool.run(call)
     assert result.ok and result.output == "<tool_response>\n18\n</tool_response>"
     assert tool.find_call('<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>') is None
     # the first call runs: later ones are the model running on without a response
-    first = tool.find_call('{"name": "calculator", "arguments": {"expression": "1+1"}}\n'
-                           '{"name": "calculator", "arguments": {"expression": "5*5"}}')
+    first = tool.find_call(
+        '{"name": "calculator", "arguments": {"expression": "1+1"}}\n'
+        '{"name": "calculator", "arguments": {"expression": "5*5"}}'
+    )
     assert first is not None and tool.run(first).output == "<tool_response>\n2\n</tool_response>"
     assert not tool.run('{"name": "calculator"}').ok
 
@@ -109,4 +129,5 @@ def test_parser_on_recorded_real_outputs(record: dict[str, object]) -> None:
         assert tool.name == record["format_tool"]
         assert dict(parse_tool_calls(payload)[0][1]) == {"expression": expected}
         assert tool.run(payload).output.strip().removeprefix("<tool_response>").removesuffix(
-            "</tool_response>").strip() == str(record["expected_output"])
+            "</tool_response>"
+        ).strip() == str(record["expected_output"])

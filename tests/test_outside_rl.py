@@ -13,8 +13,14 @@ from puppeteer.env import ConductorEnv
 from puppeteer.types import Task
 from puppeteer.wrappers import EncodedObservation, make_encoded_env
 
-UNICODE_TASK = Task(id="u/0", question="Combien font 2×3 ? — «π≈3.14» 中文 ünïcode", answer="6", suite="u",
-                    domain="arith", grader="numeric")
+UNICODE_TASK = Task(
+    id="u/0",
+    question="Combien font 2×3 ? — «π≈3.14» 中文 ünïcode",
+    answer="6",
+    suite="u",
+    domain="arith",
+    grader="numeric",
+)
 
 
 def _env(**kw) -> ConductorEnv:
@@ -163,8 +169,14 @@ def test_human_render_writes_each_step(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_async_vector_env_in_step_mode_keeps_unicode_text() -> None:
-    envs = gym.make_vec("Conductor-v0", num_envs=2, vectorization_mode="async", pool="sim-paper",
-                        tasks=[UNICODE_TASK], max_steps=2)
+    envs = gym.make_vec(
+        "Conductor-v0",
+        num_envs=2,
+        vectorization_mode="async",
+        pool="sim-paper",
+        tasks=[UNICODE_TASK],
+        max_steps=2,
+    )
     try:
         obs, _ = envs.reset(seed=0)
         assert obs["task"] == (UNICODE_TASK.question, UNICODE_TASK.question)
@@ -179,8 +191,14 @@ def test_async_vector_env_in_step_mode_keeps_unicode_text() -> None:
 
 
 def test_async_vector_env_in_workflow_mode() -> None:
-    envs = gym.make_vec("Conductor-v0", num_envs=2, vectorization_mode="async", mode="workflow",
-                        pool="sim-paper", tasks=[UNICODE_TASK])
+    envs = gym.make_vec(
+        "Conductor-v0",
+        num_envs=2,
+        vectorization_mode="async",
+        mode="workflow",
+        pool="sim-paper",
+        tasks=[UNICODE_TASK],
+    )
     try:
         obs, _ = envs.reset(seed=0)
         assert "model_id" in obs["prompt"][0] and obs["task"][1] == UNICODE_TASK.question

@@ -68,8 +68,9 @@ def test_duplicate_items_in_a_file_are_refused(tmp_path: Path) -> None:
 
 
 def test_reads_what_evaluate_policy_writes(tmp_path: Path) -> None:
-    result = evaluate_policy("single:gpt5-cot", "sim-paper", "arith", n=20, out_dir=tmp_path / "run",
-                             progress=False)
+    result = evaluate_policy(
+        "single:gpt5-cot", "sim-paper", "arith", n=20, out_dir=tmp_path / "run", progress=False
+    )
     outcomes = read_outcomes(tmp_path / "run")
     assert len(outcomes.items) == 20
     assert len(outcomes.solved) == result.correct
@@ -81,11 +82,32 @@ def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
     out = tmp_path / "table.md"
     runs = tmp_path / "runs"
     specs = ["single:gpt5-cot", "single:gemma3-27b-cot", "vote:3", "chain:gemma3-27b-cot,gpt5-cot"]
-    assert module.main(["--pool", "sim-paper", "--suites", "mix-math-mmlu", "--n", "40", "--quiet",
-                        "--no-cache", "--specs", *specs, "--runs-dir", str(runs), "--out", str(out)]) == 0
+    assert (
+        module.main(
+            [
+                "--pool",
+                "sim-paper",
+                "--suites",
+                "mix-math-mmlu",
+                "--n",
+                "40",
+                "--quiet",
+                "--no-cache",
+                "--specs",
+                *specs,
+                "--runs-dir",
+                str(runs),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = out.read_text()
-    singles = {name: read_outcomes(runs / "sim-paper" / "mix-math-mmlu" / f"single_{name}")
-               for name in ("gpt5-cot", "gemma3-27b-cot")}
+    singles = {
+        name: read_outcomes(runs / "sim-paper" / "mix-math-mmlu" / f"single_{name}")
+        for name in ("gpt5-cot", "gemma3-27b-cot")
+    }
     vote = read_outcomes(runs / "sim-paper" / "mix-math-mmlu" / "vote_3")
     union = len(singles["gpt5-cot"].solved | singles["gemma3-27b-cot"].solved)
     best = max(singles, key=lambda k: len(singles[k].solved))
@@ -112,8 +134,12 @@ def test_revisions_count_kept_answers_and_verbatim_copies(tmp_path: Path) -> Non
         [step("3", "only one step")],  # not counted
     ]
     path = tmp_path / "trajectories.jsonl"
-    path.write_text("".join(json.dumps({"task_id": str(i), "correct": False, "steps": s}) + "\n"
-                            for i, s in enumerate(episodes)))
+    path.write_text(
+        "".join(
+            json.dumps({"task_id": str(i), "correct": False, "steps": s}) + "\n"
+            for i, s in enumerate(episodes)
+        )
+    )
     rev = read_revisions(path)
     assert (rev.episodes, rev.same_answer, rev.verbatim, rev.changed) == (3, 2, 1, 1)
 
@@ -121,17 +147,36 @@ def test_revisions_count_kept_answers_and_verbatim_copies(tmp_path: Path) -> Non
 def test_pareto_front_keeps_only_undominated_policies() -> None:
     from puppeteer.analytics.plots import CostPoint, pareto_front
 
-    pts = [CostPoint("cheap", 1.0, 0.2, 0.1, 0.3), CostPoint("dominated", 5.0, 0.15, 0.1, 0.2),
-           CostPoint("mid", 3.0, 0.4, 0.3, 0.5), CostPoint("tie-dearer", 4.0, 0.4, 0.3, 0.5),
-           CostPoint("best", 30.0, 0.5, 0.4, 0.6)]
+    pts = [
+        CostPoint("cheap", 1.0, 0.2, 0.1, 0.3),
+        CostPoint("dominated", 5.0, 0.15, 0.1, 0.2),
+        CostPoint("mid", 3.0, 0.4, 0.3, 0.5),
+        CostPoint("tie-dearer", 4.0, 0.4, 0.3, 0.5),
+        CostPoint("best", 30.0, 0.5, 0.4, 0.6),
+    ]
     assert [p.label for p in pareto_front(pts)] == ["cheap", "mid", "best"]
 
 
 def test_baselines_table_rewrite_keeps_hand_written_notes(tmp_path: Path) -> None:
     module = _load_table_script()
     out = tmp_path / "table.md"
-    args = ["--pool", "sim-paper", "--suites", "arith", "--n", "5", "--quiet", "--no-cache", "--no-plot",
-            "--specs", "single:gpt5-cot", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)]
+    args = [
+        "--pool",
+        "sim-paper",
+        "--suites",
+        "arith",
+        "--n",
+        "5",
+        "--quiet",
+        "--no-cache",
+        "--no-plot",
+        "--specs",
+        "single:gpt5-cot",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+    ]
     assert module.main(args) == 0
     assert out.read_text().rstrip().endswith(module.NOTES_MARKER)
     out.write_text(out.read_text() + "\n## Findings\n\nwritten by hand\n")

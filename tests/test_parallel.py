@@ -40,7 +40,10 @@ def test_map_as_completed_runs_each_item_once_with_one_worker_per_thread() -> No
 def test_map_as_completed_with_one_worker_is_in_order_in_this_thread() -> None:
     main = threading.get_ident()
     assert list(map_as_completed(lambda w, i: (i, threading.get_ident() == main), 3, ["w"])) == [
-        (0, (0, True)), (1, (1, True)), (2, (2, True))]
+        (0, (0, True)),
+        (1, (1, True)),
+        (2, (2, True)),
+    ]
 
 
 def test_default_concurrency_only_for_model_calling_pools() -> None:
@@ -61,19 +64,26 @@ def _lines(path: Path) -> list[dict]:
 def test_concurrent_eval_equals_the_sequential_one(tmp_path: Path, spec: str) -> None:
     pool = load_pool("sim-paper")
     tasks = load_suite("arith", "test", n=24)
-    one = evaluate_policy(spec, pool, "arith", tasks=tasks, out_dir=tmp_path / "one", progress=False,
-                          concurrency=1)
-    many = evaluate_policy(spec, pool, "arith", tasks=tasks, out_dir=tmp_path / "many", progress=False,
-                           concurrency=6)
+    one = evaluate_policy(
+        spec, pool, "arith", tasks=tasks, out_dir=tmp_path / "one", progress=False, concurrency=1
+    )
+    many = evaluate_policy(
+        spec, pool, "arith", tasks=tasks, out_dir=tmp_path / "many", progress=False, concurrency=6
+    )
     assert (many.correct, many.mean_calls, many.mean_prompt_tokens, many.mean_reward) == (
-        one.correct, one.mean_calls, one.mean_prompt_tokens, one.mean_reward)
+        one.correct,
+        one.mean_calls,
+        one.mean_prompt_tokens,
+        one.mean_reward,
+    )
     seq, par = (_lines(tmp_path / name / "trajectories.jsonl") for name in ("one", "many"))
     assert [x["index"] for x in par] == list(range(24))  # rewritten in item order once complete
     assert par == seq
 
 
 def test_a_puppeteer_policy_is_copied_per_worker_and_its_eval_equals_the_sequential_one(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     import copy
 
     from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
@@ -83,13 +93,31 @@ def test_a_puppeteer_policy_is_copied_per_worker_and_its_eval_equals_the_sequent
     policy = PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3), seed=0)
     twin = copy.deepcopy(policy)  # the pool's read-only maps cannot be deep-copied: shared instead
     assert twin.pool is policy.pool and twin.encoder is policy.encoder and twin.scorer is not policy.scorer
-    assert all((a == b).all() for a, b in zip(twin.scorer.state_dict().values(),
-                                              policy.scorer.state_dict().values(), strict=True))
-    one = evaluate_policy(policy, pool, "arith", tasks=tasks, out_dir=tmp_path / "one", progress=False,
-                          concurrency=1, max_steps=3)
+    assert all(
+        (a == b).all()
+        for a, b in zip(twin.scorer.state_dict().values(), policy.scorer.state_dict().values(), strict=True)
+    )
+    one = evaluate_policy(
+        policy,
+        pool,
+        "arith",
+        tasks=tasks,
+        out_dir=tmp_path / "one",
+        progress=False,
+        concurrency=1,
+        max_steps=3,
+    )
     with caplog.at_level("WARNING", logger="puppeteer.evaluation"):
-        many = evaluate_policy(policy, pool, "arith", tasks=tasks, out_dir=tmp_path / "many", progress=False,
-                               concurrency=6, max_steps=3)
+        many = evaluate_policy(
+            policy,
+            pool,
+            "arith",
+            tasks=tasks,
+            out_dir=tmp_path / "many",
+            progress=False,
+            concurrency=6,
+            max_steps=3,
+        )
     assert "cannot be copied" not in caplog.text  # it used to fall back to one item at a time
     assert (many.correct, many.mean_calls, many.mean_reward) == (one.correct, one.mean_calls, one.mean_reward)
     assert _lines(tmp_path / "many" / "trajectories.jsonl") == _lines(tmp_path / "one" / "trajectories.jsonl")
@@ -110,9 +138,11 @@ class _Env:
 def test_rollout_steps_run_in_threads_only_for_model_calling_pools() -> None:
     sim = [_Env(("sim",)) for _ in range(3)]
     assert LocalEnvGroup(sim).step_many(list(enumerate([1, 2, 3]))) == [
-        (a, 0, True, False, {}) for a in (1, 2, 3)]
+        (a, 0, True, False, {}) for a in (1, 2, 3)
+    ]
     assert {e.thread for e in sim} == {threading.get_ident()}
     local = [_Env(("llamacpp",)) for _ in range(3)]
     assert LocalEnvGroup(local).step_many(list(enumerate([4, 5, 6]))) == [
-        (a, 0, True, False, {}) for a in (4, 5, 6)]
+        (a, 0, True, False, {}) for a in (4, 5, 6)
+    ]
     assert threading.get_ident() not in {e.thread for e in local} and len({e.thread for e in local}) == 3

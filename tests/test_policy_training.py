@@ -41,8 +41,9 @@ def test_training_with_a_masked_action_stays_finite(tmp_path: Path) -> None:
     """Masked actions (here the Terminator at step 0) must not turn the entropy gradient into nan."""
     env = _env(min_steps=1)
     policy = PuppeteerPolicy(env.pool, replace(FAST, min_steps=1), seed=0)
-    cfg = ReinforceConfig(episodes=64, batch_episodes=32, group_size=4, eval_every=1000, seed=0,
-                          entropy_coef=0.1)
+    cfg = ReinforceConfig(
+        episodes=64, batch_episodes=32, group_size=4, eval_every=1000, seed=0, entropy_coef=0.1
+    )
     train(env, policy, cfg, tmp_path)
     assert all(torch.isfinite(p).all() for p in policy.scorer.parameters())
     lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
@@ -160,8 +161,9 @@ def test_a_run_directory_of_another_run_is_refused_not_resumed(tmp_path: Path) -
     env = _env()
     train(env, PuppeteerPolicy(env.pool, FAST, seed=1), cfg, tmp_path)
     saved = (tmp_path / "checkpoint.pt").read_bytes()
-    other_tasks = ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=20,
-                               max_steps=3)
+    other_tasks = ConductorEnv(
+        mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=20, max_steps=3
+    )
     for env2, cfg2, why in [
         (env, replace(cfg, lr=0.5), "trainer"),
         (_env(lam=0.7), cfg, "env"),

@@ -16,8 +16,16 @@ from puppeteer.types import Completion, Task, Workflow
 
 
 def _completion(text: str, truncated: bool = False) -> Completion:
-    return Completion(text=text, prompt_tokens=10, completion_tokens=20, cost_usd=0.0, flops=0.0,
-                      latency_s=0.1, model="m", truncated=truncated)
+    return Completion(
+        text=text,
+        prompt_tokens=10,
+        completion_tokens=20,
+        cost_usd=0.0,
+        flops=0.0,
+        latency_s=0.1,
+        model="m",
+        truncated=truncated,
+    )
 
 
 def test_find_program_takes_the_last_block_labelled_or_not() -> None:
@@ -41,11 +49,14 @@ def test_run_program_writes_the_printed_result_as_the_answer() -> None:
     assert grader.extract(run.completion.text, task, truncated=True) == "18"
 
 
-@pytest.mark.parametrize(("text", "fragment"), [
-    ("I think it is 18.", "[no program found]"),
-    ("```python\nprint(1/0)\n```", "ZeroDivisionError"),
-    ("```python\nx = 18\n```", "(no output"),
-])
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("I think it is 18.", "[no program found]"),
+        ("```python\nprint(1/0)\n```", "ZeroDivisionError"),
+        ("```python\nx = 18\n```", "(no output"),
+    ],
+)
 def test_run_program_gives_no_answer_when_the_program_does_not_print_one(text: str, fragment: str) -> None:
     run = run_program(_completion(text))
     assert run.answer is None
@@ -62,14 +73,24 @@ def test_pot_prompt_asks_for_a_program_and_no_answer_line() -> None:
 
 
 def _sim_pool() -> object:
-    return pool_from_dict({
-        "name": "sim-pot",
-        "backend_options": {"sim": {"seed": 0, "default_column": "MATH500"}},
-        "models": {"m": {"backend": "sim", "target": "m", "params_b": 1.0,
-                         "options": {"skills": {"MATH500": 70.0}, "tokens_mean": 80}}},
-        "agents": [{"name": "m-pot", "model": "m", "pattern": "pot", "max_tokens": 256},
-                   {"name": "m-cot", "model": "m", "pattern": "cot", "max_tokens": 256}],
-    })
+    return pool_from_dict(
+        {
+            "name": "sim-pot",
+            "backend_options": {"sim": {"seed": 0, "default_column": "MATH500"}},
+            "models": {
+                "m": {
+                    "backend": "sim",
+                    "target": "m",
+                    "params_b": 1.0,
+                    "options": {"skills": {"MATH500": 70.0}, "tokens_mean": 80},
+                }
+            },
+            "agents": [
+                {"name": "m-pot", "model": "m", "pattern": "pot", "max_tokens": 256},
+                {"name": "m-cot", "model": "m", "pattern": "cot", "max_tokens": 256},
+            ],
+        }
+    )
 
 
 def test_pot_end_to_end_through_the_sandbox_on_the_sim_backend() -> None:
@@ -100,19 +121,24 @@ def test_pot_end_to_end_on_a_real_model() -> None:
     pytest.importorskip("llama_cpp")
     from puppeteer.backends import make_router
 
-    pool = pool_from_dict({
-        "name": "real-pot",
-        "models": {"q": {"backend": "llamacpp", "target": MODEL, "params_b": 0.49}},
-        "agents": [{"name": "q-pot", "model": "q", "pattern": "pot", "max_tokens": 200}],
-    })
+    pool = pool_from_dict(
+        {
+            "name": "real-pot",
+            "models": {"q": {"backend": "llamacpp", "target": MODEL, "params_b": 0.49}},
+            "agents": [{"name": "q-pot", "model": "q", "pattern": "pot", "max_tokens": 200}],
+        }
+    )
     question = "A farmer has 17 rows of 23 apple trees and sells 40 trees. How many trees are left?"
     task = Task("pot-1", question, "351", "arith", "arith", "numeric")
     grader = NumericGrader()
     router = make_router({"llamacpp": {"n_ctx": 2048}})
     try:
         executor = Executor(backend=router, pool=pool, tools=default_tools())
-        ctx = EpisodeContext(question=task.question, item_key=task.id,
-                             extract=lambda text, truncated: grader.extract(text, task, truncated=truncated))
+        ctx = EpisodeContext(
+            question=task.question,
+            item_key=task.id,
+            extract=lambda text, truncated: grader.extract(text, task, truncated=truncated),
+        )
         (step,) = executor.run_workflow(ctx, Workflow((0,), ("",), ((),)))
     finally:
         router.close()

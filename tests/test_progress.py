@@ -23,8 +23,9 @@ def plain_console() -> tuple[Console, io.StringIO]:
 def test_not_a_terminal_writes_a_line_every_n_items_and_a_last_line() -> None:
     console, out = plain_console()
     clock = FakeClock()
-    with ProgressReporter("train", 100, console=console, schedule=LineSchedule(every_n=25, every_s=1e9),
-                          clock=clock) as bar:
+    with ProgressReporter(
+        "train", 100, console=console, schedule=LineSchedule(every_n=25, every_s=1e9), clock=clock
+    ) as bar:
         for i in range(1, 91):
             clock.now += 1.0
             bar.update(advance=1, info=f"return {i / 100:.2f}")
@@ -37,8 +38,9 @@ def test_not_a_terminal_writes_a_line_every_n_items_and_a_last_line() -> None:
 def test_not_a_terminal_writes_a_line_after_every_s_seconds_even_between_item_marks() -> None:
     console, out = plain_console()
     clock = FakeClock()
-    bar = ProgressReporter("eval", 1000, console=console, schedule=LineSchedule(every_n=500, every_s=30.0),
-                           clock=clock).start()
+    bar = ProgressReporter(
+        "eval", 1000, console=console, schedule=LineSchedule(every_n=500, every_s=30.0), clock=clock
+    ).start()
     for done in range(1, 11):
         clock.now += 10.0  # slow items: 10 s each
         bar.update(done)

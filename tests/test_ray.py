@@ -54,8 +54,28 @@ def test_eval_on_ray_equals_the_single_process_eval(ray_local, tmp_path: Path, s
 def test_cli_eval_with_ray(ray_local, tmp_path: Path) -> None:
     from puppeteer.cli import main
 
-    assert main(["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "vote:3", "--n", "12",
-                 "--out", str(tmp_path / "cli"), "--ray", "--ray-workers", "2", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--pool",
+                "sim-paper",
+                "--suite",
+                "arith",
+                "--policy",
+                "vote:3",
+                "--n",
+                "12",
+                "--out",
+                str(tmp_path / "cli"),
+                "--ray",
+                "--ray-workers",
+                "2",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "cli" / "results.json").read_text())["n"] == 12
 
 
@@ -67,8 +87,15 @@ def test_training_with_ray_rollout_workers_equals_the_single_process_run(ray_loc
     def run(workers: int, out: Path):
         env = ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", max_steps=3)
         policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3), seed=0)
-        cfg = ReinforceConfig(episodes=48, batch_episodes=16, group_size=4, parallel_envs=4, eval_every=1000,
-                              seed=0, rollout_workers=workers)
+        cfg = ReinforceConfig(
+            episodes=48,
+            batch_episodes=16,
+            group_size=4,
+            parallel_envs=4,
+            eval_every=1000,
+            seed=0,
+            rollout_workers=workers,
+        )
         state = train(env, policy, cfg, out)
         return state, policy
 

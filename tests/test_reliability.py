@@ -97,11 +97,17 @@ class StrictUtf8Backend:
 
 def test_a_lone_surrogate_in_a_subtask_reaches_no_backend() -> None:
     base = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", n_tasks=2)
-    env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", n_tasks=2,
-                       backend=StrictUtf8Backend(base.executor.backend))
+    env = ConductorEnv(
+        mode="workflow",
+        pool="sim-paper",
+        suite="arith",
+        n_tasks=2,
+        backend=StrictUtf8Backend(base.executor.backend),
+    )
     env.reset(seed=0)
-    text = ('model_id = [0, 1]\nsubtasks = ["solve \udcff it", "check \ud83d\ude00"]\n'
-            'access_list = [[], "all"]')
+    text = (
+        'model_id = [0, 1]\nsubtasks = ["solve \udcff it", "check \ud83d\ude00"]\naccess_list = [[], "all"]'
+    )
     *_, info = env.step(text)
     traj = info["trajectory"]
     assert info["parse_error"] is None and traj.steps[0].subtask == "solve \ufffd it"
@@ -138,8 +144,16 @@ def test_an_unusable_cache_stops_the_run_at_start_and_keeps_earlier_results(
     else:
         cache.mkdir()
     with pytest.raises(CacheError, match="unusable"):
-        evaluate_policy("single:gpt5-cot", "sim-paper", "arith", n=5, out_dir=out, cache=cache,
-                        progress=False, overwrite=True)
+        evaluate_policy(
+            "single:gpt5-cot",
+            "sim-paper",
+            "arith",
+            n=5,
+            out_dir=out,
+            cache=cache,
+            progress=False,
+            overwrite=True,
+        )
     assert json.loads((out / "results.json").read_text()) == good
 
 
@@ -151,8 +165,20 @@ def test_a_finished_result_is_never_overwritten_without_overwrite(
     with pytest.raises(ResultExists, match="--overwrite"):
         evaluate_policy("random", "sim-paper", "arith", n=5, out_dir=out, progress=False)
     assert json.loads((out / "results.json").read_text()) == good
-    argv = ["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "random", "--n", "5", "--quiet",
-            "--out", str(out)]
+    argv = [
+        "eval",
+        "--pool",
+        "sim-paper",
+        "--suite",
+        "arith",
+        "--policy",
+        "random",
+        "--n",
+        "5",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 2
     assert "--overwrite" in capsys.readouterr().out
     assert main([*argv, "--overwrite"]) == 0
@@ -185,34 +211,83 @@ def test_run_with_an_unknown_agent_id_is_one_line(capsys: pytest.CaptureFixture[
 def test_eval_out_pointing_at_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "results.txt"
     target.write_text("keep me")
-    assert main(["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "random", "--n", "3",
-                 "--quiet", "--out", str(target)]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--pool",
+                "sim-paper",
+                "--suite",
+                "arith",
+                "--policy",
+                "random",
+                "--n",
+                "3",
+                "--quiet",
+                "--out",
+                str(target),
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "is a file")
     assert target.read_text() == "keep me"
 
 
-@pytest.mark.parametrize(("override", "fragment"), [
-    ("lam=abc", "lam"), ("lam=-1", "lam"), ("gamma=5", "gamma"), ("lam=nan", "lam"),
-    ("trainer.lr=abc", "trainer.lr"), ("no_such_key=1", "no_such_key"),
-])
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("lam=abc", "lam"),
+        ("lam=-1", "lam"),
+        ("gamma=5", "gamma"),
+        ("lam=nan", "lam"),
+        ("trainer.lr=abc", "trainer.lr"),
+        ("no_such_key=1", "no_such_key"),
+    ],
+)
 def test_bad_train_overrides_are_one_line_and_write_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], override: str, fragment: str
 ) -> None:
     out = tmp_path / "run"
-    assert main(["train", override, "trainer.episodes=16", "trainer.batch_episodes=16",
-                 "policy.encoder=hashing", "wandb.enabled=false", f"out={out}",
-                 f"hydra.run.dir={tmp_path / 'hydra'}"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                override,
+                "trainer.episodes=16",
+                "trainer.batch_episodes=16",
+                "policy.encoder=hashing",
+                "wandb.enabled=false",
+                f"out={out}",
+                f"hydra.run.dir={tmp_path / 'hydra'}",
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, fragment)
     assert not out.exists() and not (tmp_path / "hydra").exists()
 
 
-def test_a_corrupt_checkpoint_in_train_is_one_line_and_kept(tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_corrupt_checkpoint_in_train_is_one_line_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run"
     out.mkdir()
     (out / "checkpoint.pt").write_bytes(b"PK\x03\x04 not really a zip")
-    assert main(["train", "trainer.episodes=32", "trainer.batch_episodes=16", "policy.encoder=hashing",
-                 "wandb.enabled=false", f"out={out}", f"hydra.run.dir={tmp_path / 'hydra'}"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "trainer.episodes=32",
+                "trainer.batch_episodes=16",
+                "policy.encoder=hashing",
+                "wandb.enabled=false",
+                f"out={out}",
+                f"hydra.run.dir={tmp_path / 'hydra'}",
+            ]
+        )
+        == 2
+    )
     _one_line_error(capsys, "corrupt or truncated")
     assert (out / "checkpoint.pt").read_bytes() == b"PK\x03\x04 not really a zip"
 
@@ -226,9 +301,24 @@ def test_a_key_given_as_an_override_is_written_nowhere(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     out, hydra_dir = tmp_path / "run", tmp_path / "hydra"
-    assert main(["train", f"+openai_api_key={SECRET}", "trainer.episodes=32", "trainer.batch_episodes=16",
-                 "policy.encoder=hashing", "suite.n_eval=4", "suite.n_val=4", "wandb.enabled=true",
-                 "wandb.mode=offline", f"out={out}", f"hydra.run.dir={hydra_dir}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                f"+openai_api_key={SECRET}",
+                "trainer.episodes=32",
+                "trainer.batch_episodes=16",
+                "policy.encoder=hashing",
+                "suite.n_eval=4",
+                "suite.n_val=4",
+                "wandb.enabled=true",
+                "wandb.mode=offline",
+                f"out={out}",
+                f"hydra.run.dir={hydra_dir}",
+            ]
+        )
+        == 0
+    )
     assert os.environ["OPENAI_API_KEY"] == SECRET  # the supported place for keys
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "config.json" for p in files) and any(p.parent.name == ".hydra" for p in files)
@@ -238,8 +328,13 @@ def test_a_key_given_as_an_override_is_written_nowhere(
 
 
 def test_redaction_by_name_and_by_value() -> None:
-    cfg = {"hf_token": "abc", "max_tokens": 512, "nested": {"api_key": "x", "note": f"use {SECRET} here"},
-           "list": [SECRET], "monkey": "banana"}
+    cfg = {
+        "hf_token": "abc",
+        "max_tokens": 512,
+        "nested": {"api_key": "x", "note": f"use {SECRET} here"},
+        "list": [SECRET],
+        "monkey": "banana",
+    }
     red = redact(cfg)
     assert red["hf_token"] == REDACTED and red["max_tokens"] == 512 and red["monkey"] == "banana"
     assert red["nested"]["api_key"] == REDACTED and SECRET not in json.dumps(red)
@@ -249,11 +344,20 @@ def test_redaction_by_name_and_by_value() -> None:
 
 
 # ---------------------------------------------------------------- 9: validation gaps
-@pytest.mark.parametrize(("kwargs", "fragment"), [
-    ({"lam": -1}, "lam"), ({"lam": math.nan}, "lam"), ({"lam": math.inf}, "lam"), ({"gamma": 5}, "gamma"),
-    ({"gamma": 0}, "gamma"), ({"phi": 0}, "phi"), ({"workflow_lam": -0.5}, "workflow_lam"),
-    ({"unavailable": [99]}, "99"), ({"unavailable": [-1]}, "-1"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        ({"lam": -1}, "lam"),
+        ({"lam": math.nan}, "lam"),
+        ({"lam": math.inf}, "lam"),
+        ({"gamma": 5}, "gamma"),
+        ({"gamma": 0}, "gamma"),
+        ({"phi": 0}, "phi"),
+        ({"workflow_lam": -0.5}, "workflow_lam"),
+        ({"unavailable": [99]}, "99"),
+        ({"unavailable": [-1]}, "-1"),
+    ],
+)
 def test_bad_env_settings_are_rejected_with_their_name(kwargs: dict, fragment: str) -> None:
     with pytest.raises(ValueError, match=fragment):
         ConductorEnv(pool="sim-paper", suite="arith", n_tasks=2, **kwargs)
@@ -272,8 +376,13 @@ def test_access_list_entry_written_as_a_list_holding_all_is_accepted() -> None:
 # ---------------------------------------------------------------- 3 (evaluation side): failed calls
 def test_evaluation_and_training_agree_that_a_failed_call_is_a_wrong_answer() -> None:
     env = ConductorEnv(pool="sim-paper", suite="arith", n_tasks=2, max_steps=2)
-    flaky = ConductorEnv(pool="sim-paper", suite="arith", n_tasks=2, max_steps=2,
-                         backend=FlakyBackend(env.executor.backend, 1.0))
+    flaky = ConductorEnv(
+        pool="sim-paper",
+        suite="arith",
+        n_tasks=2,
+        max_steps=2,
+        backend=FlakyBackend(env.executor.backend, 1.0),
+    )
     flaky.reset(seed=0)
     with pytest.raises(ConnectionError):
         flaky.step(0)
@@ -327,8 +436,9 @@ def test_a_question_with_a_lone_surrogate_reaches_no_backend_raw() -> None:
     base = ConductorEnv(mode="step", pool="sim-paper", suite="arith", n_tasks=2)
     task = dataclasses.replace(base.tasks[0], question=base.tasks[0].question + " \udcff")
     assert isinstance(task, Task)
-    env = ConductorEnv(mode="step", pool="sim-paper", tasks=[task],
-                       backend=StrictUtf8Backend(base.executor.backend))
+    env = ConductorEnv(
+        mode="step", pool="sim-paper", tasks=[task], backend=StrictUtf8Backend(base.executor.backend)
+    )
     env.reset(seed=0, options={"task": task})
     *_, info = env.step(0)
     assert env.task.question.endswith("\ufffd") and info["step"].completion.text

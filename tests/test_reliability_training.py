@@ -23,13 +23,15 @@ from puppeteer.train.logging import JsonlLogger
 from puppeteer.train.reinforce import ReinforceConfig, TrainingStopped, train
 
 FAST = PolicyConfig(encoder="hashing", hidden=16, max_steps=2)
-CFG = ReinforceConfig(episodes=64, batch_episodes=16, group_size=4, eval_every=1000, checkpoint_every=2,
-                      parallel_envs=4, seed=0)
+CFG = ReinforceConfig(
+    episodes=64, batch_episodes=16, group_size=4, eval_every=1000, checkpoint_every=2, parallel_envs=4, seed=0
+)
 
 
 def _env(backend=None) -> ConductorEnv:
-    return ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=24, max_steps=2,
-                        backend=backend)
+    return ConductorEnv(
+        mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=24, max_steps=2, backend=backend
+    )
 
 
 def _flaky_env(rate: float, seed: int = 0) -> tuple[ConductorEnv, FlakyBackend]:
@@ -81,8 +83,14 @@ def _train_until(run: Path, stop_after_update: int | None) -> None:
             raise _Killed
 
     with contextlib.suppress(_Killed):
-        train(env, PuppeteerPolicy(env.pool, FAST, seed=0), CFG, run, progress=progress,
-              logger=JsonlLogger(run / "metrics.jsonl"))
+        train(
+            env,
+            PuppeteerPolicy(env.pool, FAST, seed=0),
+            CFG,
+            run,
+            progress=progress,
+            logger=JsonlLogger(run / "metrics.jsonl"),
+        )
 
 
 def test_resume_after_a_kill_neither_duplicates_metrics_nor_trajectories(tmp_path: Path) -> None:
@@ -118,8 +126,13 @@ def test_kill_9_during_a_checkpoint_write_loses_nothing_before_it(tmp_path: Path
         torch.save = dying_save
         t._train_until(__import__("pathlib").Path({str(run)!r}), None)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     ck = torch.load(run / "checkpoint.pt", weights_only=True)  # the first checkpoint, whole
     assert ck["state"]["update"] == 2
@@ -146,8 +159,9 @@ def test_a_full_disk_while_writing_trajectories_stops_with_a_clear_error(
     monkeypatch.setattr(Path, "open", full_open)
     env = _env()
     with pytest.raises(TrainingStopped, match="No space left on device"):
-        train(env, PuppeteerPolicy(env.pool, FAST, seed=0), CFG, run,
-              logger=JsonlLogger(run / "metrics.jsonl"))
+        train(
+            env, PuppeteerPolicy(env.pool, FAST, seed=0), CFG, run, logger=JsonlLogger(run / "metrics.jsonl")
+        )
     monkeypatch.undo()
     # the file was cut back to what the checkpoint covers: no torn line, nothing earlier lost
     data = (run / "trajectories.jsonl").read_bytes()

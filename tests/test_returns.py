@@ -13,15 +13,27 @@ from puppeteer.rollout import run_lockstep
 
 
 def _env() -> ConductorEnv:
-    return ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", max_steps=3, lam=0.3,
-                        gamma=0.9, n_tasks=12)
+    return ConductorEnv(
+        mode="step",
+        pool="sim-paper",
+        suite="arith",
+        split="train",
+        max_steps=3,
+        lam=0.3,
+        gamma=0.9,
+        n_tasks=12,
+    )
 
 
 def test_trainer_episode_returns_are_the_discounted_rewards() -> None:
     env = _env()
     policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3))
-    eps = run_lockstep([env, env.clone()], policy, [(s, s % 12) for s in range(12)],
-                       generator=torch.Generator().manual_seed(0))
+    eps = run_lockstep(
+        [env, env.clone()],
+        policy,
+        [(s, s % 12) for s in range(12)],
+        generator=torch.Generator().manual_seed(0),
+    )
     assert any(len(e.rewards) > 1 for e in eps)  # some episodes have intermediate costs to discount
     for e in eps:
         assert e.returns == pytest.approx(discounted_returns(e.rewards, 0.9), abs=1e-12)

@@ -36,8 +36,17 @@ class _Chain:
 
 
 def _env(**kw: object) -> ConductorEnv:
-    return ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", max_steps=3, lam=0.3,
-                        gamma=0.9, n_tasks=12, **kw)  # type: ignore[arg-type]
+    return ConductorEnv(
+        mode="step",
+        pool="sim-paper",
+        suite="arith",
+        split="train",
+        max_steps=3,
+        lam=0.3,
+        gamma=0.9,
+        n_tasks=12,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_lockstep_episodes_replay_exactly_through_run_actions() -> None:
@@ -47,8 +56,10 @@ def test_lockstep_episodes_replay_exactly_through_run_actions() -> None:
     gen = torch.Generator().manual_seed(1)
     eps = run_lockstep([env, env.clone(), env.clone()], policy, specs, generator=gen)
     replay = _env()
-    ends = [run_actions(replay, e.actions, seed=seed, options={"task_index": ti})
-            for e, (seed, ti) in zip(eps, specs, strict=True)]
+    ends = [
+        run_actions(replay, e.actions, seed=seed, options={"task_index": ti})
+        for e, (seed, ti) in zip(eps, specs, strict=True)
+    ]
     for e, end in zip(eps, ends, strict=True):
         assert list(end.rewards) == e.rewards
         assert end.ret == e.returns[0] == end.info["returns"][0]
@@ -81,14 +92,22 @@ def test_run_episode_stops_at_the_limit_and_calls_start_once() -> None:
     assert starts == [env.tasks[2].id]
     assert len(end.actions) == 3 == action_limit(env) - 1  # max_steps agents end the episode
     assert end.info["terminated_by"] == "max_steps"
-    assert end.cost == pytest.approx(sum(end.info["trajectory"].steps[i].completion.total_tokens
-                                         for i in range(3)) / 1000)
+    assert end.cost == pytest.approx(
+        sum(end.info["trajectory"].steps[i].completion.total_tokens for i in range(3)) / 1000
+    )
 
 
 def test_step_and_workflow_episodes_of_the_same_plan_agree() -> None:
     step_env = _env()
-    wf_env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", split="train", max_steps=3,
-                          n_tasks=12, aggregate="vote")
+    wf_env = ConductorEnv(
+        mode="workflow",
+        pool="sim-paper",
+        suite="arith",
+        split="train",
+        max_steps=3,
+        n_tasks=12,
+        aggregate="vote",
+    )
     rng = np.random.default_rng(0)
     step_traj = run_step_episode(step_env, _Chain([0, 1, step_env.pool.terminator_id]), rng, seed=7, index=3)
     plan = Workflow((0, 1), ("Solve.", "Solve."), ((), (0,)))

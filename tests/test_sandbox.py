@@ -156,8 +156,9 @@ def test_infinite_loop_hits_the_cpu_limit(env_before: dict[str, str]) -> None:
 
 
 def test_long_sleep_hits_the_wall_clock(env_before: dict[str, str]) -> None:
-    result = run_python("import time\nprint('start', flush=True)\ntime.sleep(1000)",
-                        limits=SandboxLimits(timeout_s=1.0))
+    result = run_python(
+        "import time\nprint('start', flush=True)\ntime.sleep(1000)", limits=SandboxLimits(timeout_s=1.0)
+    )
     assert result.status == "timeout"
     assert 1.0 <= result.wall_s < 2.0
     assert result.stdout == "start\n"  # output before the kill is kept
@@ -181,8 +182,9 @@ def test_printing_gigabytes_is_cut_off(env_before: dict[str, str]) -> None:
     assert result.status == "output_limit" and result.truncated
     assert len(result.stdout) + len(result.stderr) <= 10_000
     assert result.wall_s < 1.5
-    both = run_python("import sys\nwhile True:\n    print('o' * 100)\n    print('e' * 100, file=sys.stderr)",
-                      limits=limits)
+    both = run_python(
+        "import sys\nwhile True:\n    print('o' * 100)\n    print('e' * 100, file=sys.stderr)", limits=limits
+    )
     assert both.status == "output_limit"
     assert len(both.stdout.encode()) + len(both.stderr.encode()) <= 10_000
     assert_parent_unharmed(result, env_before)
@@ -204,8 +206,9 @@ def test_fork_bomb(mode: str, os_layers: frozenset[str], env_before: dict[str, s
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_writing_outside_the_scratch_dir(mode: str, os_layers: frozenset[str], env_before: dict[str, str],
-                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_writing_outside_the_scratch_dir(
+    mode: str, os_layers: frozenset[str], env_before: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     limits = limits_for(mode, os_layers, ("readonly-fs", "uid-drop"))
     outside = Path("/tmp") / f"sbx-outside-{uuid.uuid4().hex}"
     outside.mkdir(mode=0o755)
@@ -238,8 +241,9 @@ def test_writing_outside_the_scratch_dir(mode: str, os_layers: frozenset[str], e
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_network_connection_never_arrives(mode: str, os_layers: frozenset[str],
-                                          env_before: dict[str, str]) -> None:
+def test_network_connection_never_arrives(
+    mode: str, os_layers: frozenset[str], env_before: dict[str, str]
+) -> None:
     limits = limits_for(mode, os_layers, ("netns",))
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.bind(("127.0.0.1", 0))
@@ -263,9 +267,13 @@ def test_network_connection_never_arrives(mode: str, os_layers: frozenset[str],
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_parent_environment_does_not_leak(mode: str, os_layers: frozenset[str], env_before: dict[str, str],
-                                          monkeypatch: pytest.MonkeyPatch,
-                                          victim: subprocess.Popen[bytes]) -> None:
+def test_parent_environment_does_not_leak(
+    mode: str,
+    os_layers: frozenset[str],
+    env_before: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    victim: subprocess.Popen[bytes],
+) -> None:
     limits = limits_for(mode, os_layers, ("private-proc", "uid-drop"))
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     code = (
@@ -288,8 +296,9 @@ def test_parent_environment_does_not_leak(mode: str, os_layers: frozenset[str], 
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_killing_the_parent_fails(mode: str, os_layers: frozenset[str], env_before: dict[str, str],
-                                  victim: subprocess.Popen[bytes]) -> None:
+def test_killing_the_parent_fails(
+    mode: str, os_layers: frozenset[str], env_before: dict[str, str], victim: subprocess.Popen[bytes]
+) -> None:
     limits = limits_for(mode, os_layers, ("pidns", "uid-drop"))
     code = (
         "import os\n"

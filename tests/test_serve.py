@@ -133,8 +133,12 @@ def test_chat_completion_answers_with_usage_and_cost(client) -> None:
 def test_streaming_delivers_the_final_answer_in_chunks(client) -> None:
     task = ITEMS[1]
     plain = client.chat.completions.create(model="m", messages=[{"role": "user", "content": task.question}])
-    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": task.question}],
-                                            stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": task.question}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == plain.choices[0].message.content
@@ -154,13 +158,16 @@ def test_concurrent_requests_each_get_their_own_answer(client) -> None:
     assert ids == [t.id for t in ITEMS]
 
 
-@pytest.mark.parametrize("body", [
-    {"model": "m", "messages": []},
-    {"model": "m"},
-    {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]},
-    {"model": "m", "messages": [{"role": "system", "content": "only a system prompt"}]},
-    {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "grader": "astrology"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "messages": []},
+        {"model": "m"},
+        {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]},
+        {"model": "m", "messages": [{"role": "system", "content": "only a system prompt"}]},
+        {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "grader": "astrology"},
+    ],
+)
 def test_a_malformed_request_is_a_clear_400_and_the_server_stays_up(client, openai, body) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.post("/chat/completions", body=body, cast_to=object)

@@ -37,10 +37,27 @@ PAPER = {
     "r1-distill-qwen-32b": (82.5, 84.4, 33.5, 26.86, 63.0, 33.07, 58.1),
     "gemma-3-27b": (39.8, 81.3, 16.67, 13.14, 20.7, 14.86, 38.4),
 }
-DOMAIN_OF = {"MATH500": "math500", "MMLU": "mmlu", "RLPR": "rlpr", "LiveCodeBench": "livecodebench",
-             "AIME25": "aime25", "BigCodeBench": "bigcodebench", "GPQA-Diamond": "gpqa-diamond"}
-SUITES = ("gsm8k", "math500", "mmlu", "aime25", "gpqa-diamond", "humaneval", "arith", "rg-gsm_symbolic",
-          "rg-basic_arithmetic", "rg-knights_knaves")
+DOMAIN_OF = {
+    "MATH500": "math500",
+    "MMLU": "mmlu",
+    "RLPR": "rlpr",
+    "LiveCodeBench": "livecodebench",
+    "AIME25": "aime25",
+    "BigCodeBench": "bigcodebench",
+    "GPQA-Diamond": "gpqa-diamond",
+}
+SUITES = (
+    "gsm8k",
+    "math500",
+    "mmlu",
+    "aime25",
+    "gpqa-diamond",
+    "humaneval",
+    "arith",
+    "rg-gsm_symbolic",
+    "rg-basic_arithmetic",
+    "rg-knights_knaves",
+)
 N_ITEMS = 4000
 ANSWER_RE = re.compile(r"Answer:\s*(.+?)\s*$")
 QUESTION = (Message("system", "You are a careful solver."), Message("user", "Solve the problem."))
@@ -61,13 +78,25 @@ def make_backend(pool: Pool, **overrides: object) -> SimBackend:
     return SimBackend(**options)
 
 
-def request(model: ModelSpec, key: str, pattern: str = "cot", visible: Sequence[str] = (), sample: int = 0,
-            step: int = 0, tools: Sequence[str] = (), max_tokens: int = 100_000,
-            messages: tuple[Message, ...] = QUESTION) -> CompletionRequest:
+def request(
+    model: ModelSpec,
+    key: str,
+    pattern: str = "cot",
+    visible: Sequence[str] = (),
+    sample: int = 0,
+    step: int = 0,
+    tools: Sequence[str] = (),
+    max_tokens: int = 100_000,
+    messages: tuple[Message, ...] = QUESTION,
+) -> CompletionRequest:
     return CompletionRequest(
-        model=model, messages=messages, max_tokens=max_tokens, sample_index=sample,
-        context=CallContext(item_key=key, pattern=pattern, step_index=step, tools=tuple(tools),
-                            visible_answers=tuple(visible)),
+        model=model,
+        messages=messages,
+        max_tokens=max_tokens,
+        sample_index=sample,
+        context=CallContext(
+            item_key=key, pattern=pattern, step_index=step, tools=tuple(tools), visible_answers=tuple(visible)
+        ),
     )
 
 
@@ -76,8 +105,12 @@ def numeric_items(prefix: str, domain: str, n: int = N_ITEMS) -> dict[str, SimIt
 
 
 def letter_items(prefix: str, domain: str, n: int = N_ITEMS) -> dict[str, SimItem]:
-    return {f"{prefix}{i}": SimItem(gold="ABCD"[i % 4], domain=domain, kind="letter",
-                                    choices=("A", "B", "C", "D")) for i in range(n)}
+    return {
+        f"{prefix}{i}": SimItem(
+            gold="ABCD"[i % 4], domain=domain, kind="letter", choices=("A", "B", "C", "D")
+        )
+        for i in range(n)
+    }
 
 
 def outcomes(backend: SimBackend, model: ModelSpec, keys: Sequence[str], **kw: object) -> list[SimOutcome]:
@@ -119,9 +152,15 @@ def test_api_example_pool_mirrors_sim_paper(pool: Pool) -> None:
         assert agent.model.backend == "litellm"
         assert "/" in agent.model.target
         assert (agent.model.price_in, agent.model.price_out, agent.model.params_b) == (
-            sim.price_in, sim.price_out, sim.params_b)
+            sim.price_in,
+            sim.price_out,
+            sim.params_b,
+        )
     assert {a.model.target for a in api.agents} >= {
-        "openai/gpt-5", "gemini/gemini-2.5-pro", "anthropic/claude-sonnet-4-20250514"}
+        "openai/gpt-5",
+        "gemini/gemini-2.5-pro",
+        "anthropic/claude-sonnet-4-20250514",
+    }
 
 
 # --------------------------------------------------------------------------- calibration
@@ -143,8 +182,9 @@ def test_marginal_accuracy_matches_the_table(pool: Pool, models: dict[str, Model
     assert worst > 0.0  # it is a draw, not a lookup
 
 
-def test_text_path_agrees_with_the_decision_and_ends_with_an_answer(pool: Pool,
-                                                                    models: dict[str, ModelSpec]) -> None:
+def test_text_path_agrees_with_the_decision_and_ends_with_an_answer(
+    pool: Pool, models: dict[str, ModelSpec]
+) -> None:
     backend = make_backend(pool)
     items = letter_items("gpqa-", "gpqa-diamond")
     backend.add_items(items)
@@ -162,9 +202,13 @@ def test_text_path_agrees_with_the_decision_and_ends_with_an_answer(pool: Pool,
 
 def test_column_comes_from_the_domain_mapping(pool: Pool, models: dict[str, ModelSpec]) -> None:
     backend = make_backend(pool)
-    backend.add_items({"k": SimItem("Zoey is a knight", "rg-knights_knaves", "text"),
-                       "h": SimItem("def f():\n    return 1", "humaneval", "code"),
-                       "x": SimItem("3", "some-new-suite")})
+    backend.add_items(
+        {
+            "k": SimItem("Zoey is a knight", "rg-knights_knaves", "text"),
+            "h": SimItem("def f():\n    return 1", "humaneval", "code"),
+            "x": SimItem("3", "some-new-suite"),
+        }
+    )
     assert backend.decide(request(models["gpt-5"], "k")).column == "RLPR"
     assert backend.decide(request(models["gpt-5"], "h")).column == "LiveCodeBench"
     assert backend.decide(request(models["gpt-5"], "x")).column == "MATH500"  # default_column
@@ -212,8 +256,9 @@ def test_same_request_same_completion_other_samples_differ(pool: Pool, models: d
 # --------------------------------------------------------------------------- correlation structure
 
 
-def _correct_matrix(backend: SimBackend, models: dict[str, ModelSpec],
-                    keys: Sequence[str]) -> dict[str, list[bool]]:
+def _correct_matrix(
+    backend: SimBackend, models: dict[str, ModelSpec], keys: Sequence[str]
+) -> dict[str, list[bool]]:
     return {name: [o.correct for o in outcomes(backend, model, keys)] for name, model in models.items()}
 
 
@@ -281,20 +326,25 @@ def test_distractors_are_wrong_deterministic_and_well_formed() -> None:
 # --------------------------------------------------------------------------- visible answers
 
 
-def test_verifier_fixes_at_its_own_skill_and_keeps_right_answers(pool: Pool,
-                                                                 models: dict[str, ModelSpec]) -> None:
+def test_verifier_fixes_at_its_own_skill_and_keeps_right_answers(
+    pool: Pool, models: dict[str, ModelSpec]
+) -> None:
     backend = make_backend(pool)
     items = letter_items("f", "gpqa-diamond")
     backend.add_items(items)
     qwen = models["qwen3-32b"]
     p = 0.641
-    wrong_shown = [backend.decide(request(qwen, k, pattern="verify", visible=[distractors(it)[0]], step=1))
-                   for k, it in items.items()]
+    wrong_shown = [
+        backend.decide(request(qwen, k, pattern="verify", visible=[distractors(it)[0]], step=1))
+        for k, it in items.items()
+    ]
     assert accuracy(wrong_shown) == pytest.approx(p, abs=0.025)
     repeated = [o for o in wrong_shown if not o.correct]
     assert all(o.source == "repeated" for o in repeated)
-    right_shown = [backend.decide(request(qwen, k, pattern="verify", visible=[it.gold, it.gold], step=2))
-                   for k, it in items.items()]
+    right_shown = [
+        backend.decide(request(qwen, k, pattern="verify", visible=[it.gold, it.gold], step=2))
+        for k, it in items.items()
+    ]
     assert accuracy(right_shown) == pytest.approx(1 - 0.3 * (1 - p), abs=0.015)
     # without visible answers a verifier is just its own attempt
     assert accuracy(outcomes(backend, qwen, list(items), pattern="verify")) == pytest.approx(p, abs=0.025)
@@ -311,8 +361,11 @@ def test_summarizer_follows_the_visible_majority(pool: Pool, models: dict[str, M
         wrong = distractors(item)[1]
         seen = [wrong, f"({wrong})", item.gold]  # majority = the wrong letter, written two ways
         follows.append(backend.decide(request(gemma, key, pattern="summarize", visible=seen)).answer == wrong)
-        right.append(backend.decide(request(gemma, key, pattern="summarize",
-                                            visible=[item.gold, item.gold, wrong])).correct)
+        right.append(
+            backend.decide(
+                request(gemma, key, pattern="summarize", visible=[item.gold, item.gold, wrong])
+            ).correct
+        )
     assert 0.84 <= sum(follows) / len(follows) <= 0.92
     assert sum(right) / len(right) >= 0.85 + 0.15 * 0.25 - 0.02
     # cot ignores what it sees
@@ -343,14 +396,20 @@ def test_tokens_cost_latency_follow_the_declared_numbers(pool: Pool, models: dic
     assert mean_tokens(model) == pytest.approx(700, rel=0.04)
     assert mean_tokens(model, "direct") == pytest.approx(0.2 * 700, rel=0.04)
     assert mean_tokens(models["qwen3-32b-thinking"]) > 3 * mean_tokens(models["qwen3-32b"])
-    capped = [backend.complete(request(model, k, max_tokens=500)).completion_tokens
-              for k in list(items)[:500]]
+    capped = [
+        backend.complete(request(model, k, max_tokens=500)).completion_tokens for k in list(items)[:500]
+    ]
     assert max(capped) == 500 and min(capped) >= 1
 
 
 def test_realtime_sleeps_the_simulated_latency() -> None:
-    tiny = ModelSpec("tiny", "sim", "tiny", params_b=0.1, options={
-        "skills": {"MATH500": 0.5}, "tokens_mean": 10, "tokens_per_s": 1e6, "first_token_s": 0.05})
+    tiny = ModelSpec(
+        "tiny",
+        "sim",
+        "tiny",
+        params_b=0.1,
+        options={"skills": {"MATH500": 0.5}, "tokens_mean": 10, "tokens_per_s": 1e6, "first_token_s": 0.05},
+    )
     items = {f"r{i}": SimItem(str(i), "math500") for i in range(8)}
     fast = SimBackend(items, columns={"math500": "MATH500"})
     slow = SimBackend(items, columns={"math500": "MATH500"}, realtime=True)
@@ -391,10 +450,14 @@ def test_unknown_item_replies_and_missing_skill_errors(pool: Pool, models: dict[
 def test_output_formats_are_extraction_friendly(pool: Pool, models: dict[str, ModelSpec]) -> None:
     backend = make_backend(pool)
     code = "def add(a, b):\n    return a + b"
-    backend.add_items({
-        "n": SimItem("42", "gsm8k"), "l": SimItem("C", "mmlu", "letter"),
-        "m": SimItem(r"\frac{3}{4}", "math500", "math"), "c": SimItem(code, "humaneval", "code"),
-    })
+    backend.add_items(
+        {
+            "n": SimItem("42", "gsm8k"),
+            "l": SimItem("C", "mmlu", "letter"),
+            "m": SimItem(r"\frac{3}{4}", "math500", "math"),
+            "c": SimItem(code, "humaneval", "code"),
+        }
+    )
     gpt = models["gpt-5"]
     for key, pattern in (("n", "cot"), ("n", "direct"), ("l", "plan"), ("m", "cot")):
         for sample in range(5):
@@ -409,8 +472,14 @@ def test_output_formats_are_extraction_friendly(pool: Pool, models: dict[str, Mo
 
 def test_oracle_agent_picks_the_best_single_agent(pool: Pool) -> None:
     agents = pool.agents
-    expect = {"MATH500": "gpt5-cot", "MMLU": "gpt5-cot", "GPQA-Diamond": "gemini25pro-cot",
-              "BigCodeBench": "gemini25pro-cot", "LiveCodeBench": "gpt5-cot", "RLPR": "gpt5-cot"}
+    expect = {
+        "MATH500": "gpt5-cot",
+        "MMLU": "gpt5-cot",
+        "GPQA-Diamond": "gemini25pro-cot",
+        "BigCodeBench": "gemini25pro-cot",
+        "LiveCodeBench": "gpt5-cot",
+        "RLPR": "gpt5-cot",
+    }
     for column, name in expect.items():
         assert agents[oracle_agent(agents, column)].name == name
     cheap = ModelSpec("cheap", "sim", "cheap", 1.0, 0.1, 0.1, options={"skills": {"X": 0.7}})

@@ -131,21 +131,37 @@ def test_sweep_command_trains_and_gathers_on_the_simulator(tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------- the conductor track
-def _conductor_run(out: Path, lam: float, seed: int, heldout: dict[str, Any], cost_model: str = "tokens"
-                   ) -> None:
+def _conductor_run(
+    out: Path, lam: float, seed: int, heldout: dict[str, Any], cost_model: str = "tokens"
+) -> None:
     d = out / f"workflow_lam{lam}_seed{seed}"
     d.mkdir(parents=True)
-    cfg = {"track": "conductor", "workflow_lam": lam, "seed": seed, "workflow_max_steps": 4, "n_eval": 10,
-           "cost_model": cost_model, "pool": {"name": "sim-paper"},
-           "suite": {"name": "arith", "eval_split": "test", "n_eval": 50}}
+    cfg = {
+        "track": "conductor",
+        "workflow_lam": lam,
+        "seed": seed,
+        "workflow_max_steps": 4,
+        "n_eval": 10,
+        "cost_model": cost_model,
+        "pool": {"name": "sim-paper"},
+        "suite": {"name": "arith", "eval_split": "test", "n_eval": 50},
+    }
     (d / "config.json").write_text(json.dumps(cfg))
     res = {"backend": "conductor = transformers on CPU (x), workers = sim", "heldout_after": heldout}
     (d / "results.json").write_text(json.dumps(res))
 
 
 def _heldout(acc: float, **kw: float) -> dict[str, Any]:
-    return {"n": 10, "accuracy": acc, "accuracy_ci95": [acc - 0.2, acc + 0.1], "parse_rate": 0.9,
-            "reward": acc - 0.05, "calls": 2.0, "cost": 1.5, **kw}
+    return {
+        "n": 10,
+        "accuracy": acc,
+        "accuracy_ci95": [acc - 0.2, acc + 0.1],
+        "parse_rate": 0.9,
+        "reward": acc - 0.05,
+        "calls": 2.0,
+        "cost": 1.5,
+        **kw,
+    }
 
 
 def test_conductor_track_rows_are_the_runs_heldout_after_numbers(tmp_path: Path) -> None:
@@ -183,11 +199,34 @@ def test_conductor_sweep_trains_one_grpo_run_per_lambda_and_seed(tmp_path: Path)
     """``puppeteer sweep --track conductor``: Hydra multirun of ``puppeteer train track=conductor``."""
     pytest.importorskip("trl")
     out = tmp_path / "sweep"
-    tiny = ["model.id=tiny-random", "n_train=4", "n_eval=3", "eval.before=false", "eval.max_new_tokens=8",
-            "eval.batch_size=3", "grpo.max_steps=1", "grpo.max_completion_length=8", "grpo.num_generations=2",
-            "grpo.per_device_train_batch_size=2", "grpo.gradient_accumulation_steps=1", "grpo.save_steps=1"]
-    argv = ["sweep", "--track", "conductor", "--lam", "0,0.5", "--seeds", "1", "--out", str(out),
-            "--baselines", "single:gpt5-cot", *tiny]
+    tiny = [
+        "model.id=tiny-random",
+        "n_train=4",
+        "n_eval=3",
+        "eval.before=false",
+        "eval.max_new_tokens=8",
+        "eval.batch_size=3",
+        "grpo.max_steps=1",
+        "grpo.max_completion_length=8",
+        "grpo.num_generations=2",
+        "grpo.per_device_train_batch_size=2",
+        "grpo.gradient_accumulation_steps=1",
+        "grpo.save_steps=1",
+    ]
+    argv = [
+        "sweep",
+        "--track",
+        "conductor",
+        "--lam",
+        "0,0.5",
+        "--seeds",
+        "1",
+        "--out",
+        str(out),
+        "--baselines",
+        "single:gpt5-cot",
+        *tiny,
+    ]
     assert main(argv) == 0
     df = pd.read_csv(out / "sweep.csv")
     trained = df[df["kind"] == "trained"].set_index("lam")

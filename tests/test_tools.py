@@ -39,8 +39,15 @@ class ScriptedBackend:
         text = self.replies[index]
         cost = self.costs[min(index, len(self.costs) - 1)]
         tokens = len(text.split())
-        return Completion(text=text, prompt_tokens=10 * len(request.messages), completion_tokens=tokens,
-                          cost_usd=cost, flops=100.0, latency_s=0.25, model=request.model.name)
+        return Completion(
+            text=text,
+            prompt_tokens=10 * len(request.messages),
+            completion_tokens=tokens,
+            cost_usd=cost,
+            flops=100.0,
+            latency_s=0.25,
+            model=request.model.name,
+        )
 
     async def acomplete(self, request: CompletionRequest) -> Completion:
         return self.complete(request)
@@ -57,33 +64,75 @@ def tools() -> dict[str, Tool]:
 # -------------------------------------------------------------------------- calculator
 
 
-@pytest.mark.parametrize(("expression", "expected"), [
-    ("6*7", "42"), ("2^10", "1024"), ("2**0.5", "1.41421356237"), ("(17*23 + 4) / 3", "131.666666667"),
-    ("-3 + +5", "2"), ("7 // 2", "3"), ("-7 % 3", "2"), ("sqrt(16)", "4"), ("log(8, 2)", "3"),
-    ("exp(0)", "1"), ("sin(pi/2)", "1"), ("abs(-2.5)", "2.5"), ("round(2.675, 2)", "2.67"),
-    ("min(4, 2, 8)", "2"), ("max(4, 2, 8)", "8"), ("factorial(20)", "2432902008176640000"),
-    ("0.1 + 0.2", "0.3"), (" 12 * 3 = ", "36"), ("2**200", str(2**200)), ("1e300 * 10", "1e+301"),
-])
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("6*7", "42"),
+        ("2^10", "1024"),
+        ("2**0.5", "1.41421356237"),
+        ("(17*23 + 4) / 3", "131.666666667"),
+        ("-3 + +5", "2"),
+        ("7 // 2", "3"),
+        ("-7 % 3", "2"),
+        ("sqrt(16)", "4"),
+        ("log(8, 2)", "3"),
+        ("exp(0)", "1"),
+        ("sin(pi/2)", "1"),
+        ("abs(-2.5)", "2.5"),
+        ("round(2.675, 2)", "2.67"),
+        ("min(4, 2, 8)", "2"),
+        ("max(4, 2, 8)", "8"),
+        ("factorial(20)", "2432902008176640000"),
+        ("0.1 + 0.2", "0.3"),
+        (" 12 * 3 = ", "36"),
+        ("2**200", str(2**200)),
+        ("1e300 * 10", "1e+301"),
+    ],
+)
 def test_calculator_arithmetic(expression: str, expected: str) -> None:
     result = Calculator().run(expression)
     assert result.ok and result.status == "ok"
     assert result.output == expected
 
 
-@pytest.mark.parametrize("expression", [
-    "__import__('os').system('true')", "().__class__.__bases__", "open('/etc/passwd')", "x + 1", "[1, 2]",
-    "lambda: 1", "'a' * 3", "1 if 1 else 2", "True + 1", "sqrt(x=4)", "(1).real", "eval('1')",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "__import__('os').system('true')",
+        "().__class__.__bases__",
+        "open('/etc/passwd')",
+        "x + 1",
+        "[1, 2]",
+        "lambda: 1",
+        "'a' * 3",
+        "1 if 1 else 2",
+        "True + 1",
+        "sqrt(x=4)",
+        "(1).real",
+        "eval('1')",
+    ],
+)
 def test_calculator_refuses_anything_but_arithmetic(expression: str) -> None:
     result = Calculator().run(expression)
     assert not result.ok and result.status == "error"
     assert result.output.startswith("error:")
 
 
-@pytest.mark.parametrize("expression", [
-    "9**9**9", "10**10**10", "2**5000", "factorial(10**6)", "(10**1000)*(10**1000)", "comb(10**9, 10**5)",
-    "1e308 * 10", "1/0", "sqrt(-1)", "(-8)**(1/3)",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "9**9**9",
+        "10**10**10",
+        "2**5000",
+        "factorial(10**6)",
+        "(10**1000)*(10**1000)",
+        "comb(10**9, 10**5)",
+        "1e308 * 10",
+        "1/0",
+        "sqrt(-1)",
+        "(-8)**(1/3)",
+    ],
+)
 def test_calculator_guards_huge_and_invalid_values(expression: str) -> None:
     start = time.perf_counter()
     result = Calculator().run(expression)

@@ -150,12 +150,24 @@ def test_job_dirname_is_short_unique_and_one_path_component() -> None:
 
 def test_multirun_with_many_overrides_writes_short_job_directories(tmp_path: Path) -> None:
     overrides = [
-        "trainer.episodes=8", "trainer.batch_episodes=8", "trainer.group_size=4",
-        "trainer.lr_final_fraction=0.2", "trainer.eval_every=1", "trainer.checkpoint_every=1",
-        "trainer.lr=0.02", "trainer.weight_decay=0.001", "trainer.entropy_coef=0.02",
-        "trainer.max_grad_norm=2.0", "trainer.ema_decay=0.8",
-        "policy.encoder=hashing", "policy.hidden=16", "suite.n_train=8", "suite.n_val=4", "suite.n_eval=4",
-        "wandb.enabled=false", "gamma=0.95",
+        "trainer.episodes=8",
+        "trainer.batch_episodes=8",
+        "trainer.group_size=4",
+        "trainer.lr_final_fraction=0.2",
+        "trainer.eval_every=1",
+        "trainer.checkpoint_every=1",
+        "trainer.lr=0.02",
+        "trainer.weight_decay=0.001",
+        "trainer.entropy_coef=0.02",
+        "trainer.max_grad_norm=2.0",
+        "trainer.ema_decay=0.8",
+        "policy.encoder=hashing",
+        "policy.hidden=16",
+        "suite.n_train=8",
+        "suite.n_val=4",
+        "suite.n_eval=4",
+        "wandb.enabled=false",
+        "gamma=0.95",
     ]
     assert len(overrides) == 18 and len(",".join(overrides)) > 255  # Hydra's default name was too long
     assert main(["train", "-m", *overrides, f"hydra.sweep.dir={tmp_path}"]) == 0

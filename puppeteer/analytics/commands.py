@@ -72,12 +72,20 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
         help="Hydra overrides for every run, e.g. pool=sim-paper "
         "suite=mix-paper trainer.episodes=256 policy.encoder=hashing",
     )
-    p.add_argument("--lam", type=_floats, default=[0.0, 0.05, 0.1, 0.2, 0.5],
-                   help="comma-separated cost weights: lam (puppeteer track), workflow_lam (conductor)")
+    p.add_argument(
+        "--lam",
+        type=_floats,
+        default=[0.0, 0.05, 0.1, 0.2, 0.5],
+        help="comma-separated cost weights: lam (puppeteer track), workflow_lam (conductor)",
+    )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per value")
-    p.add_argument("--track", choices=sorted(TRACKS), default="puppeteer",
-                   help="puppeteer: REINFORCE (puppeteer train), over lam; "
-                   "conductor: GRPO (puppeteer train track=conductor), over workflow_lam")
+    p.add_argument(
+        "--track",
+        choices=sorted(TRACKS),
+        default="puppeteer",
+        help="puppeteer: REINFORCE (puppeteer train), over lam; "
+        "conductor: GRPO (puppeteer train track=conductor), over workflow_lam",
+    )
     p.add_argument(
         "--baselines",
         default="",

@@ -95,8 +95,12 @@ def _same_items(a: Outcomes, b: Outcomes) -> None:
 def compare(run: Outcomes, reference: Outcomes) -> Comparison:
     """Items ``run`` solves that ``reference`` does not (gained), and the other way round (lost)."""
     _same_items(run, reference)
-    return Comparison(gained=len(run.solved - reference.solved), lost=len(reference.solved - run.solved),
-                      both=len(run.solved & reference.solved), n=len(run.items))
+    return Comparison(
+        gained=len(run.solved - reference.solved),
+        lost=len(reference.solved - run.solved),
+        both=len(run.solved & reference.solved),
+        n=len(run.items),
+    )
 
 
 def coverage(runs: Mapping[str, Outcomes]) -> Coverage:

@@ -102,12 +102,19 @@ def accuracy_vs_cost(
     markers = "osD^vP*Xhp<>"
     for ax, (suite, points) in zip(axes[0], panels.items(), strict=True):
         for i, p in enumerate(points):
-            ax.errorbar(p.cost, p.accuracy, yerr=[[p.accuracy - p.ci_low], [p.ci_high - p.accuracy]],
-                        fmt=markers[i % len(markers)], color=plt.get_cmap("tab20")(i % 20), capsize=3,
-                        label=p.label)
+            ax.errorbar(
+                p.cost,
+                p.accuracy,
+                yerr=[[p.accuracy - p.ci_low], [p.ci_high - p.accuracy]],
+                fmt=markers[i % len(markers)],
+                color=plt.get_cmap("tab20")(i % 20),
+                capsize=3,
+                label=p.label,
+            )
         front = pareto_front(points)
-        ax.plot([p.cost for p in front], [p.accuracy for p in front], "k--", linewidth=0.8,
-                label="Pareto front")
+        ax.plot(
+            [p.cost for p in front], [p.accuracy for p in front], "k--", linewidth=0.8, label="Pareto front"
+        )
         if all(p.cost > 0 for p in points):
             ax.set_xscale("log")
         ax.set_xlabel(cost_label)

@@ -26,8 +26,12 @@ def run_plan(
     env: ConductorEnv, plan: Callable[[Task], Sequence[int]], name: str, seed: int = 10_000
 ) -> Reference:
     """Every task of ``env`` once: activate ``plan(task)`` in order, then the Terminator."""
-    ends = [run_actions(env, lambda task: [*plan(task), env.pool.terminator_id], seed=seed + i,
-                        options={"task_index": i}) for i in range(len(env.tasks))]
+    ends = [
+        run_actions(
+            env, lambda task: [*plan(task), env.pool.terminator_id], seed=seed + i, options={"task_index": i}
+        )
+        for i in range(len(env.tasks))
+    ]
     m = summarize(ends)  # returns are the env's discounted returns (puppeteer.reward)
     return Reference(name, m["accuracy"], m["return"], m["cost"], m["calls"])
 

@@ -75,8 +75,11 @@ class PuppeteerTrack:
     param: str = "lam"
     checkpoint: str = "final"
     # min_steps=1: a greedy policy cannot stop before anyone acts
-    defaults: Mapping[str, str] = field(default_factory=lambda: MappingProxyType(
-        {"min_steps": "1", "wandb.enabled": "false", "progress": "false"}))
+    defaults: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType(
+            {"min_steps": "1", "wandb.enabled": "false", "progress": "false"}
+        )
+    )
     reevaluable: bool = True
 
     def launch(
@@ -100,8 +103,13 @@ class PuppeteerTrack:
 
     def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
         suite = cfg["suite"]
-        return dict(pool=cfg["pool"]["name"], suite=suite["name"], split=suite["eval_split"],
-                    n=suite.get("n_eval"), max_steps=int(cfg["max_steps"]))
+        return dict(
+            pool=cfg["pool"]["name"],
+            suite=suite["name"],
+            split=suite["eval_split"],
+            n=suite.get("n_eval"),
+            max_steps=int(cfg["max_steps"]),
+        )
 
     def heldout_row(self, run: TrainedRun) -> dict[str, Any]:
         """``results.json`` ``heldout``: accuracy, tokens, usd, calls, return over ``n_eval`` items."""
@@ -111,9 +119,16 @@ class PuppeteerTrack:
         h, n = res["heldout"], int(res["n_eval"])
         lo, hi = wilson_interval(round(h["accuracy"] * n), n)
         return {
-            "policy": self.policy_spec(run.run_dir), "n": n, "accuracy": h["accuracy"], "ci_low": lo,
-            "ci_high": hi, "mean_tokens": h["tokens"], "mean_usd": h["usd"], "mean_calls": h["calls"],
-            "mean_reward": h["return"], "backend": res["backend"],
+            "policy": self.policy_spec(run.run_dir),
+            "n": n,
+            "accuracy": h["accuracy"],
+            "ci_low": lo,
+            "ci_high": hi,
+            "mean_tokens": h["tokens"],
+            "mean_usd": h["usd"],
+            "mean_calls": h["calls"],
+            "mean_reward": h["return"],
+            "backend": res["backend"],
         }
 
 
@@ -161,18 +176,30 @@ class ConductorTrack:
 
     def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
         suite = cfg["suite"]
-        return dict(pool=cfg["pool"]["name"], suite=suite["name"], split=suite.get("eval_split", "test"),
-                    n=cfg.get("n_eval") or suite.get("n_eval"), max_steps=int(cfg["workflow_max_steps"]))
+        return dict(
+            pool=cfg["pool"]["name"],
+            suite=suite["name"],
+            split=suite.get("eval_split", "test"),
+            n=cfg.get("n_eval") or suite.get("n_eval"),
+            max_steps=int(cfg["workflow_max_steps"]),
+        )
 
     def heldout_row(self, run: TrainedRun) -> dict[str, Any]:
         res = json.loads((run.run_dir / "results.json").read_text())
         h = res["heldout_after"]
         lo, hi = h["accuracy_ci95"]
         row = {
-            "policy": self.policy_spec(run.run_dir), "n": int(h["n"]), "accuracy": h["accuracy"],
-            "ci_low": lo, "ci_high": hi, "mean_tokens": h.get("tokens", np.nan),
-            "mean_usd": h.get("usd", np.nan), "mean_calls": h["calls"], "mean_reward": h["reward"],
-            "parse_rate": h["parse_rate"], "backend": res["backend"],
+            "policy": self.policy_spec(run.run_dir),
+            "n": int(h["n"]),
+            "accuracy": h["accuracy"],
+            "ci_low": lo,
+            "ci_high": hi,
+            "mean_tokens": h.get("tokens", np.nan),
+            "mean_usd": h.get("usd", np.nan),
+            "mean_calls": h["calls"],
+            "mean_reward": h["reward"],
+            "parse_rate": h["parse_rate"],
+            "backend": res["backend"],
         }
         key, scale = _COST_UNITS.get(str(run.config.get("cost_model", "tokens")), ("", 0.0))
         if key and key not in h:
@@ -251,8 +278,10 @@ def gather(
     if evaluate is None:
         from puppeteer.evaluation import evaluate_policy as evaluate
     if reevaluate and not track.reevaluable:
-        raise ValueError(f"the {track.name} track's runs are scored by their own held-out evaluation; "
-                         "--reevaluate is not available for it")
+        raise ValueError(
+            f"the {track.name} track's runs are scored by their own held-out evaluation; "
+            "--reevaluate is not available for it"
+        )
     runs = find_trained(out, track.param)
     if not runs:
         raise FileNotFoundError(f"no finished runs under {out}")
@@ -320,8 +349,9 @@ def _points(df: pd.DataFrame, cost: str) -> list[CostPoint]:
     return pts
 
 
-def plot_sweep(df: pd.DataFrame, path: Path, title: str, cost: str = "tokens", label: str = "puppeteer lambda"
-               ) -> Path:
+def plot_sweep(
+    df: pd.DataFrame, path: Path, title: str, cost: str = "tokens", label: str = "puppeteer lambda"
+) -> Path:
     """Cost vs accuracy: each seed faint, each lambda's mean with +-1 sd bars, baselines, Pareto front."""
     col = COST_COLUMNS[cost]
     fig, ax = plt.subplots(figsize=(8, 5.5))

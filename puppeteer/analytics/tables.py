@@ -23,12 +23,17 @@ def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
         ("policy", result.policy),
         ("pool / backends", f"{result.pool} / {', '.join(result.backends)}"),
         ("suite / split", f"{result.suite} / {result.split}  (n={result.n}, seed={result.seed})"),
-        ("accuracy", f"{result.accuracy:.3f}  [{result.ci_low:.3f}, {result.ci_high:.3f}] 95% Wilson"
-                     f"  ({result.correct}/{result.n})"),
+        (
+            "accuracy",
+            f"{result.accuracy:.3f}  [{result.ci_low:.3f}, {result.ci_high:.3f}] 95% Wilson"
+            f"  ({result.correct}/{result.n})",
+        ),
         ("errors / unparsable", f"{result.n_errors} / {result.n_parse_errors}"),
         ("mean calls", f"{result.mean_calls:.2f}"),
-        ("mean tokens (prompt + completion)",
-         f"{result.mean_prompt_tokens:.0f} + {result.mean_completion_tokens:.0f}"),
+        (
+            "mean tokens (prompt + completion)",
+            f"{result.mean_prompt_tokens:.0f} + {result.mean_completion_tokens:.0f}",
+        ),
         ("mean USD", f"{result.mean_usd:.5f}"),
         ("mean FLOPs", _fmt_num(result.mean_flops)),
         ("wall time", f"{result.wall_s:.1f} s"),
@@ -40,19 +45,23 @@ def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
     return rows
 
 
-MARKDOWN_HEADER = ("| policy | suite | n | accuracy (95% CI) | calls | tokens (prompt+completion) | USD | "
-                   "model s/item | wall s | backend | cache hits/misses |\n"
-                   "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|")
+MARKDOWN_HEADER = (
+    "| policy | suite | n | accuracy (95% CI) | calls | tokens (prompt+completion) | USD | "
+    "model s/item | wall s | backend | cache hits/misses |\n"
+    "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|"
+)
 
 
 def markdown_row(r: EvalResult) -> str:
     cache = f"{r.cache_hits}/{r.cache_misses}" if r.cache_hits is not None else "-"
     errors = f" ({r.n_errors} errors)" if r.n_errors else ""
     policy = r.policy.replace("|", "\\|")  # a pipe would end the table cell, even inside backticks
-    return (f"| `{policy}` | {r.suite}/{r.split} | {r.n} | {r.accuracy:.3f} "
-            f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{errors} | {r.mean_calls:.2f} | "
-            f"{r.mean_prompt_tokens:.0f}+{r.mean_completion_tokens:.0f} | {r.mean_usd:.5f} | "
-            f"{r.mean_latency_s:.1f} | {r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |")
+    return (
+        f"| `{policy}` | {r.suite}/{r.split} | {r.n} | {r.accuracy:.3f} "
+        f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{errors} | {r.mean_calls:.2f} | "
+        f"{r.mean_prompt_tokens:.0f}+{r.mean_completion_tokens:.0f} | {r.mean_usd:.5f} | "
+        f"{r.mean_latency_s:.1f} | {r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |"
+    )
 
 
 def markdown_table(results: Sequence[EvalResult]) -> str:

@@ -46,6 +46,7 @@ def default_response_cache() -> Path:
     env = os.environ.get(RESPONSE_CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "puppeteer" / "responses.sqlite"
 
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS completions (
     key TEXT PRIMARY KEY,
@@ -68,8 +69,10 @@ class CacheError(UserError, RuntimeError):
 
 
 def _unusable(path: Path, why: object) -> CacheError:
-    return CacheError(f"response cache {path} is unusable ({why}); it was left untouched: move it away, "
-                      "point --cache elsewhere, or run without a cache (--no-cache)")
+    return CacheError(
+        f"response cache {path} is unusable ({why}); it was left untouched: move it away, "
+        "point --cache elsewhere, or run without a cache (--no-cache)"
+    )
 
 
 def check_cache(path: Path | str) -> None:
@@ -144,8 +147,13 @@ class _Flight:
 class CachedBackend:
     """Wraps ``inner`` with a SQLite cache at ``path``. ``name`` is the inner backend's name."""
 
-    def __init__(self, inner: Backend, path: Path | str, timeout: float = 30.0,
-                 on_write_error: Literal["warn", "raise"] = "warn") -> None:
+    def __init__(
+        self,
+        inner: Backend,
+        path: Path | str,
+        timeout: float = 30.0,
+        on_write_error: Literal["warn", "raise"] = "warn",
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.path = Path(path)
@@ -170,8 +178,9 @@ class CachedBackend:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
-                                   check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
@@ -194,25 +203,43 @@ class CachedBackend:
         if row is None:
             return None
         text, pt, ct, cost, flops, latency, model = row
-        return Completion(text=text, prompt_tokens=pt, completion_tokens=ct, cost_usd=cost, flops=flops,
-                          latency_s=latency, model=model, cached=True,
-                          truncated=request is not None and ct >= request.max_tokens)
+        return Completion(
+            text=text,
+            prompt_tokens=pt,
+            completion_tokens=ct,
+            cost_usd=cost,
+            flops=flops,
+            latency_s=latency,
+            model=model,
+            cached=True,
+            truncated=request is not None and ct >= request.max_tokens,
+        )
 
     def store(self, key: str, request: CompletionRequest, completion: Completion) -> bool:
         """Persist ``completion`` under ``key`` (first writer wins). False if the write failed."""
         try:
             self._conn().execute(
                 "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, completion.text, completion.prompt_tokens, completion.completion_tokens,
-                 completion.cost_usd, completion.flops, completion.latency_s, completion.model, time.time(),
-                 canonical_json(request_payload(request))),
+                (
+                    key,
+                    completion.text,
+                    completion.prompt_tokens,
+                    completion.completion_tokens,
+                    completion.cost_usd,
+                    completion.flops,
+                    completion.latency_s,
+                    completion.model,
+                    time.time(),
+                    canonical_json(request_payload(request)),
+                ),
             )
         except sqlite3.Error as exc:
             self._count("write_errors")
             if self.on_write_error == "raise":
                 raise CacheError(f"cache write to {self.path} failed: {exc}") from exc
-            log.warning("cache write to %s failed (%s); the completion is returned but not cached",
-                        self.path, exc)
+            log.warning(
+                "cache write to %s failed (%s); the completion is returned but not cached", self.path, exc
+            )
             return False
         return True
 

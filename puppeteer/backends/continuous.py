@@ -229,8 +229,14 @@ class ContinuousBatcher:
     models oversubscribing the cores. ``clock`` (seconds, monotonic) times queueing and running.
     """
 
-    def __init__(self, engine: Engine, compute_lock: threading.Lock | None = None, name: str = "model",
-                 reuse_prefix: bool = True, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        compute_lock: threading.Lock | None = None,
+        name: str = "model",
+        reuse_prefix: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         if engine.kv_size < engine.n_ctx:
             raise ValueError(f"kv_size {engine.kv_size} must be at least n_ctx {engine.n_ctx}")
         self.engine = engine
@@ -254,8 +260,11 @@ class ContinuousBatcher:
             future.set_exception(ValueError("empty prompt"))
             return future
         if len(job.prompt) >= self.engine.n_ctx:
-            future.set_exception(ValueError(
-                f"Requested tokens ({len(job.prompt)}) exceed context window of {self.engine.n_ctx}"))
+            future.set_exception(
+                ValueError(
+                    f"Requested tokens ({len(job.prompt)}) exceed context window of {self.engine.n_ctx}"
+                )
+            )
             return future
         with self._cv:
             if self._closed:
@@ -368,8 +377,9 @@ class ContinuousBatcher:
             room -= len(take)
         return entries
 
-    def _commit(self, entries: Sequence[tuple[_Slot, BatchEntry]]
-                ) -> tuple[list[tuple[_Slot, int]], list[tuple[_Slot, Exception]]]:
+    def _commit(
+        self, entries: Sequence[tuple[_Slot, BatchEntry]]
+    ) -> tuple[list[tuple[_Slot, int]], list[tuple[_Slot, Exception]]]:
         """After a successful decode of ``entries``: record the tokens, sample where logits were asked."""
         sampled: list[tuple[_Slot, int]] = []
         failed: list[tuple[_Slot, Exception]] = []
@@ -386,8 +396,9 @@ class ContinuousBatcher:
                     failed.append((slot, e))
         return sampled, failed
 
-    def _decode_alone(self, entries: Sequence[tuple[_Slot, BatchEntry]]
-                      ) -> tuple[list[tuple[_Slot, int]], list[tuple[_Slot, Exception]]]:
+    def _decode_alone(
+        self, entries: Sequence[tuple[_Slot, BatchEntry]]
+    ) -> tuple[list[tuple[_Slot, int]], list[tuple[_Slot, Exception]]]:
         """The batch failed: retry each sequence alone; the ones that fail alone fail."""
         sampled: list[tuple[_Slot, int]] = []
         failed: list[tuple[_Slot, Exception]] = []
@@ -417,8 +428,12 @@ class ContinuousBatcher:
             if len(entries) == 1:
                 sampled, failed = [], [(entries[0][0], e)]
             else:
-                log.warning("decode of %d sequences on %s failed (%s); retrying them one by one",
-                            len(entries), self.name, e)
+                log.warning(
+                    "decode of %d sequences on %s failed (%s); retrying them one by one",
+                    len(entries),
+                    self.name,
+                    e,
+                )
                 sampled, failed = self._decode_alone(entries)
         for slot, error in failed:
             self._fail(slot, error)
@@ -430,9 +445,13 @@ class ContinuousBatcher:
         evaluated = sum(len(e.tokens) for s, e in entries if s.busy or s.history)
         with self._cv:
             s = self._stats
-            self._stats = replace(s, steps=s.steps + 1, tokens=s.tokens + evaluated,
-                                  sampled=s.sampled + len(sampled),
-                                  max_sequences=max(s.max_sequences, len(entries) - len(failed)))
+            self._stats = replace(
+                s,
+                steps=s.steps + 1,
+                tokens=s.tokens + evaluated,
+                sampled=s.sampled + len(sampled),
+                max_sequences=max(s.max_sequences, len(entries) - len(failed)),
+            )
 
     def _advance(self, slot: _Slot, token: int) -> None:
         gen = slot.gen
@@ -449,8 +468,15 @@ class ContinuousBatcher:
         gen, future = slot.gen, slot.future
         assert gen is not None and future is not None and gen.finish_reason is not None
         gen.criteria_stop(slot.history)  # llama-cpp-python checks the criteria once more at the end
-        result = GenerationResult(gen.text, len(gen.job.prompt), tuple(gen.completion), gen.finish_reason,
-                                  slot.reused, queue_s=slot.queue_s, run_s=self._clock() - slot.admitted_at)
+        result = GenerationResult(
+            gen.text,
+            len(gen.job.prompt),
+            tuple(gen.completion),
+            gen.finish_reason,
+            slot.reused,
+            queue_s=slot.queue_s,
+            run_s=self._clock() - slot.admitted_at,
+        )
         self._release(slot)
         with self._cv:
             s = self._stats
@@ -459,8 +485,9 @@ class ContinuousBatcher:
 
     def _fail(self, slot: _Slot, error: BaseException) -> None:
         future = slot.future
-        log.warning("generation on %s (sequence %d) failed: %s: %s", self.name, slot.seq,
-                    type(error).__name__, error)
+        log.warning(
+            "generation on %s (sequence %d) failed: %s: %s", self.name, slot.seq, type(error).__name__, error
+        )
         try:
             self.engine.seq_rm(slot.seq, 0)
         except Exception:  # pragma: no cover - the engine is already broken

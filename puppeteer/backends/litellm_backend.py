@@ -65,9 +65,16 @@ class LiteLLMBackend:
 
     name = "litellm"
 
-    def __init__(self, num_retries: int = 2, timeout: float = 120.0, api_base: str | None = None,
-                 api_key: str | None = None, drop_params: bool = True,
-                 extra: Mapping[str, Any] | None = None, quiet: bool = True) -> None:
+    def __init__(
+        self,
+        num_retries: int = 2,
+        timeout: float = 120.0,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        drop_params: bool = True,
+        extra: Mapping[str, Any] | None = None,
+        quiet: bool = True,
+    ) -> None:
         self.num_retries = num_retries
         self.timeout = timeout
         self.api_base = api_base
@@ -116,8 +123,9 @@ class LiteLLMBackend:
         if env_var:
             value = os.environ.get(str(env_var))
             if not value:
-                raise LiteLLMCallError(f"model {request.model.name!r}: environment variable {env_var} "
-                                       "is not set")
+                raise LiteLLMCallError(
+                    f"model {request.model.name!r}: environment variable {env_var} is not set"
+                )
             kwargs["api_key"] = value
         if "seed" in options:
             kwargs["seed"] = int(options["seed"]) + request.sample_index
@@ -155,25 +163,31 @@ class LiteLLMBackend:
             truncated=getattr(choice, "finish_reason", None) == "length",
         )
 
-    def _cost(self, request: CompletionRequest, response: Any, prompt_tokens: int,
-              completion_tokens: int) -> float:
+    def _cost(
+        self, request: CompletionRequest, response: Any, prompt_tokens: int, completion_tokens: int
+    ) -> float:
         """litellm's price for the response when it knows the model, else the spec's prices."""
         try:
             cost = self.litellm.completion_cost(completion_response=response)
         except Exception as exc:  # unknown model / no price: litellm raises various errors
-            log.debug("litellm has no price for %s (%s); using the spec's prices", request.model.target,
-                      type(exc).__name__)
+            log.debug(
+                "litellm has no price for %s (%s); using the spec's prices",
+                request.model.target,
+                type(exc).__name__,
+            )
             cost = None
         if cost is None or (cost == 0 and (request.model.price_in or request.model.price_out)):
             return request.model.usd(prompt_tokens, completion_tokens)
         return float(cost)
 
-    def _error(self, request: CompletionRequest, kwargs: Mapping[str, Any],
-               exc: Exception) -> LiteLLMCallError:
+    def _error(
+        self, request: CompletionRequest, kwargs: Mapping[str, Any], exc: Exception
+    ) -> LiteLLMCallError:
         secrets = self._secrets(kwargs)
         message = redact(f"{type(exc).__name__}: {exc}", secrets)
-        return LiteLLMCallError(f"litellm call for model {request.model.name!r} "
-                                f"({request.model.target}) failed: {message}")
+        return LiteLLMCallError(
+            f"litellm call for model {request.model.name!r} ({request.model.target}) failed: {message}"
+        )
 
     # ------------------------------------------------------------------ calls
 

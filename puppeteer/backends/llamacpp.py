@@ -103,9 +103,17 @@ def build_has_amx() -> bool:
     return "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode(errors="replace")
 
 
-def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int = 512, seed: int = 0,
-               verbose: bool = False, extra_buffers: bool | None = None,
-               cpu_variant: str | None = None) -> Llama:
+def load_llama(
+    path: Path,
+    *,
+    n_ctx: int,
+    n_threads: int,
+    n_batch: int = 512,
+    seed: int = 0,
+    verbose: bool = False,
+    extra_buffers: bool | None = None,
+    cpu_variant: str | None = None,
+) -> Llama:
     """A ``llama_cpp.Llama`` for ``path`` with the settings the backend uses (see module notes)."""
     from llama_cpp import Llama  # heavy import, only when a model is actually used
 
@@ -118,11 +126,21 @@ def load_llama(path: Path, *, n_ctx: int, n_threads: int, n_batch: int = 512, se
     if extra_buffers is None:
         extra_buffers = not build_has_amx()
         if not extra_buffers:
-            log.info("llama.cpp was built with AMX kernels, which crash (SIGILL) in this ggml version; "
-                     "loading %s without extra buffer types (pass extra_buffers=True to override)", path.name)
+            log.info(
+                "llama.cpp was built with AMX kernels, which crash (SIGILL) in this ggml version; "
+                "loading %s without extra buffer types (pass extra_buffers=True to override)",
+                path.name,
+            )
     with contextlib.nullcontext() if extra_buffers else _extra_buffers_disabled():
-        return Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads,
-                     n_batch=n_batch, seed=seed, verbose=verbose)
+        return Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            n_batch=n_batch,
+            seed=seed,
+            verbose=verbose,
+        )
 
 
 def available_cpus() -> int:
@@ -169,11 +187,22 @@ class LlamaCppBackend(SyncBackend):
 
     name = "llamacpp"
 
-    def __init__(self, n_threads: int | None = None, n_ctx: int = 4096, cache_dir: Path | str | None = None,
-                 seed: int = 0, verbose: bool = False, n_batch: int = 512,
-                 extra_buffers: bool | None = None, reuse_prefix: bool = True,
-                 models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS, batching: bool = True,
-                 n_parallel: int = 16, kv_size: int | None = None, cpu_variant: str | None = None) -> None:
+    def __init__(
+        self,
+        n_threads: int | None = None,
+        n_ctx: int = 4096,
+        cache_dir: Path | str | None = None,
+        seed: int = 0,
+        verbose: bool = False,
+        n_batch: int = 512,
+        extra_buffers: bool | None = None,
+        reuse_prefix: bool = True,
+        models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS,
+        batching: bool = True,
+        n_parallel: int = 16,
+        kv_size: int | None = None,
+        cpu_variant: str | None = None,
+    ) -> None:
         self.batching = batching
         self.cpu_variant = cpu_variant
         self.n_parallel = n_parallel
@@ -206,11 +235,24 @@ class LlamaCppBackend(SyncBackend):
     def _load(self, key: str) -> Llama:
         path = model_path(key, self.cache_dir, self._models)
         start = time.perf_counter()
-        llama = load_llama(path, n_ctx=self.n_ctx, n_threads=self.n_threads, n_batch=self.n_batch,
-                           seed=self.seed, verbose=self.verbose, extra_buffers=self.extra_buffers,
-                           cpu_variant=self.cpu_variant)
-        log.info("loaded %s from %s in %.1fs (%d threads, n_ctx=%d)", key, path,
-                 time.perf_counter() - start, self.n_threads, self.n_ctx)
+        llama = load_llama(
+            path,
+            n_ctx=self.n_ctx,
+            n_threads=self.n_threads,
+            n_batch=self.n_batch,
+            seed=self.seed,
+            verbose=self.verbose,
+            extra_buffers=self.extra_buffers,
+            cpu_variant=self.cpu_variant,
+        )
+        log.info(
+            "loaded %s from %s in %.1fs (%d threads, n_ctx=%d)",
+            key,
+            path,
+            time.perf_counter() - start,
+            self.n_threads,
+            self.n_ctx,
+        )
         return llama
 
     def llama(self, key: str) -> Llama:
@@ -234,11 +276,17 @@ class LlamaCppBackend(SyncBackend):
             if slot.batcher is None:
                 from puppeteer.backends.llamacpp_batch import LlamaCppEngine
 
-                slot.engine = LlamaCppEngine(slot.llama, n_seq_max=self.n_parallel, kv_size=self.kv_size,
-                                             n_ctx=self.n_ctx, n_batch=max(self.n_batch, self.n_parallel),
-                                             n_threads=self.n_threads)
-                slot.batcher = ContinuousBatcher(slot.engine, self._compute, name=key,
-                                                 reuse_prefix=self.reuse_prefix)
+                slot.engine = LlamaCppEngine(
+                    slot.llama,
+                    n_seq_max=self.n_parallel,
+                    kv_size=self.kv_size,
+                    n_ctx=self.n_ctx,
+                    n_batch=max(self.n_batch, self.n_parallel),
+                    n_threads=self.n_threads,
+                )
+                slot.batcher = ContinuousBatcher(
+                    slot.engine, self._compute, name=key, reuse_prefix=self.reuse_prefix
+                )
             return slot.llama, slot.batcher
 
     def loaded(self) -> tuple[str, ...]:
@@ -301,8 +349,9 @@ class LlamaCppBackend(SyncBackend):
         return self._completion(request, response, latency, queue)
 
     @staticmethod
-    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency: float,
-                    queue: float = 0.0) -> Completion:
+    def _completion(
+        request: CompletionRequest, response: Mapping[str, Any], latency: float, queue: float = 0.0
+    ) -> Completion:
         key = request.model.target
         text = response["choices"][0]["message"].get("content") or ""
         usage = response.get("usage") or {}

@@ -38,11 +38,36 @@ if TYPE_CHECKING:
 Submit = Callable[[GenerationJob], "Future[GenerationResult]"]
 
 # what ``Llama.create_chat_completion`` forwards to its chat handler (llama-cpp-python 0.3.36)
-_HANDLER_ARGS = ("messages", "functions", "function_call", "tools", "tool_choice", "temperature", "top_p",
-                 "top_k", "min_p", "typical_p", "logprobs", "top_logprobs", "stream", "stop", "seed",
-                 "response_format", "max_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
-                 "tfs_z", "mirostat_mode", "mirostat_tau", "mirostat_eta", "model", "logits_processor",
-                 "grammar", "logit_bias")
+_HANDLER_ARGS = (
+    "messages",
+    "functions",
+    "function_call",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "typical_p",
+    "logprobs",
+    "top_logprobs",
+    "stream",
+    "stop",
+    "seed",
+    "response_format",
+    "max_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "repeat_penalty",
+    "tfs_z",
+    "mirostat_mode",
+    "mirostat_tau",
+    "mirostat_eta",
+    "model",
+    "logits_processor",
+    "grammar",
+    "logit_bias",
+)
 
 
 class _Sampler:
@@ -60,8 +85,9 @@ class _Sampler:
 class LlamaCppEngine:
     """A batched llama.cpp context on ``llama``'s model (the ``Llama``'s own context is left alone)."""
 
-    def __init__(self, llama: Llama, *, n_seq_max: int, kv_size: int, n_ctx: int, n_batch: int,
-                 n_threads: int) -> None:
+    def __init__(
+        self, llama: Llama, *, n_seq_max: int, kv_size: int, n_ctx: int, n_batch: int, n_threads: int
+    ) -> None:
         import llama_cpp
         from llama_cpp import _internals
 
@@ -111,9 +137,15 @@ class LlamaCppEngine:
         # engine's loop thread builds samplers for this Llama
         self._llama.set_seed(params.seed)
         chain = self._llama._init_sampler(
-            top_k=params.top_k, top_p=params.top_p, min_p=params.min_p, typical_p=params.typical_p,
-            temp=params.temperature, repeat_penalty=params.repeat_penalty,
-            frequency_penalty=params.frequency_penalty, presence_penalty=params.presence_penalty)
+            top_k=params.top_k,
+            top_p=params.top_p,
+            min_p=params.min_p,
+            typical_p=params.typical_p,
+            temp=params.temperature,
+            repeat_penalty=params.repeat_penalty,
+            frequency_penalty=params.frequency_penalty,
+            presence_penalty=params.presence_penalty,
+        )
         return _Sampler(chain, self._ctx)
 
     def is_eog(self, token: int) -> bool:
@@ -144,17 +176,40 @@ class _CompletionProxy:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._llama, name)
 
-    def create_completion(self, *, prompt: list[int] | str, max_tokens: int | None = 16,
-                          temperature: float = 0.8, top_p: float = 0.95, min_p: float = 0.05,
-                          typical_p: float = 1.0, top_k: int = 40, stop: str | list[str] | None = None,
-                          seed: int | None = None, stream: bool = False, presence_penalty: float = 0.0,
-                          frequency_penalty: float = 0.0, repeat_penalty: float = 1.0,
-                          stopping_criteria: Any = None, logprobs: int | None = None, grammar: Any = None,
-                          logits_processor: Any = None, logit_bias: Any = None, mirostat_mode: int = 0,
-                          model: str | None = None, **_: Any) -> dict[str, Any]:
-        unsupported = {"stream": stream, "logprobs": logprobs is not None, "grammar": grammar is not None,
-                       "logits_processor": logits_processor is not None, "logit_bias": logit_bias is not None,
-                       "mirostat": mirostat_mode != 0, "text prompt": isinstance(prompt, str)}
+    def create_completion(
+        self,
+        *,
+        prompt: list[int] | str,
+        max_tokens: int | None = 16,
+        temperature: float = 0.8,
+        top_p: float = 0.95,
+        min_p: float = 0.05,
+        typical_p: float = 1.0,
+        top_k: int = 40,
+        stop: str | list[str] | None = None,
+        seed: int | None = None,
+        stream: bool = False,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repeat_penalty: float = 1.0,
+        stopping_criteria: Any = None,
+        logprobs: int | None = None,
+        grammar: Any = None,
+        logits_processor: Any = None,
+        logit_bias: Any = None,
+        mirostat_mode: int = 0,
+        model: str | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        unsupported = {
+            "stream": stream,
+            "logprobs": logprobs is not None,
+            "grammar": grammar is not None,
+            "logits_processor": logits_processor is not None,
+            "logit_bias": logit_bias is not None,
+            "mirostat": mirostat_mode != 0,
+            "text prompt": isinstance(prompt, str),
+        }
         used = [k for k, v in unsupported.items() if v]
         if used:
             raise NotImplementedError(f"batched decoding does not support {', '.join(used)}")
@@ -171,21 +226,42 @@ class _CompletionProxy:
                 return bool(stopping_criteria(np.asarray(tokens, dtype=np.intc), empty))
 
         job = GenerationJob(
-            prompt=tuple(int(t) for t in prompt), max_tokens=-1 if max_tokens is None else int(max_tokens),
+            prompt=tuple(int(t) for t in prompt),
+            max_tokens=-1 if max_tokens is None else int(max_tokens),
             stop=tuple(s.encode("utf-8") for s in stops),
-            sampling=SamplingParams(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p, min_p=min_p,
-                                    typical_p=typical_p, repeat_penalty=repeat_penalty,
-                                    frequency_penalty=frequency_penalty, presence_penalty=presence_penalty),
-            stopping_criteria=criteria)
+            sampling=SamplingParams(
+                temperature=temperature,
+                seed=seed,
+                top_k=top_k,
+                top_p=top_p,
+                min_p=min_p,
+                typical_p=typical_p,
+                repeat_penalty=repeat_penalty,
+                frequency_penalty=frequency_penalty,
+                presence_penalty=presence_penalty,
+            ),
+            stopping_criteria=criteria,
+        )
         result = self.result = self._submit(job).result()
         n_completion = len(result.completion_tokens)
         return {
-            "id": f"cmpl-{uuid.uuid4()}", "object": "text_completion", "created": int(time.time()),
+            "id": f"cmpl-{uuid.uuid4()}",
+            "object": "text_completion",
+            "created": int(time.time()),
             "model": model if model is not None else self._llama.model_path,
-            "choices": [{"text": result.text.decode("utf-8", errors="ignore"), "index": 0, "logprobs": None,
-                         "finish_reason": result.finish_reason}],
-            "usage": {"prompt_tokens": result.prompt_tokens, "completion_tokens": n_completion,
-                      "total_tokens": result.prompt_tokens + n_completion},
+            "choices": [
+                {
+                    "text": result.text.decode("utf-8", errors="ignore"),
+                    "index": 0,
+                    "logprobs": None,
+                    "finish_reason": result.finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": n_completion,
+                "total_tokens": result.prompt_tokens + n_completion,
+            },
         }
 
 
@@ -200,8 +276,11 @@ def batched_chat_completion(llama: Llama, submit: Submit, **kwargs: Any) -> dict
     """``llama.create_chat_completion(**kwargs)``, generated through ``submit`` (blocks until done)."""
     from llama_cpp import llama_chat_format
 
-    handler = (llama.chat_handler or llama._chat_handlers.get(llama.chat_format)
-               or llama_chat_format.get_chat_completion_handler(llama.chat_format))
+    handler = (
+        llama.chat_handler
+        or llama._chat_handlers.get(llama.chat_format)
+        or llama_chat_format.get_chat_completion_handler(llama.chat_format)
+    )
     args = {**_chat_defaults(), **kwargs}
     proxy = _CompletionProxy(llama, submit)
     response = handler(llama=proxy, **{k: args.get(k) for k in _HANDLER_ARGS})

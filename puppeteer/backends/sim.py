@@ -41,28 +41,32 @@ logger = logging.getLogger(__name__)
 _STD_NORMAL = NormalDist()
 _U64 = float(2**64)
 
-DEFAULT_PATTERN_EFFECTS: Mapping[str, float] = MappingProxyType({
-    "direct": -0.6,
-    "cot": 0.0,
-    "plan": 0.1,
-    "critique": 0.0,
-    "reflect": 0.05,
-    "refine": 0.05,
-    "verify": 0.0,
-    "summarize": -0.2,
-})
+DEFAULT_PATTERN_EFFECTS: Mapping[str, float] = MappingProxyType(
+    {
+        "direct": -0.6,
+        "cot": 0.0,
+        "plan": 0.1,
+        "critique": 0.0,
+        "reflect": 0.05,
+        "refine": 0.05,
+        "verify": 0.0,
+        "summarize": -0.2,
+    }
+)
 """Logit shifts on a worker's skill, per reasoning pattern (``cot`` = the calibrated table)."""
 
-DEFAULT_TOKEN_MULTIPLIERS: Mapping[str, float] = MappingProxyType({
-    "direct": 0.2,
-    "cot": 1.0,
-    "plan": 1.2,
-    "critique": 0.7,
-    "reflect": 0.8,
-    "refine": 0.9,
-    "verify": 0.6,
-    "summarize": 0.5,
-})
+DEFAULT_TOKEN_MULTIPLIERS: Mapping[str, float] = MappingProxyType(
+    {
+        "direct": 0.2,
+        "cot": 1.0,
+        "plan": 1.2,
+        "critique": 0.7,
+        "reflect": 0.8,
+        "refine": 0.9,
+        "verify": 0.6,
+        "summarize": 0.5,
+    }
+)
 """Multipliers on a model's ``tokens_mean`` per reasoning pattern."""
 
 DEFAULT_TOOL_EFFECTS: Mapping[str, float] = MappingProxyType({"python": 0.3, "calculator": 0.3})
@@ -149,8 +153,9 @@ def skill(model: ModelSpec, column: str) -> float:
     """The model's declared accuracy on a column as a fraction (percent values are divided by 100)."""
     skills = model.options.get("skills") if model.options else None
     if not isinstance(skills, Mapping):
-        raise SkillError(f"model {model.name!r} has no 'skills' table in its options "
-                         "(the sim backend needs one)")
+        raise SkillError(
+            f"model {model.name!r} has no 'skills' table in its options (the sim backend needs one)"
+        )
     if column not in skills:
         raise SkillError(
             f"model {model.name!r} has no skill for column {column!r}; it has: {', '.join(map(str, skills))}"
@@ -179,8 +184,9 @@ def shifted(p: float, shift: float) -> float:
     return _sigmoid(_logit(p) + shift)
 
 
-def expected_accuracy(agent: Agent, column: str, params: SimParams | None = None,
-                      kind: str | None = None) -> float:
+def expected_accuracy(
+    agent: Agent, column: str, params: SimParams | None = None, kind: str | None = None
+) -> float:
     """Marginal accuracy of an agent's own attempt on a column (no visible answers).
 
     ``kind`` (item kind) decides whether the agent's tools help; ``None`` ignores tools.
@@ -194,12 +200,14 @@ def expected_call_cost(agent: Agent, params: SimParams | None = None, prompt_tok
     """Expected USD of one call (completion tokens at the mean, ignoring the max_tokens cap)."""
     params = params or SimParams()
     mean = float(agent.model.options.get("tokens_mean", _DEFAULT_TOKENS_MEAN)) * params.token_multiplier(
-        agent.pattern)
+        agent.pattern
+    )
     return agent.model.usd(prompt_tokens, round(mean))
 
 
-def oracle_agent(agents: Sequence[Agent], column: str, params: SimParams | None = None,
-                 kind: str | None = None) -> int:
+def oracle_agent(
+    agents: Sequence[Agent], column: str, params: SimParams | None = None, kind: str | None = None
+) -> int:
     """Index of the agent with the highest expected accuracy on a column; ties go to the cheaper one.
 
     Agents whose model has no skill table (non-sim backends) are skipped.
@@ -269,8 +277,14 @@ def normalize_answer(answer: str, kind: str = "text") -> str:
         if number is not None:
             return number
         if kind == "math":
-            for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("dfrac", "frac"),
-                             ("tfrac", "frac"), (" ", "")):
+            for old, new in (
+                ("\\left", ""),
+                ("\\right", ""),
+                ("\\!", ""),
+                ("dfrac", "frac"),
+                ("tfrac", "frac"),
+                (" ", ""),
+            ):
                 s = s.replace(old, new)
             return s
         return s.replace(",", "").strip()
@@ -360,8 +374,8 @@ def _math_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
     candidates: list[str] = []
     if runs:
         first, last = runs[0], runs[-1]
-        candidates.append(gold[: first.start()] + str(int(first.group()) + 1) + gold[first.end():])
-        candidates.append(gold[: last.start()] + str(int(last.group()) + 2) + gold[last.end():])
+        candidates.append(gold[: first.start()] + str(int(first.group()) + 1) + gold[first.end() :])
+        candidates.append(gold[: last.start()] + str(int(last.group()) + 2) + gold[last.end() :])
     candidates.append(gold[1:] if gold.startswith("-") else f"-{gold}")
     candidates.append(f"2{gold}")
     candidates.append("0")
@@ -399,10 +413,10 @@ def _text_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
     if _FLIP_WORD.search(gold):
         spans = list(_FLIP_WORD.finditer(gold))
         pick = spans[h % len(spans)]
-        candidates.append(gold[: pick.start()] + _flip(pick) + gold[pick.end():])
+        candidates.append(gold[: pick.start()] + _flip(pick) + gold[pick.end() :])
         candidates.append(_FLIP_WORD.sub(_flip, gold))
         for span in (spans[0], spans[-1]):
-            candidates.append(gold[: span.start()] + _flip(span) + gold[span.end():])
+            candidates.append(gold[: span.start()] + _flip(span) + gold[span.end() :])
     words = gold.split()
     candidates.append(" ".join(reversed(words)))
     candidates.append(f"not {gold}")
@@ -412,13 +426,15 @@ def _text_distractors(item: SimItem, h: int, n: int) -> tuple[str, ...]:
 
 DistractorMaker = Callable[[SimItem, int, int], tuple[str, ...]]
 
-DISTRACTORS: Mapping[str, DistractorMaker] = MappingProxyType({
-    "numeric": _numeric_distractors,
-    "letter": _letter_distractors,
-    "math": _math_distractors,
-    "code": _code_distractors,
-    "text": _text_distractors,
-})
+DISTRACTORS: Mapping[str, DistractorMaker] = MappingProxyType(
+    {
+        "numeric": _numeric_distractors,
+        "letter": _letter_distractors,
+        "math": _math_distractors,
+        "code": _code_distractors,
+        "text": _text_distractors,
+    }
+)
 
 
 def distractors(item: SimItem, seed: int = 0, n: int = 3) -> tuple[str, ...]:
@@ -447,15 +463,17 @@ _FILLER = (
     "Putting everything together gives the final result.",
     "Let me double-check the arithmetic in the previous step.",
 )
-_OPENERS: Mapping[str, str] = MappingProxyType({
-    "direct": "",
-    "plan": "Plan: understand the question, break it into parts, solve each part, then combine.",
-    "verify": "I will verify the earlier answer by re-deriving it independently.",
-    "critique": "Let me critique the previous reasoning and look for mistakes.",
-    "reflect": "Reflecting on the earlier attempt, I re-examine each step.",
-    "refine": "I will refine the earlier solution and correct anything that is off.",
-    "summarize": "Summarizing the earlier answers and their reasoning:",
-})
+_OPENERS: Mapping[str, str] = MappingProxyType(
+    {
+        "direct": "",
+        "plan": "Plan: understand the question, break it into parts, solve each part, then combine.",
+        "verify": "I will verify the earlier answer by re-deriving it independently.",
+        "critique": "Let me critique the previous reasoning and look for mistakes.",
+        "reflect": "Reflecting on the earlier attempt, I re-examine each step.",
+        "refine": "I will refine the earlier solution and correct anything that is off.",
+        "summarize": "Summarizing the earlier answers and their reasoning:",
+    }
+)
 
 
 def _reasoning(pattern: str, completion_tokens: int, h: int) -> list[str]:
@@ -514,15 +532,24 @@ class SimBackend:
 
     name = "sim"
 
-    def __init__(self, answer_key: Mapping[str, SimItem] | None = None,
-                 columns: Mapping[str, str] | None = None, default_column: str | None = None,
-                 seed: int = 0, realtime: bool = False,
-                 pattern_effects: Mapping[str, float] | None = None, *, rho: float = 0.5,
-                 token_multipliers: Mapping[str, float] | None = None,
-                 tool_effects: Mapping[str, float] | None = None,
-                 tool_kinds: Sequence[str] = ("numeric", "math"), keep_slip: float = 0.3,
-                 follow_prob: float = 0.85, tokens_sigma: float = 0.35,
-                 distractor_weights: Sequence[float] = (0.7, 0.2, 0.1)) -> None:
+    def __init__(
+        self,
+        answer_key: Mapping[str, SimItem] | None = None,
+        columns: Mapping[str, str] | None = None,
+        default_column: str | None = None,
+        seed: int = 0,
+        realtime: bool = False,
+        pattern_effects: Mapping[str, float] | None = None,
+        *,
+        rho: float = 0.5,
+        token_multipliers: Mapping[str, float] | None = None,
+        tool_effects: Mapping[str, float] | None = None,
+        tool_kinds: Sequence[str] = ("numeric", "math"),
+        keep_slip: float = 0.3,
+        follow_prob: float = 0.85,
+        tokens_sigma: float = 0.35,
+        distractor_weights: Sequence[float] = (0.7, 0.2, 0.1),
+    ) -> None:
         self.answer_key: dict[str, SimItem] = dict(answer_key or {})
         self.columns: dict[str, str] = dict(columns or {})
         self.default_column = default_column
@@ -532,8 +559,9 @@ class SimBackend:
             rho=float(rho),
             pattern_effects=MappingProxyType({**DEFAULT_PATTERN_EFFECTS, **(pattern_effects or {})}),
             token_multipliers=MappingProxyType({**DEFAULT_TOKEN_MULTIPLIERS, **(token_multipliers or {})}),
-            tool_effects=MappingProxyType(dict(DEFAULT_TOOL_EFFECTS if tool_effects is None
-                                               else tool_effects)),
+            tool_effects=MappingProxyType(
+                dict(DEFAULT_TOOL_EFFECTS if tool_effects is None else tool_effects)
+            ),
             tool_kinds=frozenset(tool_kinds),
             keep_slip=float(keep_slip),
             follow_prob=float(follow_prob),
@@ -564,10 +592,18 @@ class SimBackend:
                 return None
             (u,) = _uniforms(f"{self.seed}|item|{key}", 1)
             gold = display_answer(item.gold, item.kind)
-            wrong = tuple(display_answer(d, item.kind)
-                          for d in distractors(item, self.seed, len(self.params.distractor_weights)))
-            prepared = _Prepared(item, self.column_for(item.domain), _STD_NORMAL.inv_cdf(u), gold,
-                                 normalize_answer(gold, item.kind), wrong)
+            wrong = tuple(
+                display_answer(d, item.kind)
+                for d in distractors(item, self.seed, len(self.params.distractor_weights))
+            )
+            prepared = _Prepared(
+                item,
+                self.column_for(item.domain),
+                _STD_NORMAL.inv_cdf(u),
+                gold,
+                normalize_answer(gold, item.kind),
+                wrong,
+            )
             self._prepared[key] = prepared
         return prepared
 
@@ -589,8 +625,10 @@ class SimBackend:
         ctx = request.context
         pattern = ctx.pattern or "cot"
         visible = tuple(v for v in ctx.visible_answers if v and v.strip())
-        call_key = (f"{self.seed}|call|{ctx.item_key}|{request.model.target}|{pattern}|"
-                    f"{request.sample_index}|{ctx.step_index}|" + "\x1f".join(visible))
+        call_key = (
+            f"{self.seed}|call|{ctx.item_key}|{request.model.target}|{pattern}|"
+            f"{request.sample_index}|{ctx.step_index}|" + "\x1f".join(visible)
+        )
         u_e, u_wrong, u_choice, u_tokens, u_text = _uniforms(call_key, 5)
         item = self._prepare(ctx.item_key)
         if item is None:
@@ -601,8 +639,10 @@ class SimBackend:
         def result(answer: str, correct: bool, source: str) -> _Decision:
             return _Decision(SimOutcome(answer, correct, item.column, p, source), kind, u_tokens, u_text)
 
-        p = shifted(skill(request.model, item.column),
-                    self.params.pattern_shift(pattern) + self.params.tool_shift(ctx.tools, kind))
+        p = shifted(
+            skill(request.model, item.column),
+            self.params.pattern_shift(pattern) + self.params.tool_shift(ctx.tools, kind),
+        )
         rho = self.params.rho
         latent = math.sqrt(rho) * item.z + math.sqrt(1.0 - rho) * _STD_NORMAL.inv_cdf(u_e)
         own_correct = p >= 1.0 or (p > 0.0 and latent < _STD_NORMAL.inv_cdf(p))
@@ -643,7 +683,8 @@ class SimBackend:
             tokens = min(tokens, request.max_tokens)
         prompt_tokens = math.ceil(sum(len(m.content) for m in request.messages) / 4)
         latency = float(options.get("first_token_s", _DEFAULT_FIRST_TOKEN_S)) + tokens / float(
-            options.get("tokens_per_s", _DEFAULT_TOKENS_PER_S))
+            options.get("tokens_per_s", _DEFAULT_TOKENS_PER_S)
+        )
 
         outcome = decision.outcome
         h = int(decision.u_text * 1_000_003)

@@ -48,8 +48,14 @@ def resolve_target(target: str, cache_dir: Path | None = None) -> tuple[str, str
 class TransformersBackend(SyncBackend):
     name = "transformers"
 
-    def __init__(self, device: str = "cpu", dtype: str = "float32", seed: int = 0,
-                 cache_dir: Path | str | None = None, n_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        device: str = "cpu",
+        dtype: str = "float32",
+        seed: int = 0,
+        cache_dir: Path | str | None = None,
+        n_threads: int | None = None,
+    ) -> None:
         self.device = device
         self.dtype = dtype
         self.seed = seed
@@ -108,12 +114,16 @@ class TransformersBackend(SyncBackend):
         tok = loaded.tokenizer
         messages = [m.as_dict() for m in request.messages]
         with loaded.lock:
-            inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                             return_dict=True).to(self.device)
+            inputs = tok.apply_chat_template(
+                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            ).to(self.device)
             n_prompt = int(inputs["input_ids"].shape[1])
             sample = request.temperature > 0
-            gen_kwargs: dict[str, Any] = {"max_new_tokens": request.max_tokens, "do_sample": sample,
-                                          "pad_token_id": tok.pad_token_id or tok.eos_token_id}
+            gen_kwargs: dict[str, Any] = {
+                "max_new_tokens": request.max_tokens,
+                "do_sample": sample,
+                "pad_token_id": tok.pad_token_id or tok.eos_token_id,
+            }
             if sample:
                 gen_kwargs["temperature"] = request.temperature
                 torch.manual_seed(self.seed + request.sample_index)
@@ -131,8 +141,12 @@ class TransformersBackend(SyncBackend):
         n_new = int(new.shape[0])
         ended = n_new > 0 and int(new[-1]) == tok.eos_token_id
         return Completion(
-            text=text, prompt_tokens=n_prompt, completion_tokens=n_new,
-            cost_usd=request.model.usd(n_prompt, n_new), flops=request.model.flops(n_prompt, n_new),
-            latency_s=latency, model=request.model.target,
+            text=text,
+            prompt_tokens=n_prompt,
+            completion_tokens=n_new,
+            cost_usd=request.model.usd(n_prompt, n_new),
+            flops=request.model.flops(n_prompt, n_new),
+            latency_s=latency,
+            model=request.model.target,
             truncated=n_new >= request.max_tokens and not ended,
         )

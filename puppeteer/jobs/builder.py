@@ -33,8 +33,18 @@ class StepJob:
     backend: BackendSpec = field(default_factory=BackendSpec)
 
     @classmethod
-    def on_simulator(cls, pool: str, suite: str, *, lam: float, max_steps: int, encoder: str,
-                     trainer: ReinforceConfig, policy_min_steps: int = 0, seed: int = 0) -> StepJob:
+    def on_simulator(
+        cls,
+        pool: str,
+        suite: str,
+        *,
+        lam: float,
+        max_steps: int,
+        encoder: str,
+        trainer: ReinforceConfig,
+        policy_min_steps: int = 0,
+        seed: int = 0,
+    ) -> StepJob:
         """The studies' job: a step env with these settings (the rest default), a pool by name."""
         return cls(
             settings=EnvConfig(mode="step", lam=lam, max_steps=max_steps),
@@ -45,15 +55,29 @@ class StepJob:
             seed=seed,
         )
 
-    def env(self, split: str = "train", n: int | None = None, *, tasks: Sequence[Task] | None = None,
-            training: bool = False) -> ConductorEnv:
+    def env(
+        self,
+        split: str = "train",
+        n: int | None = None,
+        *,
+        tasks: Sequence[Task] | None = None,
+        training: bool = False,
+    ) -> ConductorEnv:
         """An env on ``tasks`` or the first ``n`` items of ``suite``/``split``, with backends of its own.
 
         Random k-of-n agent subsets (``settings.k_available``) apply to the training env only.
         """
         settings = self.settings if training else replace(self.settings, k_available=None)
-        return build_env(settings, pool=self.pool, suite=self.suite, split=split, n_tasks=n, tasks=tasks,
-                         backend_options=self.backend.options, cache=self.backend.cache)
+        return build_env(
+            settings,
+            pool=self.pool,
+            suite=self.suite,
+            split=split,
+            n_tasks=n,
+            tasks=tasks,
+            backend_options=self.backend.options,
+            cache=self.backend.cache,
+        )
 
     def seeded(self, seed: int) -> StepJob:
         """The same job with another seed (the policy's initialisation and the trainer's)."""

@@ -71,8 +71,11 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
     register_configs()
     split = split_secret_overrides(sys.argv[1:] if overrides is None else overrides)
     for name, value in split.secrets.items():
-        log.warning("a credential override was moved to the environment variable %s; "
-                    "pass keys as environment variables", name)
+        log.warning(
+            "a credential override was moved to the environment variable %s; "
+            "pass keys as environment variables",
+            name,
+        )
         os.environ[name] = value
     args = list(split.kept)
     problem = check_overrides(str(data_dir("configs")), "train", args)
@@ -109,5 +112,6 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
         logging.root.removeHandler(handler)
     _main()
     if failures:
-        raise TrainConfigError(failures[0] if len(failures) == 1 else f"{len(failures)} runs failed; first: "
-                               f"{failures[0]}")
+        raise TrainConfigError(
+            failures[0] if len(failures) == 1 else f"{len(failures)} runs failed; first: {failures[0]}"
+        )

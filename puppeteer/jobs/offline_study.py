@@ -53,8 +53,15 @@ class OfflineStudyConfig(SimSetting):
 
 def _job(cfg: OfflineStudyConfig) -> StepJob:
     trainer = ReinforceConfig(episodes=cfg.online_episodes, batch_episodes=cfg.batch_episodes, eval_every=1)
-    return StepJob.on_simulator(cfg.pool, cfg.suite, lam=cfg.lam, max_steps=cfg.max_steps,
-                                encoder=cfg.encoder, trainer=trainer, policy_min_steps=1)
+    return StepJob.on_simulator(
+        cfg.pool,
+        cfg.suite,
+        lam=cfg.lam,
+        max_steps=cfg.max_steps,
+        encoder=cfg.encoder,
+        trainer=trainer,
+        policy_min_steps=1,
+    )
 
 
 def optimum(env: ConductorEnv) -> tuple[float, str]:

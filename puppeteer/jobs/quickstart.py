@@ -93,12 +93,25 @@ def run_quickstart(
     eval_tasks = load_suite(cfg.suite, "test", n=cfg.n_eval, seed=cfg.seed)
     batch = max(cfg.group_size, min(cfg.batch_episodes, cfg.episodes) // cfg.group_size * cfg.group_size)
     job = StepJob(
-        settings=EnvConfig(mode="step", lam=cfg.lam, max_steps=cfg.max_steps, min_steps=cfg.min_steps,
-                           cost_model=cfg.cost_model, samples_per_item=1),
+        settings=EnvConfig(
+            mode="step",
+            lam=cfg.lam,
+            max_steps=cfg.max_steps,
+            min_steps=cfg.min_steps,
+            cost_model=cfg.cost_model,
+            samples_per_item=1,
+        ),
         pool=pool,
         policy_config=PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=cfg.min_steps),
-        trainer=ReinforceConfig(episodes=cfg.episodes, batch_episodes=batch, group_size=cfg.group_size,
-                                lr=0.01, eval_every=10**9, parallel_envs=4, seed=cfg.seed),
+        trainer=ReinforceConfig(
+            episodes=cfg.episodes,
+            batch_episodes=batch,
+            group_size=cfg.group_size,
+            lr=0.01,
+            eval_every=10**9,
+            parallel_envs=4,
+            seed=cfg.seed,
+        ),
         suite=cfg.suite,
         seed=cfg.seed,
         # one model call at a time, so llama.cpp may use every core

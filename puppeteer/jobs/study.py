@@ -49,12 +49,23 @@ class StudyConfig(SimSetting):
 
 
 def _job(cfg: StudyConfig, lam: float, baseline: str | None = None, seed: int = 0) -> StepJob:
-    trainer = {**dict(cfg.trainer or {}), "episodes": cfg.episodes, "seed": seed,
-               "eval_every": cfg.eval_every}
+    trainer = {
+        **dict(cfg.trainer or {}),
+        "episodes": cfg.episodes,
+        "seed": seed,
+        "eval_every": cfg.eval_every,
+    }
     if baseline is not None:
         trainer["baseline"] = baseline
-    return StepJob.on_simulator(cfg.pool, cfg.suite, lam=lam, max_steps=cfg.max_steps, encoder=cfg.encoder,
-                                trainer=ReinforceConfig(**trainer), seed=seed)
+    return StepJob.on_simulator(
+        cfg.pool,
+        cfg.suite,
+        lam=lam,
+        max_steps=cfg.max_steps,
+        encoder=cfg.encoder,
+        trainer=ReinforceConfig(**trainer),
+        seed=seed,
+    )
 
 
 def _env(cfg: StudyConfig, lam: float, split: str) -> ConductorEnv:

@@ -33,9 +33,14 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
     for key in ("lam", "gamma", "max_steps", "cost_model", "seed", "pool", "suite", "policy", "trainer"):
         if key not in cfg:
             raise ValueError(f"the training config lacks {key!r}")
-    check_env_settings(lam=cfg["lam"], gamma=cfg["gamma"], phi=cfg.get("phi"), workflow_lam=0.0,
-                       temperature=_get(cfg, "temperature", 0.0),
-                       samples_per_item=cfg.get("samples_per_item"))
+    check_env_settings(
+        lam=cfg["lam"],
+        gamma=cfg["gamma"],
+        phi=cfg.get("phi"),
+        workflow_lam=0.0,
+        temperature=_get(cfg, "temperature", 0.0),
+        samples_per_item=cfg.get("samples_per_item"),
+    )
     max_steps = integer("max_steps", cfg["max_steps"], low=1)
     min_steps = integer("min_steps", _get(cfg, "min_steps", 0), low=0)
     if min_steps > max_steps:
@@ -92,8 +97,9 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
     )
 
 
-def build(cfg: Mapping[str, Any], job: StepJob | None = None
-          ) -> tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig]:
+def build(
+    cfg: Mapping[str, Any], job: StepJob | None = None
+) -> tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig]:
     """The training env, the held-out env, the policy and the trainer settings of a training config."""
     job, suite = job or job_of(cfg), cfg["suite"]
     env = job.env(suite["train_split"], _n(suite, "train"), training=True)
@@ -120,8 +126,10 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
     progress_cb, stop = _progress(console, tcfg.episodes) if cfg.get("progress", True) else (None, None)
     try:
         # model selection ("best/") on the validation split; the reported numbers come from the test split
-        val_env = job.env(cfg["suite"].get("val_split", "validation"),
-                          _n({"val_split": "validation", **cfg["suite"]}, "val"))
+        val_env = job.env(
+            cfg["suite"].get("val_split", "validation"),
+            _n({"val_split": "validation", **cfg["suite"]}, "val"),
+        )
         state = train(env, policy, tcfg, run, eval_env=val_env, logger=logger, progress=progress_cb)
     finally:
         if stop:

@@ -81,16 +81,18 @@ def strongest_agents(pool: Pool, k: int) -> tuple[int, ...]:
     """
     if not 1 <= k <= len(pool):
         raise ValueError(f"k must be in 1..{len(pool)} for pool {pool.name!r}, got {k}")
-    order = sorted(range(len(pool)),
-                   key=lambda i: (_reads_context(pool, i), -pool.agent(i).model.params_b, i))
+    order = sorted(
+        range(len(pool)), key=lambda i: (_reads_context(pool, i), -pool.agent(i).model.params_b, i)
+    )
     return tuple(order[:k])
 
 
 def default_chain(pool: Pool) -> tuple[int, ...]:
     """The strongest solver followed by the strongest reviser (verify/critique/refine/reflect) if any."""
     solver = strongest_agents(pool, 1)[0]
-    revisers = [i for i in range(len(pool))
-                if _reads_context(pool, i) and pool.agent(i).pattern != "summarize"]
+    revisers = [
+        i for i in range(len(pool)) if _reads_context(pool, i) and pool.agent(i).pattern != "summarize"
+    ]
     if revisers:
         return (solver, min(revisers, key=lambda i: (-pool.agent(i).model.params_b, i)))
     return strongest_agents(pool, min(2, len(pool)))
@@ -108,8 +110,9 @@ def _names(pool: Pool, refs: Sequence[AgentRef]) -> str:
     return ",".join(pool.agent(resolve_agent(pool, r)).name for r in refs)
 
 
-def _workflow(ids: Sequence[int], subtasks: Sequence[str],
-              access: Sequence[str | tuple[int, ...]]) -> Workflow:
+def _workflow(
+    ids: Sequence[int], subtasks: Sequence[str], access: Sequence[str | tuple[int, ...]]
+) -> Workflow:
     return Workflow(model_id=tuple(ids), subtasks=tuple(subtasks), access_list=tuple(access))
 
 
@@ -224,8 +227,11 @@ class MixtureOfAgents:
     def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
         ids = [resolve_agent(pool, a) for a in self.proposers]
         k = len(ids)
-        return _workflow([*ids, resolve_agent(pool, self.aggregator)],
-                         [task.question] * k + [AGGREGATE_SUBTASK], [()] * k + [tuple(range(k))])
+        return _workflow(
+            [*ids, resolve_agent(pool, self.aggregator)],
+            [task.question] * k + [AGGREGATE_SUBTASK],
+            [()] * k + [tuple(range(k))],
+        )
 
 
 @dataclass(frozen=True)
@@ -246,8 +252,9 @@ class SelfReflection:
 
     def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
         agent_id = resolve_agent(pool, self.agent)
-        return _workflow([agent_id] * (self.k + 1), [task.question] + [REVISE_SUBTASK] * self.k,
-                         ["all"] * (self.k + 1))
+        return _workflow(
+            [agent_id] * (self.k + 1), [task.question] + [REVISE_SUBTASK] * self.k, ["all"] * (self.k + 1)
+        )
 
 
 @dataclass(frozen=True)
@@ -269,15 +276,18 @@ class OracleRouter:
         from puppeteer.backends.sim import SimBackend
 
         if "sim" not in pool.backends():
-            raise ValueError(f"the oracle router needs a simulated pool (backend 'sim' with skill tables); "
-                             f"pool {pool.name!r} uses backend(s) {', '.join(pool.backends())}")
+            raise ValueError(
+                f"the oracle router needs a simulated pool (backend 'sim' with skill tables); "
+                f"pool {pool.name!r} uses backend(s) {', '.join(pool.backends())}"
+            )
         if not any("skills" in (a.model.options or {}) for a in pool.agents):
             raise ValueError(f"no agent of pool {pool.name!r} declares a skill table")
         options = dict(pool.backend_options.get("sim", {}))
         options.pop("answer_key", None)
         sim = SimBackend(**options)
-        return cls(columns=MappingProxyType(dict(sim.columns)), default_column=sim.default_column,
-                   params=sim.params)
+        return cls(
+            columns=MappingProxyType(dict(sim.columns)), default_column=sim.default_column, params=sim.params
+        )
 
     def column(self, task: Task) -> str:
         return self.columns.get(task.domain) or self.default_column or task.domain
@@ -402,8 +412,10 @@ def _vote(arg: str, pool: Pool, max_steps: int) -> Policy:
 
 def _moa(arg: str, pool: Pool, max_steps: int) -> Policy:
     if not arg:
-        return MixtureOfAgents(_canon(pool, strongest_agents(pool, min(3, len(pool)))),
-                               _canon(pool, [default_aggregator(pool)])[0])
+        return MixtureOfAgents(
+            _canon(pool, strongest_agents(pool, min(3, len(pool)))),
+            _canon(pool, [default_aggregator(pool)])[0],
+        )
     if arg.count("|") != 1:
         raise SpecError("moa takes PROPOSERS|AGGREGATOR, e.g. moa:a,b|c")
     proposers, aggregator = arg.split("|")
@@ -448,19 +460,21 @@ def _conductor(arg: str, pool: Pool, max_steps: int) -> Policy:
     return make_conductor(arg)  # type: ignore[return-value]
 
 
-PARSERS: Mapping[str, Parser] = MappingProxyType({
-    "single": _single,
-    "random": _random,
-    "chain": _chain,
-    "vote": _vote,
-    "moa": _moa,
-    "reflect": _reflect,
-    "oracle": _oracle,
-    "random-step": _random_step,
-    "puppeteer": _puppeteer,
-    "sb3": _sb3,
-    "conductor": _conductor,
-})
+PARSERS: Mapping[str, Parser] = MappingProxyType(
+    {
+        "single": _single,
+        "random": _random,
+        "chain": _chain,
+        "vote": _vote,
+        "moa": _moa,
+        "reflect": _reflect,
+        "oracle": _oracle,
+        "random-step": _random_step,
+        "puppeteer": _puppeteer,
+        "sb3": _sb3,
+        "conductor": _conductor,
+    }
+)
 
 
 def make_policy(spec: str, pool: Pool, max_steps: int = 5) -> Policy:

@@ -109,8 +109,13 @@ class ConductorPolicy:
         self.calls = []
 
     def request(self, prompt: ConductorPrompt, sample_index: int = 0) -> CompletionRequest:
-        return CompletionRequest(model=self.model, messages=prompt.messages, max_tokens=self.max_tokens,
-                                 temperature=self.temperature, sample_index=sample_index)
+        return CompletionRequest(
+            model=self.model,
+            messages=prompt.messages,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            sample_index=sample_index,
+        )
 
     def write(self, prompt: ConductorPrompt, depth: int = 0, sample_index: int = 0) -> str:
         """The conductor's completion for ``prompt`` (recorded in :attr:`calls`)."""
@@ -118,11 +123,20 @@ class ConductorPolicy:
             self.bind()
         assert self.backend is not None
         c = self.backend.complete(self.request(prompt, sample_index))
-        self.calls.append(ConductorCall(
-            depth=depth, text=c.text, prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens,
-            latency_s=c.latency_s, cost_usd=c.cost_usd or 0.0, flops=c.flops, cached=c.cached,
-            truncated=c.truncated, queue_s=c.queue_s,
-        ))
+        self.calls.append(
+            ConductorCall(
+                depth=depth,
+                text=c.text,
+                prompt_tokens=c.prompt_tokens,
+                completion_tokens=c.completion_tokens,
+                latency_s=c.latency_s,
+                cost_usd=c.cost_usd or 0.0,
+                flops=c.flops,
+                cached=c.cached,
+                truncated=c.truncated,
+                queue_s=c.queue_s,
+            )
+        )
         return c.text
 
     def act(self, obs: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> str:

@@ -46,8 +46,14 @@ class SB3Meta:
 class MaskableModelPolicy:
     """Wraps a model with ``predict(obs, action_masks=..., deterministic=...)`` as a StepPolicy."""
 
-    def __init__(self, model: Predictor, encoder: ObservationEncoder, name: str = "sb3",
-                 deterministic: bool = True, masked: bool = True) -> None:
+    def __init__(
+        self,
+        model: Predictor,
+        encoder: ObservationEncoder,
+        name: str = "sb3",
+        deterministic: bool = True,
+        masked: bool = True,
+    ) -> None:
         self.model, self.encoder, self.name = model, encoder, name
         self.deterministic, self.masked = deterministic, masked
 
@@ -62,13 +68,24 @@ class MaskableModelPolicy:
         return int(np.asarray(action).reshape(()))
 
 
-def save_sb3(model: Any, directory: str | Path, pool: Pool, encoder: str, max_steps: int,
-             encoder_options: dict[str, Any] | None = None) -> Path:
+def save_sb3(
+    model: Any,
+    directory: str | Path,
+    pool: Pool,
+    encoder: str,
+    max_steps: int,
+    encoder_options: dict[str, Any] | None = None,
+) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     model.save(d / MODEL_FILE)
-    meta = SB3Meta(type(model).__name__, encoder, max_steps, tuple(a.name for a in pool.agents),
-                   dict(encoder_options or {}))
+    meta = SB3Meta(
+        type(model).__name__,
+        encoder,
+        max_steps,
+        tuple(a.name for a in pool.agents),
+        dict(encoder_options or {}),
+    )
     (d / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n")
     return d
 
@@ -89,8 +106,9 @@ def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
     except ImportError as e:
         raise ImportError(f"{meta.algorithm} needs: pip install 'puppeteer-orchestra[rl]'") from e
     model = algo.load(d / MODEL_FILE, device="cpu")
-    encoder = ObservationEncoder(make_encoder(meta.encoder, **meta.encoder_options), pool.n_actions,
-                                 meta.max_steps)
+    encoder = ObservationEncoder(
+        make_encoder(meta.encoder, **meta.encoder_options), pool.n_actions, meta.max_steps
+    )
     return MaskableModelPolicy(model, encoder, name=f"sb3:{d}", masked=meta.algorithm == "MaskablePPO")
 
 

@@ -20,27 +20,33 @@ ToolFactory = Callable[[], Tool]
 def native_calculator() -> NativeTool:
     """The calculator in Qwen2.5's native tool-call format."""
     return NativeTool(
-        Calculator(), argument="expression",
+        Calculator(),
+        argument="expression",
         # no example expression here: the 0.5B model copied "(17*23 + 4) / 3" into its calls
         parameter_description="an arithmetic expression written with the numbers of the problem",
         function_description="Evaluate an arithmetic expression (+ - * / // % **, sqrt, round, min, max) "
-                             "and return its value.",
+        "and return its value.",
     )
 
 
 def native_python() -> NativeTool:
     """The python sandbox in Qwen2.5's native tool-call format."""
     return NativeTool(
-        PythonTool(), argument="code",
+        PythonTool(),
+        argument="code",
         parameter_description="a complete Python 3 program that print()s what you want to see",
         function_description="Run a Python 3 program in a sandbox and return what it prints.",
     )
 
 
-TOOLS: Mapping[str, ToolFactory] = MappingProxyType({
-    "python": PythonTool, "calculator": Calculator,
-    "calculator-native": native_calculator, "python-native": native_python,
-})
+TOOLS: Mapping[str, ToolFactory] = MappingProxyType(
+    {
+        "python": PythonTool,
+        "calculator": Calculator,
+        "calculator-native": native_calculator,
+        "python-native": native_python,
+    }
+)
 
 
 def make_tool(name: str) -> Tool:
@@ -65,9 +71,11 @@ def tool_prompt(names: Iterable[str]) -> str:
     if native and len(native) == len(tools):
         return native_system_prompt(native)
     lines = [f"- {t.name}: {t.description}" for t in tools]
-    return ("You may use tools. Write one call, then stop and wait; its output comes back to you.\n"
-            + "\n".join(lines)
-            + "\nWhen you are done, finish with 'Answer: <answer>' and no further tool call.")
+    return (
+        "You may use tools. Write one call, then stop and wait; its output comes back to you.\n"
+        + "\n".join(lines)
+        + "\nWhen you are done, finish with 'Answer: <answer>' and no further tool call."
+    )
 
 
 __all__ = [

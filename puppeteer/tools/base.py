@@ -39,4 +39,4 @@ def clip(text: str, limit: int) -> str:
     marker = f"\n...[{len(text) - limit} characters cut]...\n"
     keep = max(limit - len(marker), 0)
     head = keep * 2 // 3
-    return text[:head] + marker + text[len(text) - (keep - head):] if keep else marker.strip()
+    return text[:head] + marker + text[len(text) - (keep - head) :] if keep else marker.strip()

@@ -38,20 +38,50 @@ def _round(x: Number, digits: int | None = None) -> Number:
     return round(x) if digits is None else round(x, digits)
 
 
-FUNCTIONS: Mapping[str, Callable[..., Number]] = MappingProxyType({
-    "sqrt": math.sqrt, "log": _log, "ln": math.log, "log2": math.log2, "log10": math.log10, "exp": math.exp,
-    "sin": math.sin, "cos": math.cos, "tan": math.tan,
-    "asin": math.asin, "acos": math.acos, "atan": math.atan,
-    "atan2": math.atan2, "hypot": math.hypot, "degrees": math.degrees, "radians": math.radians,
-    "abs": abs, "round": _round, "min": min, "max": max, "floor": math.floor, "ceil": math.ceil,
-    "factorial": _factorial, "gcd": math.gcd, "lcm": math.lcm, "comb": math.comb, "perm": math.perm,
-})
+FUNCTIONS: Mapping[str, Callable[..., Number]] = MappingProxyType(
+    {
+        "sqrt": math.sqrt,
+        "log": _log,
+        "ln": math.log,
+        "log2": math.log2,
+        "log10": math.log10,
+        "exp": math.exp,
+        "sin": math.sin,
+        "cos": math.cos,
+        "tan": math.tan,
+        "asin": math.asin,
+        "acos": math.acos,
+        "atan": math.atan,
+        "atan2": math.atan2,
+        "hypot": math.hypot,
+        "degrees": math.degrees,
+        "radians": math.radians,
+        "abs": abs,
+        "round": _round,
+        "min": min,
+        "max": max,
+        "floor": math.floor,
+        "ceil": math.ceil,
+        "factorial": _factorial,
+        "gcd": math.gcd,
+        "lcm": math.lcm,
+        "comb": math.comb,
+        "perm": math.perm,
+    }
+)
 CONSTANTS: Mapping[str, float] = MappingProxyType({"pi": math.pi, "e": math.e, "tau": math.tau})
 
-_BINARY: Mapping[type[ast.operator], Callable[[Any, Any], Number]] = MappingProxyType({
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-})
+_BINARY: Mapping[type[ast.operator], Callable[[Any, Any], Number]] = MappingProxyType(
+    {
+        ast.Add: operator.add,
+        ast.Sub: operator.sub,
+        ast.Mult: operator.mul,
+        ast.Div: operator.truediv,
+        ast.FloorDiv: operator.floordiv,
+        ast.Mod: operator.mod,
+        ast.Pow: operator.pow,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -102,8 +132,13 @@ class Evaluator:
         raise CalcError(f"unsupported: {ast.unparse(node)!r}")
 
     def _check_power(self, base: Number, exponent: Number) -> None:
-        if (isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1
-                and exponent * math.log2(abs(base)) > self.max_int_bits + 1):
+        if (
+            isinstance(base, int)
+            and isinstance(exponent, int)
+            and exponent > 0
+            and abs(base) > 1
+            and exponent * math.log2(abs(base)) > self.max_int_bits + 1
+        ):
             raise CalcError(f"result too large (more than {self.max_int_bits} bits)")
 
     def _check_bits(self, bits: int) -> None:
@@ -135,9 +170,11 @@ class Calculator:
 
     evaluator: Evaluator = Evaluator()
     name: str = "calculator"
-    description: str = ("arithmetic: write <calc>EXPR</calc>, e.g. <calc>(17*23 + 4) / 3</calc>; "
-                        "+ - * / // % ** (or ^), sqrt, log, exp, sin, cos, abs, round, min, max, "
-                        "factorial, pi, e")
+    description: str = (
+        "arithmetic: write <calc>EXPR</calc>, e.g. <calc>(17*23 + 4) / 3</calc>; "
+        "+ - * / // % ** (or ^), sqrt, log, exp, sin, cos, abs, round, min, max, "
+        "factorial, pi, e"
+    )
 
     def find_call(self, text: str) -> str | None:
         calls = _CALL.findall(text)

@@ -107,12 +107,18 @@ class _Loop:
         self.added.append(Message("user", feedback(tool.name, result)))
 
     def result(self) -> ToolLoopResult:
-        return ToolLoopResult(merge(self.completions), len(self.results), tuple(self.added),
-                              tuple(self.results), rounds=len(self.completions))
+        return ToolLoopResult(
+            merge(self.completions),
+            len(self.results),
+            tuple(self.added),
+            tuple(self.results),
+            rounds=len(self.completions),
+        )
 
 
-def run_with_tools(backend: Backend, request: CompletionRequest, tools: Mapping[str, Tool],
-                   max_rounds: int = 3) -> ToolLoopResult:
+def run_with_tools(
+    backend: Backend, request: CompletionRequest, tools: Mapping[str, Tool], max_rounds: int = 3
+) -> ToolLoopResult:
     loop = _Loop(request, tools, max_rounds)
     while (call := loop.observe(backend.complete(loop.next_request()))) is not None:
         tool, payload = call
@@ -120,8 +126,9 @@ def run_with_tools(backend: Backend, request: CompletionRequest, tools: Mapping[
     return loop.result()
 
 
-async def arun_with_tools(backend: Backend, request: CompletionRequest, tools: Mapping[str, Tool],
-                          max_rounds: int = 3) -> ToolLoopResult:
+async def arun_with_tools(
+    backend: Backend, request: CompletionRequest, tools: Mapping[str, Tool], max_rounds: int = 3
+) -> ToolLoopResult:
     """Like ``run_with_tools``; tools run in a worker thread so the event loop stays free."""
     loop = _Loop(request, tools, max_rounds)
     while (call := loop.observe(await backend.acomplete(loop.next_request()))) is not None:

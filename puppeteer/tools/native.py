@@ -52,7 +52,7 @@ def _calls_with_spans(text: str) -> list[tuple[str, Mapping[str, Any], str]]:
             except json.JSONDecodeError:
                 continue
         if isinstance(args, dict):
-            calls.append((data["name"], MappingProxyType(dict(args)), text[match.start():end]))
+            calls.append((data["name"], MappingProxyType(dict(args)), text[match.start() : end]))
     return calls
 
 
@@ -83,16 +83,27 @@ class NativeTool:
         return self.inner.name
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "function", "function": {
-            "name": self.function, "description": self.function_description,
-            "parameters": {"type": "object",
-                           "properties": {self.argument: {"type": "string",
-                                                          "description": self.parameter_description}},
-                           "required": [self.argument]}}}
+        return {
+            "type": "function",
+            "function": {
+                "name": self.function,
+                "description": self.function_description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        self.argument: {"type": "string", "description": self.parameter_description}
+                    },
+                    "required": [self.argument],
+                },
+            },
+        }
 
     def call_text(self, value: str) -> str:
-        return ("<tool_call>\n" + json.dumps({"name": self.function, "arguments": {self.argument: value}})
-                + "\n</tool_call>")
+        return (
+            "<tool_call>\n"
+            + json.dumps({"name": self.function, "arguments": {self.argument: value}})
+            + "\n</tool_call>"
+        )
 
     def find_call(self, text: str) -> str | None:
         """The first call (its raw JSON text) that names this tool with its string argument."""
@@ -104,21 +115,27 @@ class NativeTool:
     def run(self, call: str) -> ToolResult:
         calls = parse_tool_calls(call)
         if not calls or not isinstance(calls[0][1].get(self.argument), str):
-            return ToolResult(output="<tool_response>\nerror: malformed tool call\n</tool_response>",
-                              ok=False, status="error")
+            return ToolResult(
+                output="<tool_response>\nerror: malformed tool call\n</tool_response>",
+                ok=False,
+                status="error",
+            )
         result = self.inner.run(str(calls[0][1][self.argument]))
-        return ToolResult(output=f"<tool_response>\n{result.output}\n</tool_response>", ok=result.ok,
-                          status=result.status)
+        return ToolResult(
+            output=f"<tool_response>\n{result.output}\n</tool_response>", ok=result.ok, status=result.status
+        )
 
 
 def native_system_prompt(tools: Sequence[NativeTool]) -> str:
     """The tools block of Qwen2.5's chat template (no worked example: with one in the system
     prompt, the 0.5B model copied its final 'Answer:' line and called no tool; docs/local-pool-v2.md)."""
     schemas = "\n".join(json.dumps(t.schema()) for t in tools)
-    text = ("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-            "You are provided with function signatures within <tools></tools> XML tags:\n"
-            f"<tools>\n{schemas}\n</tools>\n\n"
-            "For each function call, return a json object with function name and arguments within "
-            "<tool_call></tool_call> XML tags:\n<tool_call>\n"
-            '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
+    text = (
+        "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n"
+        f"<tools>\n{schemas}\n</tools>\n\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
     return text

@@ -23,8 +23,10 @@ class PythonTool:
     max_output_chars: int = 2000
     max_error_chars: int = 600
     name: str = "python"
-    description: str = ("run Python 3 code: write a ```python ... ``` block; what it print()s comes back "
-                        "(no network, no files outside its own directory; numpy and sympy if installed)")
+    description: str = (
+        "run Python 3 code: write a ```python ... ``` block; what it print()s comes back "
+        "(no network, no files outside its own directory; numpy and sympy if installed)"
+    )
 
     def find_call(self, text: str) -> str | None:
         blocks = _BLOCK.findall(text)
@@ -42,7 +44,7 @@ class PythonTool:
             parts.append("[output limit: the program printed too much and was stopped]")
         elif not result.ok:
             err = result.stderr.strip()
-            tail = err if len(err) <= self.max_error_chars else "..." + err[-self.max_error_chars:]
+            tail = err if len(err) <= self.max_error_chars else "..." + err[-self.max_error_chars :]
             parts.append(f"[{result.status}, exit code {result.returncode}]" + (f"\n{tail}" if tail else ""))
         elif not parts:
             parts.append("(no output; print() what you want to see)")

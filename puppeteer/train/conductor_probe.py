@@ -195,8 +195,13 @@ def run_probe(
             groups.append(group)
             log.info(
                 "%s: %d/%d parsed, %d correct, reward std %.2f, %.0f tokens, %.0f s",
-                group.task_id, group.parsed, group.n, group.correct, group.reward_std,
-                group.mean_tokens, group.seconds,
+                group.task_id,
+                group.parsed,
+                group.n,
+                group.correct,
+                group.reward_std,
+                group.mean_tokens,
+                group.seconds,
             )
             if records is not None:
                 for o, text, n_tok in zip(outcomes, texts, lengths, strict=True):

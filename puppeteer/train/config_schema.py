@@ -237,7 +237,8 @@ def fit_to_split(suite: str, split: str, n: int | None) -> int | None:
 
     size = split_sizes(suite).get(split)
     if size is not None and n > size:
-        log.warning("suite %s split %s holds %d items: using all of them (asked for %d)",
-                    suite, split, size, n)
+        log.warning(
+            "suite %s split %s holds %d items: using all of them (asked for %d)", suite, split, size, n
+        )
         return size
     return n

@@ -328,7 +328,11 @@ def evaluate_conductor(
     if answer_prefix:
         rows = prefixed_rows(rows, tokenizer, answer_prefix)
     completions = generate(
-        model, tokenizer, [r["prompt"] for r in rows], spec.max_new_tokens, spec.batch_size,
+        model,
+        tokenizer,
+        [r["prompt"] for r in rows],
+        spec.max_new_tokens,
+        spec.batch_size,
         spec.repetition_penalty,
     )
     outcomes = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=answer_prefix).score(

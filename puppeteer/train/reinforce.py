@@ -151,8 +151,11 @@ class ResumeMismatch(ValueError):
 def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig) -> dict[str, str]:
     """What must match for a checkpoint to be resumed; ``episodes`` may grow (to train longer)."""
     # where rollouts run does not change the results: a run may resume with more or fewer workers
-    trainer = {k: v for k, v in asdict(config).items()
-               if k not in ("episodes", "rollout_workers", "ray_address", "max_failed_fraction")}
+    trainer = {
+        k: v
+        for k, v in asdict(config).items()
+        if k not in ("episodes", "rollout_workers", "ray_address", "max_failed_fraction")
+    }
     pol = {k: v for k, v in asdict(policy.config).items() if k != "greedy"}
     # ``unavailable`` joined the env config later: left out while empty, so older checkpoints resume
     env_settings = {k: v for k, v in asdict(env.config).items() if k != "unavailable" or v}
@@ -351,8 +354,9 @@ def train(
                 policy.save(run / "best")
         state.history.append(metrics)
         try:
-            state.traj_offset = _append_lines(traj_path, [json.dumps(e.trajectory) for e in batch],
-                                              state.traj_offset)
+            state.traj_offset = _append_lines(
+                traj_path, [json.dumps(e.trajectory) for e in batch], state.traj_offset
+            )
             if logger is not None:
                 logger.log(metrics, state.episodes)
         except OSError as exc:

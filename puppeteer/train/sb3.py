@@ -55,16 +55,37 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
     pool = load_pool(cfg.pool)
     tasks = load_suite(cfg.suite, "train", n=cfg.n_train, seed=cfg.seed)
     env = make_encoded_env(cfg.encoder, pool=pool, tasks=tasks, max_steps=cfg.max_steps, lam=cfg.lam)
-    model: Any = MaskablePPO("MlpPolicy", env, n_steps=cfg.n_steps, batch_size=cfg.batch_size,
-                             learning_rate=cfg.learning_rate, ent_coef=cfg.ent_coef, seed=cfg.seed,
-                             device="cpu", verbose=0)
-    log.info("training MaskablePPO for %d steps on %s/%s (train split, %d items)", cfg.steps, cfg.pool,
-             cfg.suite, len(tasks))
+    model: Any = MaskablePPO(
+        "MlpPolicy",
+        env,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        ent_coef=cfg.ent_coef,
+        seed=cfg.seed,
+        device="cpu",
+        verbose=0,
+    )
+    log.info(
+        "training MaskablePPO for %d steps on %s/%s (train split, %d items)",
+        cfg.steps,
+        cfg.pool,
+        cfg.suite,
+        len(tasks),
+    )
     model.learn(total_timesteps=cfg.steps)
     save_sb3(model, out / "model", pool, cfg.encoder, cfg.max_steps)
     policy = MaskableModelPolicy(model, env.encoder, name=f"sb3:{out / 'model'}")
-    common: dict[str, Any] = dict(pool=pool, suite=cfg.suite, split="test", n=cfg.n_eval, seed=cfg.seed,
-                                  max_steps=cfg.max_steps, lam=cfg.lam, progress=False)
+    common: dict[str, Any] = dict(
+        pool=pool,
+        suite=cfg.suite,
+        split="test",
+        n=cfg.n_eval,
+        seed=cfg.seed,
+        max_steps=cfg.max_steps,
+        lam=cfg.lam,
+        progress=False,
+    )
     trained = evaluate_policy(policy, out_dir=out / "eval_trained", **common)
     random = evaluate_policy("random-step", out_dir=out / "eval_random", **common)
     env.close()
