@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends.cache import RESPONSE_CACHE_ENV, default_response_cache
 from puppeteer.errors import UserError
@@ -107,40 +107,31 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         else Path("runs") / "eval" / slug(f"{pool.name}_{args.suite}_{args.split}_{args.policy}")
     )
     available = [a.strip() for a in args.available.split(",") if a.strip()] if args.available else None
+    common: dict[str, Any] = dict(  # the same items and settings on either path
+        split=args.split,
+        n=args.n,
+        seed=args.seed,
+        out_dir=out,
+        cache=cache,
+        max_steps=args.max_steps,
+        lam=args.lam,
+        overwrite=args.overwrite,
+    )
     if getattr(args, "ray", None) is not None:
         from puppeteer.distributed import evaluate_policy_ray
 
         if available or args.k_available or args.max_depth:
             raise UserError("--available, --k-available and --max-depth are not supported with --ray yet")
         result = evaluate_policy_ray(
-            args.policy,
-            pool,
-            args.suite,
-            split=args.split,
-            n=args.n,
-            seed=args.seed,
-            out_dir=out,
-            cache=cache,
-            max_steps=args.max_steps,
-            lam=args.lam,
-            address=args.ray,
-            workers=args.ray_workers,
-            overwrite=args.overwrite,
+            args.policy, pool, args.suite, **common, address=args.ray, workers=args.ray_workers
         )
     else:
         result = evaluate_policy(
             args.policy,
             pool,
             args.suite,
-            split=args.split,
-            n=args.n,
-            seed=args.seed,
-            out_dir=out,
-            cache=cache,
-            max_steps=args.max_steps,
-            lam=args.lam,
+            **common,
             progress=not args.quiet,
-            overwrite=args.overwrite,
             available=available,
             k_available=args.k_available,
             max_depth=args.max_depth,
