@@ -322,6 +322,14 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
         )
 
 
+def _model_backends(pool: Pool, policy: Any) -> list[str]:
+    """Backends that generate during an episode: the pool's, and a conductor's own model's."""
+    backends = list(pool.backends())
+    if is_conductor_policy(policy):
+        backends.append(policy.model.backend)
+    return backends
+
+
 def _write_results(out: Path | None, result: EvalResult) -> None:
     if out is not None:
         (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
@@ -437,7 +445,7 @@ def evaluate_policy(
     workers = _workers(
         env,
         policy,
-        concurrency if concurrency is not None else default_concurrency(pool.backends()),
+        concurrency if concurrency is not None else default_concurrency(_model_backends(pool, policy)),
         len(items),
     )
 

@@ -41,8 +41,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--concurrency",
         type=int,
-        default=16,
-        help="items in flight, so that the conductor's llama.cpp calls batch",
+        default=None,
+        help="items in flight (default: 16 when the conductor or the workers call models, so calls batch)",
     )
     p.add_argument("--available", default=None, help="comma-separated agent names (a fixed subset)")
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
