@@ -67,6 +67,17 @@ def _hydra_list(values: Sequence[Any]) -> str:
     return ",".join(str(v) for v in values)
 
 
+def _multirun_args(param: str, values: Sequence[float], seeds: Sequence[int], out: Path) -> list[str]:
+    """A Hydra multirun over ``param`` x ``seed`` into ``out/<param><value>_seed<seed>``."""
+    return [
+        "-m",
+        f"{param}={_hydra_list(values)}",
+        f"seed={_hydra_list(seeds)}",
+        f"hydra.sweep.dir={out}",
+        f"hydra.sweep.subdir={param}${{{param}}}_seed${{seed}}",
+    ]
+
+
 @dataclass(frozen=True)
 class PuppeteerTrack:
     """The step-wise puppeteer trained with REINFORCE (``puppeteer train``), swept over ``lam``."""
@@ -89,11 +100,7 @@ class PuppeteerTrack:
 
         hydra_main(
             [
-                "-m",
-                f"{self.param}={_hydra_list(values)}",
-                f"seed={_hydra_list(seeds)}",
-                f"hydra.sweep.dir={out}",
-                f"hydra.sweep.subdir={self.param}${{{self.param}}}_seed${{seed}}",
+                *_multirun_args(self.param, values, seeds, out),
                 *overrides,
             ]
         )
@@ -161,12 +168,8 @@ class ConductorTrack:
 
         conductor_main(
             [
-                "-m",
+                *_multirun_args(self.param, values, seeds, out),
                 TRACK_OVERRIDE,
-                f"{self.param}={_hydra_list(values)}",
-                f"seed={_hydra_list(seeds)}",
-                f"hydra.sweep.dir={out}",
-                f"hydra.sweep.subdir={self.param}${{{self.param}}}_seed${{seed}}",
                 *(o for o in overrides if o != TRACK_OVERRIDE),
             ]
         )
