@@ -97,10 +97,10 @@ def ensure_cpu_backend(variant: str | None = None) -> CpuBackend:
     """
     import llama_cpp  # noqa: F401  (loads libggml, which registers the linked-in backends)
 
-    ggml = _ggml()
     files = variant_files()
-    if not files:
+    if not files:  # the usual build: the CPU backend is linked in
         return CpuBackend(dynamic=False, variant="")
+    ggml = _ggml()
     available = tuple(sorted(files))
     if ggml.ggml_backend_reg_count() == 0:
         if variant is None:
