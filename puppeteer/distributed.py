@@ -182,6 +182,7 @@ def evaluate_policy_ray(
     result = _summary(
         [_record(line) for line in lines],
         len(items),
+        speeds=pool,
         wall_s=wall,
         completed=len(lines) == len(items),
         **fields,

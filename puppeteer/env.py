@@ -48,7 +48,7 @@ from puppeteer.conductor_prompt import (
 from puppeteer.envbuild import BackendSpec, EnvConfig, EnvParts, env_parts
 from puppeteer.executor import EpisodeContext, Executor
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
-from puppeteer.reward import PuppeteerReward, conductor_reward, discounted_returns
+from puppeteer.reward import PuppeteerReward, check_cost_model, conductor_reward, discounted_returns
 from puppeteer.reward import cost_model as get_cost_model
 from puppeteer.spaces import UnicodeText
 from puppeteer.tasks import Grader, default_graders
@@ -110,6 +110,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ValueError(f"k_available must be in 1..{n_base} (the available agents), got {k_available}")
         mode, max_steps = config.mode, config.max_steps
         self._prompt_config = load_prompt_config(config.prompt) if mode == "workflow" else None
+        check_cost_model(config.cost_model, (a.model for a in self.pool.agents))
         self._cost = get_cost_model(config.cost_model)
         phi = config.phi
         self._reward = PuppeteerReward(
@@ -367,7 +368,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             return self._end_episode(f=0.0, t=t, terminated_by="terminator")
         step = self.executor.run_step(self._context(), t, a, self.task.question, self._steps)
         self._steps.append(step)
-        f = self._cost(step.completion)
+        f = self._step_cost(step)
         if len(self._steps) >= self.config.max_steps:
             return self._end_episode(f=f, t=t + 1, terminated_by="max_steps")
         reward = self._reward.step_reward(f, t + 1)
@@ -498,10 +499,14 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             self._info(round=self._rounds[-1], depth=self._depth, steps=steps),
         )
 
+    def _step_cost(self, step: Step) -> float:
+        """F of one activation under the configured cost model."""
+        return self._cost(step.completion, self.pool.agent(step.agent_id).model)
+
     def _end_workflow(self, workflow: Workflow | None):
         answer = self._aggregate([s.answer for s in self._steps])
         correct = self._grader().grade(answer, self.task)
-        cost = sum(self._cost(s.completion) for s in self._steps)
+        cost = sum(self._step_cost(s) for s in self._steps)
         reward = conductor_reward(True, correct, cost, self.config.workflow_lam)
         traj = self._trajectory(answer, correct, reward, workflow=workflow)
         return self._finish(
@@ -522,7 +527,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ResetNeeded("the episode has ended (or never started): call reset()")
         t = len(self._steps)
         if self.config.mode == "workflow":
-            cost = sum(self._cost(s.completion) for s in self._steps)
+            cost = sum(self._step_cost(s) for s in self._steps)
             reward = conductor_reward(True, False, cost, self.config.workflow_lam)
             returns = [reward]
         else:

@@ -98,6 +98,10 @@ class EvalResult:
     mean_conductor_latency_s: float = 0.0
     mean_conductor_usd: float = 0.0
     per_depth: tuple[dict[str, Any], ...] | None = None
+    # single-stream model seconds per item at the pool's declared speeds (ModelSpec.model_seconds);
+    # None when a model of the pool declares none. Unlike mean_latency_s it does not depend on the
+    # batch a call shared or the load of the machine.
+    mean_model_s: float | None = None
 
     @property
     def mean_tokens(self) -> float:
@@ -274,7 +278,24 @@ def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
 # --------------------------------------------------------------------------- the evaluation
 
 
-def _summary(records: Sequence[_Record], n: int, **fields: Any) -> EvalResult:
+def _model_seconds(trajectories: Sequence[Trajectory], pool: Pool | None) -> float | None:
+    """Mean single-stream model seconds per item at the pool's declared speeds (None without them)."""
+    if pool is None or not trajectories or not all(a.model.has_speed for a in pool.agents):
+        return None
+    per_item = []
+    for t in trajectories:
+        seconds = (
+            pool.agent(s.agent_id).model.model_seconds(
+                s.completion.prompt_tokens, s.completion.completion_tokens
+            )
+            for s in t.steps
+        )
+        per_item.append(sum(x or 0.0 for x in seconds))
+    return float(np.mean(per_item))
+
+
+def _summary(records: Sequence[_Record], n: int, speeds: Pool | None = None, **fields: Any) -> EvalResult:
+    """``speeds``: the pool whose declared model speeds price ``mean_model_s``."""
     done = [r.trajectory for r in records if r.trajectory is not None]
     correct = sum(r.correct for r in records)
     lo, hi = wilson_interval(correct, n)
@@ -297,6 +318,7 @@ def _summary(records: Sequence[_Record], n: int, **fields: Any) -> EvalResult:
         mean_flops=mean([t.flops for t in done]),
         mean_latency_s=mean([sum(s.completion.latency_s for s in t.steps) for t in done]),
         mean_reward=mean([t.reward for t in done]),
+        mean_model_s=_model_seconds(done, speeds),
         **fields,
     )
 
@@ -518,6 +540,7 @@ def evaluate_policy(
         result = _summary(
             [records[i] for i in sorted(records)],
             len(items),
+            speeds=pool,
             wall_s=time.perf_counter() - start,
             completed=len(records) == len(items),
             **fields,

@@ -96,6 +96,11 @@ class Pool:
         return "sim" in self.backends()
 
 
+def _optional_float(raw: Mapping[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    return None if value is None else float(value)
+
+
 def _model(name: str, raw: Mapping[str, Any]) -> ModelSpec:
     try:
         return ModelSpec(
@@ -106,9 +111,13 @@ def _model(name: str, raw: Mapping[str, Any]) -> ModelSpec:
             price_in=float(raw.get("price_in", 0.0)),
             price_out=float(raw.get("price_out", 0.0)),
             options=MappingProxyType(dict(raw.get("options") or {})),
+            prefill_tps=_optional_float(raw, "prefill_tps"),
+            decode_tps=_optional_float(raw, "decode_tps"),
         )
     except KeyError as e:
         raise PoolError(f"model {name!r} lacks field {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise PoolError(f"model {name!r}: {e}") from None
 
 
 def pool_from_dict(raw: Mapping[str, Any]) -> Pool:

@@ -9,23 +9,52 @@ r - lambda*C_T at the last one, so the gamma-discounted sum of its rewards from 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from puppeteer.types import Completion
+from puppeteer.types import Completion, ModelSpec
 
-CostFn = Callable[[Completion], float]
+CostFn = Callable[[Completion, ModelSpec], float]
 
-# F for one call, in units that make lambda ~ 0.1 meaningful: thousands of tokens,
-# TFLOPs (2 * params * tokens / 1e12), or US cents.
+
+def _minutes(c: Completion, model: ModelSpec) -> float:
+    seconds = model.model_seconds(c.prompt_tokens, c.completion_tokens)
+    if seconds is None:
+        raise ValueError(
+            f"cost model 'minutes' needs prefill_tps and decode_tps for model {model.name!r} in the pool "
+            "(measure them with scripts/calibrate_local_speed.py)"
+        )
+    return seconds / 60.0
+
+
+# F for one call (the completion and the model that made it), in units that make lambda ~ 0.1
+# meaningful: thousands of tokens, TFLOPs (2 * params * tokens / 1e12), US cents, or minutes of
+# single-stream model time at the pool's declared speed (ModelSpec.model_seconds).
 COST_MODELS: Mapping[str, CostFn] = MappingProxyType(
     {
-        "tokens": lambda c: c.total_tokens / 1000.0,
-        "flops": lambda c: c.flops / 1e12,
-        "usd": lambda c: (c.cost_usd or 0.0) * 100.0,
+        "tokens": lambda c, m: c.total_tokens / 1000.0,
+        "flops": lambda c, m: c.flops / 1e12,
+        "usd": lambda c, m: (c.cost_usd or 0.0) * 100.0,
+        "minutes": _minutes,
     }
 )
+
+
+# cost models that price a call by the model's declared single-stream speed
+NEEDS_SPEED = frozenset({"minutes"})
+
+
+def check_cost_model(name: str, models: Iterable[ModelSpec]) -> None:
+    """Fail early (ValueError) when ``name`` is unknown or needs speeds some of ``models`` lack."""
+    cost_model(name)
+    if name in NEEDS_SPEED:
+        missing = sorted({m.name for m in models if not m.has_speed})
+        if missing:
+            raise ValueError(
+                f"cost model {name!r} needs prefill_tps and decode_tps in the pool for: {', '.join(missing)} "
+                "(measure them with scripts/calibrate_local_speed.py)"
+            )
 
 
 def cost_model(name: str) -> CostFn:

@@ -29,7 +29,10 @@ class ModelSpec:
     ``target`` what that backend needs to find the model (a litellm model string,
     an embedded model key, or a simulated worker name).
     Prices are USD per million tokens; ``params_b`` (billions of parameters) feeds
-    the FLOPs proxy ``2 * params * tokens``.
+    the FLOPs proxy ``2 * params * tokens``. ``prefill_tps`` / ``decode_tps`` (optional) are the
+    model's single-stream speed in tokens per second on a reference machine
+    (``scripts/calibrate_local_speed.py``); with both, :meth:`model_seconds` prices a call as the
+    time it takes alone there, whatever batch or load it really ran under.
     """
 
     name: str
@@ -39,6 +42,24 @@ class ModelSpec:
     price_in: float = 0.0
     price_out: float = 0.0
     options: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
+    prefill_tps: float | None = None
+    decode_tps: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_tps", "decode_tps"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"model {self.name!r}: {name} must be positive, got {value!r}")
+
+    @property
+    def has_speed(self) -> bool:
+        return self.prefill_tps is not None and self.decode_tps is not None
+
+    def model_seconds(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """Single-stream seconds of one call at the declared speed (None without one)."""
+        if self.prefill_tps is None or self.decode_tps is None:
+            return None
+        return prompt_tokens / self.prefill_tps + completion_tokens / self.decode_tps
 
     def usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.price_in + completion_tokens * self.price_out) / 1e6

@@ -110,10 +110,18 @@ def overlap_lines(results: list[EvalResult]) -> list[str]:
 
 
 def plot(results: list[EvalResult], path: Path, machine: str) -> Path:
-    """Accuracy against model seconds per item, one panel per suite."""
+    """Accuracy against model seconds per item, one panel per suite: single-stream seconds at the
+    pool's declared speeds where it declares them (batch- and load-independent), else as recorded."""
+    single = all(r.mean_model_s is not None for r in results)
     panels = {
         suite: [
-            CostPoint(r.policy, r.mean_latency_s, r.accuracy, r.ci_low, r.ci_high)
+            CostPoint(
+                r.policy,
+                r.mean_model_s if single and r.mean_model_s is not None else r.mean_latency_s,
+                r.accuracy,
+                r.ci_low,
+                r.ci_high,
+            )
             for r in results
             if r.suite == suite and r.completed
         ]
@@ -125,7 +133,12 @@ def plot(results: list[EvalResult], path: Path, machine: str) -> Path:
         f"(backend {'+'.join(first.backends)}; {machine})"
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    return accuracy_vs_cost(panels, path, title, cost_label="model seconds per item (as recorded per call)")
+    label = (
+        "single-stream model seconds per item (declared speeds)"
+        if single
+        else "model seconds per item (as recorded per call)"
+    )
+    return accuracy_vs_cost(panels, path, title, cost_label=label)
 
 
 def kept_notes(path: Path) -> str:
@@ -156,8 +169,11 @@ def render(
         f"Split `{first.split}`, first n={first.n} items per suite (seed {first.seed}), each item run "
         "once; accuracy with its 95% Wilson interval (errors count as wrong); calls, tokens "
         "(prompt+completion), USD and model s (seconds of model time, as measured when each call was "
-        "made) are means per item; wall s is this run's wall time (calls served by the response cache "
-        "are nearly free, so it can be far below the model time).",
+        "made; with batched decoding a call's time includes the calls it shared a batch with) are means "
+        "per item; single-stream s is each call priced at the pool's declared single-stream speeds "
+        "(`prefill_tps`, `decode_tps`: the time it takes alone on the reference machine, independent of "
+        "batching and load; `-` where the pool declares none); wall s is this run's wall time (calls "
+        "served by the response cache are nearly free, so it can be far below the model time).",
         f"Response cache: `{cache}`." if cache else "No response cache.",
         f"Machine: {machine}.",
         "",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from puppeteer.evaluation import (
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import read_trajectories
-from puppeteer.types import Completion, CompletionRequest, Task
+from puppeteer.types import Agent, Completion, CompletionRequest, Task
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +258,40 @@ def test_markdown_table(pool: Pool, tasks: tuple[Task, ...]) -> None:
         return row.replace("\\|", "").count("|")
 
     assert {cells(row) for row in table} == {cells(table[0])}
+
+
+def test_single_stream_seconds_follow_the_declared_speeds(
+    tmp_path: Path, pool: Pool, tasks: tuple[Task, ...]
+) -> None:
+    """mean_model_s prices each call at its model's declared speed; no speeds, no figure."""
+    plain = evaluate_policy("vote:3", pool, "arith", tasks=tasks[:8], progress=False)
+    assert plain.mean_model_s is None
+    models = sorted({a.model.name for a in pool.agents})
+    rates = {name: (20.0 + 10 * i, 2.0 + i) for i, name in enumerate(models)}
+
+    def with_speed(a: Agent) -> Agent:
+        prefill, decode = rates[a.model.name]
+        return dataclasses.replace(
+            a, model=dataclasses.replace(a.model, prefill_tps=prefill, decode_tps=decode)
+        )
+
+    sped = dataclasses.replace(pool, agents=tuple(with_speed(a) for a in pool.agents))
+    out = tmp_path / "sped"
+    result = evaluate_policy("vote:3", sped, "arith", tasks=tasks[:8], progress=False, out_dir=out)
+    # speeds change no call: the same episodes as without them
+    assert result.correct == plain.correct and result.mean_completion_tokens == plain.mean_completion_tokens
+    model_of = {a.name: a.model.name for a in sped.agents}
+    by_hand = [
+        sum(
+            s.completion.prompt_tokens / rates[model_of[s.agent_name]][0]
+            + s.completion.completion_tokens / rates[model_of[s.agent_name]][1]
+            for s in t.steps
+        )
+        for t in read_trajectories(out / "trajectories.jsonl")
+    ]
+    assert result.mean_model_s == pytest.approx(sum(by_hand) / len(by_hand))
+    header, _, row = markdown_table([result]).splitlines()
+    assert "single-stream s/item" in header and f"| {result.mean_model_s:.1f} |" in row
 
 
 def test_default_cache_only_for_model_calling_pools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

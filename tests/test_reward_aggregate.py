@@ -6,7 +6,7 @@ import pytest
 
 from puppeteer.aggregate import last_answer, majority_vote
 from puppeteer.reward import PuppeteerReward, conductor_reward, discounted_returns, step_cost
-from puppeteer.types import Completion
+from puppeteer.types import Completion, ModelSpec
 
 
 def test_conductor_reward_levels() -> None:
@@ -47,11 +47,31 @@ def test_cost_models() -> None:
     from puppeteer.reward import cost_model
 
     c = Completion("x", 600, 400, cost_usd=0.02, flops=3e12, latency_s=1.0, model="m")
-    assert cost_model("tokens")(c) == pytest.approx(1.0)
-    assert cost_model("flops")(c) == pytest.approx(3.0)
-    assert cost_model("usd")(c) == pytest.approx(2.0)
+    m = ModelSpec("m", "llamacpp", "m", params_b=1.5, prefill_tps=60.0, decode_tps=8.0)
+    assert cost_model("tokens")(c, m) == pytest.approx(1.0)
+    assert cost_model("flops")(c, m) == pytest.approx(3.0)
+    assert cost_model("usd")(c, m) == pytest.approx(2.0)
+    # 600 prompt tokens at 60/s + 400 completion tokens at 8/s = 10 s + 50 s = one minute
+    assert cost_model("minutes")(c, m) == pytest.approx(1.0)
     with pytest.raises(KeyError, match="known"):
         cost_model("joules")
+
+
+def test_minutes_cost_needs_declared_speeds() -> None:
+    from puppeteer.reward import check_cost_model, cost_model
+
+    fast = ModelSpec("fast", "llamacpp", "f", params_b=0.5, prefill_tps=100.0, decode_tps=20.0)
+    bare = ModelSpec("bare", "llamacpp", "b", params_b=0.5)
+    assert bare.model_seconds(10, 10) is None
+    assert fast.model_seconds(100, 20) == pytest.approx(2.0)
+    check_cost_model("minutes", [fast])
+    check_cost_model("tokens", [bare])  # only 'minutes' needs speeds
+    with pytest.raises(ValueError, match="bare"):
+        check_cost_model("minutes", [fast, bare])
+    with pytest.raises(ValueError, match="bare"):
+        cost_model("minutes")(Completion("x", 1, 1, 0.0, 0.0, 0.0, "b"), bare)
+    with pytest.raises(ValueError, match="positive"):
+        ModelSpec("neg", "llamacpp", "n", params_b=0.5, decode_tps=0.0)
 
 
 def test_majority_vote_and_tie_break() -> None:

@@ -61,6 +61,7 @@ def _fake_evaluate(spec: str, **kw: Any) -> SimpleNamespace:
         mean_usd=tokens / 1e6,
         mean_calls=1.0,
         mean_reward=acc,
+        mean_model_s=tokens / 100.0,  # as if every token took 10 ms alone
         backends=("sim",),
     )
 
@@ -79,6 +80,15 @@ def test_gather_summarize_and_pareto(tmp_path: Path) -> None:
     md = markdown(df)
     assert "| 0.5 | 2 | 0.650 +- 0.071 |" in md and "`single:small`" in md
     assert plot_sweep(df, tmp_path / "s.png", "test [backend: sim]").stat().st_size > 5000
+
+
+def test_model_seconds_axis(tmp_path: Path) -> None:
+    _fake_runs(tmp_path)
+    df = gather(tmp_path, PuppeteerTrack(), list(BASELINES), evaluate=_fake_evaluate, reevaluate=True)
+    s = summarize(df, "model_s").set_index("lam")
+    assert s.loc[0.5, "model_s_mean"] == pytest.approx(2.0)  # (100 + 300) / 2 tokens at 10 ms
+    assert pareto_labels(df, "model_s") == ["lambda=0.5", "lambda=0", "single:big"]
+    assert "model_s/item" in markdown(df, "model_s")
 
 
 def test_sweep_defaults_keep_user_overrides() -> None:

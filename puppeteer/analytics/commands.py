@@ -92,7 +92,12 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
         help="comma-free list separated by ';' of baseline specs "
         "evaluated as points (e.g. 'oracle;vote:3;single:gpt-5')",
     )
-    p.add_argument("--cost", choices=("tokens", "usd", "calls"), default="tokens", help="x axis")
+    p.add_argument(
+        "--cost",
+        choices=("tokens", "usd", "calls", "model_s"),
+        default="tokens",
+        help="x axis (model_s: single-stream model seconds at the declared speeds; needs --reevaluate)",
+    )
     p.add_argument(
         "--n-eval", type=int, default=None, help="held-out items (default: the suite config's n_eval)"
     )

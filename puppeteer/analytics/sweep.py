@@ -33,7 +33,9 @@ from puppeteer.analytics.plots import CostPoint, _title, pareto_front, save
 
 log = logging.getLogger(__name__)
 
-COST_COLUMNS = {"tokens": "mean_tokens", "usd": "mean_usd", "calls": "mean_calls"}
+# x axes: means per item; model_s is single-stream model seconds at the pool's declared speeds
+# (EvalResult.mean_model_s), which only per-item evaluations have (--reevaluate for trained runs)
+COST_COLUMNS = {"tokens": "mean_tokens", "usd": "mean_usd", "calls": "mean_calls", "model_s": "mean_model_s"}
 
 
 class SweepTrack(Protocol):
@@ -141,7 +143,7 @@ class PuppeteerTrack:
 
 # a conductor run's ``cost`` per item is in cost-model units (puppeteer.reward.COST_MODELS: thousands
 # of tokens, US cents); for runs whose held-out summary has no ``tokens``/``usd`` it gives one of them
-_COST_UNITS = {"tokens": ("tokens", 1000.0), "usd": ("usd", 0.01)}
+_COST_UNITS = {"tokens": ("tokens", 1000.0), "usd": ("usd", 0.01), "minutes": ("model_s", 60.0)}
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,7 @@ def _eval_row(result: Any, **extra: Any) -> dict[str, Any]:
         "mean_tokens": result.mean_tokens,
         "mean_usd": result.mean_usd,
         "mean_calls": result.mean_calls,
+        "mean_model_s": np.nan if getattr(result, "mean_model_s", None) is None else result.mean_model_s,
         "mean_reward": result.mean_reward,
         "backend": ",".join(result.backends),
     }
@@ -441,6 +444,13 @@ def run_sweep(
     if train:
         tr.launch(values, seed_list, out, with_defaults(overrides, tr.defaults))
     df = gather(out, tr, baselines, n_eval, reevaluate=reevaluate)
+    col = COST_COLUMNS[cost]
+    if col not in df or df[col].isna().any():
+        missing = df.loc[df[col].isna(), "policy"].tolist() if col in df else list(df["policy"])
+        raise ValueError(
+            f"no {cost} per item for {', '.join(map(str, missing))}: model_s needs speeds declared in the "
+            "pool (prefill_tps, decode_tps) and per-item evaluations (--reevaluate for trained runs)"
+        )
     backend = ",".join(sorted(set(df["backend"])))
     suite = json.loads(next(out.glob("*/config.json")).read_text())["suite"]["name"]
     plot_sweep(

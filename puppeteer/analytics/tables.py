@@ -36,6 +36,11 @@ def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
         ),
         ("mean USD", f"{result.mean_usd:.5f}"),
         ("mean FLOPs", _fmt_num(result.mean_flops)),
+        *(
+            [("single-stream model s", f"{result.mean_model_s:.1f} at the pool's declared speeds")]
+            if result.mean_model_s is not None
+            else []
+        ),
         ("wall time", f"{result.wall_s:.1f} s"),
     ]
     if result.cache_hits is not None:
@@ -47,20 +52,21 @@ def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
 
 MARKDOWN_HEADER = (
     "| policy | suite | n | accuracy (95% CI) | calls | tokens (prompt+completion) | USD | "
-    "model s/item | wall s | backend | cache hits/misses |\n"
-    "|---|---|---:|---|---:|---:|---:|---:|---:|---|---|"
+    "model s/item | single-stream s/item | wall s | backend | cache hits/misses |\n"
+    "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
 )
 
 
 def markdown_row(r: EvalResult) -> str:
     cache = f"{r.cache_hits}/{r.cache_misses}" if r.cache_hits is not None else "-"
     errors = f" ({r.n_errors} errors)" if r.n_errors else ""
+    single = f"{r.mean_model_s:.1f}" if r.mean_model_s is not None else "-"
     policy = r.policy.replace("|", "\\|")  # a pipe would end the table cell, even inside backticks
     return (
         f"| `{policy}` | {r.suite}/{r.split} | {r.n} | {r.accuracy:.3f} "
         f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{errors} | {r.mean_calls:.2f} | "
         f"{r.mean_prompt_tokens:.0f}+{r.mean_completion_tokens:.0f} | {r.mean_usd:.5f} | "
-        f"{r.mean_latency_s:.1f} | {r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |"
+        f"{r.mean_latency_s:.1f} | {single} | {r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |"
     )
 
 
