@@ -49,6 +49,10 @@ class CountingBackend:
         return self._make(request)
 
 
+def _completion(text: str) -> Completion:
+    return Completion(text, 3, 2, cost_usd=0.0, flops=0.0, latency_s=0.1, model="echo-1")
+
+
 def req(text: str = "hello", **kw: object) -> CompletionRequest:
     return CompletionRequest(model=SPEC, messages=(Message("system", "sys"), Message("user", text)), **kw)
 
@@ -109,7 +113,8 @@ CHANGES = {
 
 @pytest.mark.parametrize("field_name", sorted(CHANGES))
 def test_each_field_changes_the_key(tmp_path: Path, field_name: str) -> None:
-    base = req()
+    # sampled requests: at temperature 0 the sample index does not decide the output (see below)
+    base = req(temperature=0.5) if field_name == "sample_index" else req()
     changed = CHANGES[field_name](base)
     assert request_key(changed) != request_key(base)
     inner = CountingBackend()
@@ -117,6 +122,52 @@ def test_each_field_changes_the_key(tmp_path: Path, field_name: str) -> None:
         cache.complete(base)
         cache.complete(changed)
         assert inner.calls == 2
+
+
+def test_a_greedy_call_replays_for_any_sample_index(tmp_path: Path) -> None:
+    """Every env reset draws a sample index; greedy calls must replay across them (training on a
+    cached pool would otherwise call the model in every episode)."""
+    inner = CountingBackend()
+    with CachedBackend(inner, tmp_path / "c.sqlite") as cache:
+        first = cache.complete(req(sample_index=17))
+        again = cache.complete(req(sample_index=123456))
+        assert inner.calls == 1 and again.cached and again.text == first.text
+        assert request_key(req(sample_index=17)) != request_key(req(sample_index=123456))
+        # sampled calls stay one per sample index
+        cache.complete(req(temperature=0.7, sample_index=1))
+        cache.complete(req(temperature=0.7, sample_index=2))
+        assert inner.calls == 3
+        # another prompt, budget or model is another call, greedy or not
+        cache.complete(req(max_tokens=9, sample_index=17))
+        assert inner.calls == 4
+
+
+def test_rows_stored_without_a_greedy_alias_are_indexed_when_the_cache_opens(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    with CachedBackend(CountingBackend(), path) as cache:
+        cache.complete(req("old", sample_index=5))
+        cache.complete(req("older", sample_index=6))
+    raw = sqlite3.connect(path)  # as if an older version (no greedy table) had written both rows
+    raw.execute("DELETE FROM greedy")
+    raw.execute("DELETE FROM meta")
+    raw.commit()
+    raw.close()
+    inner = CountingBackend()
+    with CachedBackend(inner, path) as cache:
+        assert cache.complete(req("old", sample_index=99)).cached
+        assert cache.complete(req("older", sample_index=0)).cached
+        assert inner.calls == 0
+
+
+def test_the_exact_key_wins_over_the_greedy_alias(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    with CachedBackend(CountingBackend(), path) as cache:
+        cache.complete(req(sample_index=1))
+        # a second greedy row for the same request under another sample index, with other text
+        # (batched llama.cpp greedy decoding is not bit-stable, so this happens for real)
+        cache.store(request_key(req(sample_index=2)), req(sample_index=2), _completion("batched text"))
+        assert cache.complete(req(sample_index=2)).text == "batched text"
+        assert cache.complete(req(sample_index=3)).text != "batched text"  # the alias: the first row
 
 
 def test_context_name_and_options_do_not_change_the_key() -> None:

@@ -2,6 +2,11 @@
 
 The key is the sha256 of the canonical JSON of what decides a completion:
 ``(model.backend, model.target, messages, max_tokens, temperature, sample_index, stop)``.
+Greedy requests (temperature 0) also answer to a *greedy key* without ``sample_index``: a greedy
+call's output does not depend on which sample it is, so an episode that draws another sample
+index (every ``reset`` of the env draws one) replays what any earlier identical greedy call
+stored. The ``greedy`` table maps greedy keys to the first stored row; rows written without it
+(older versions, other processes) are indexed from their stored request when a cache is opened.
 The :class:`~puppeteer.types.CallContext` is deliberately not part of it, nor are
 ``ModelSpec.options`` (keep options that change outputs out of shared caches, or
 give such models distinct targets). A hit returns the stored completion with
@@ -62,6 +67,11 @@ CREATE TABLE IF NOT EXISTS completions (
 )
 """
 _COLUMNS = "text, prompt_tokens, completion_tokens, cost_usd, flops, latency_s, model"
+# greedy key -> the key of the first row stored for it; ``meta.greedy_rowid``: rows indexed so far
+_GREEDY_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS greedy (gkey TEXT PRIMARY KEY, key TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+)
 
 
 class CacheError(UserError, RuntimeError):
@@ -136,6 +146,18 @@ def request_key(request: CompletionRequest) -> str:
     return hashlib.sha256(canonical_json(request_payload(request)).encode("utf-8")).hexdigest()
 
 
+def greedy_key_of(payload: dict[str, Any]) -> str | None:
+    """The key shared by every sample index of a greedy request (None unless temperature is 0)."""
+    if float(payload.get("temperature", 1.0)) != 0.0:
+        return None
+    rest = {k: v for k, v in payload.items() if k != "sample_index"}
+    return hashlib.sha256(canonical_json({**rest, "greedy": True}).encode("utf-8")).hexdigest()
+
+
+def greedy_key(request: CompletionRequest) -> str | None:
+    return greedy_key_of(request_payload(request))
+
+
 @dataclass
 class _Flight:
     """An in-progress miss for one key: later identical requests wait on ``lock``."""
@@ -169,9 +191,38 @@ class CachedBackend:
         try:
             conn = self._conn()
             conn.execute(_SCHEMA)
+            for statement in _GREEDY_SCHEMA:
+                conn.execute(statement)
+            self._index_greedy(conn)
         except sqlite3.DatabaseError as exc:
             self.close()
             raise _unusable(self.path, exc) from exc
+
+    def _index_greedy(self, conn: sqlite3.Connection) -> None:
+        """Give the rows stored since the last indexing (by any writer) their greedy keys."""
+        row = conn.execute("SELECT value FROM meta WHERE name = 'greedy_rowid'").fetchone()
+        done = int(row[0]) if row else 0
+        new = conn.execute(
+            "SELECT rowid, key, request FROM completions WHERE rowid > ? ORDER BY rowid", (done,)
+        ).fetchall()
+        if not new:
+            return
+        pairs = []
+        for _, key, request in new:
+            try:
+                gkey = greedy_key_of(json.loads(request))
+            except (ValueError, TypeError):  # a request this version cannot read: no greedy alias
+                gkey = None
+            if gkey is not None:
+                pairs.append((gkey, key))
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany("INSERT OR IGNORE INTO greedy VALUES (?, ?)", pairs)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('greedy_rowid', ?)", (int(new[-1][0]),))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     # ------------------------------------------------------------------ sqlite
 
@@ -195,7 +246,14 @@ class CachedBackend:
     def lookup(self, key: str, request: CompletionRequest | None = None) -> Completion | None:
         """The stored completion for ``key``; with ``request``, ``truncated`` is derived from its budget."""
         try:
-            row = self._conn().execute(f"SELECT {_COLUMNS} FROM completions WHERE key = ?", (key,)).fetchone()
+            conn = self._conn()
+            row = conn.execute(f"SELECT {_COLUMNS} FROM completions WHERE key = ?", (key,)).fetchone()
+            gkey = greedy_key(request) if row is None and request is not None else None
+            if gkey is not None:
+                row = conn.execute(
+                    f"SELECT {_COLUMNS} FROM completions WHERE key = (SELECT key FROM greedy WHERE gkey = ?)",
+                    (gkey,),
+                ).fetchone()
         except sqlite3.Error as exc:
             self._count("read_errors")
             log.warning("cache read from %s failed (%s); treating as a miss", self.path, exc)
@@ -217,8 +275,11 @@ class CachedBackend:
 
     def store(self, key: str, request: CompletionRequest, completion: Completion) -> bool:
         """Persist ``completion`` under ``key`` (first writer wins). False if the write failed."""
+        payload = request_payload(request)
+        gkey = greedy_key_of(payload)
         try:
-            self._conn().execute(
+            conn = self._conn()
+            conn.execute(
                 "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     key,
@@ -230,9 +291,11 @@ class CachedBackend:
                     completion.latency_s,
                     completion.model,
                     time.time(),
-                    canonical_json(request_payload(request)),
+                    canonical_json(payload),
                 ),
             )
+            if gkey is not None:  # a crash before this line is repaired by the next open's indexing
+                conn.execute("INSERT OR IGNORE INTO greedy VALUES (?, ?)", (gkey, key))
         except sqlite3.Error as exc:
             self._count("write_errors")
             if self.on_write_error == "raise":
