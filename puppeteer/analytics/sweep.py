@@ -298,14 +298,26 @@ def gather(
     for r in runs:
         extra = dict(kind="trained", lam=r.value, seed=r.seed, run_dir=str(r.run_dir))
         if reevaluate:
-            res = evaluate(track.policy_spec(r.run_dir), out_dir=r.run_dir / "eval", lam=r.value, **common)
+            res = evaluate(
+                track.policy_spec(r.run_dir),
+                out_dir=r.run_dir / "eval",
+                lam=r.value,
+                overwrite=True,
+                **common,
+            )
             rows.append(_eval_row(res, **extra))
         else:
             rows.append(heldout_row(r, track, **extra))
     for spec in baselines:
         from puppeteer.evaluation import slug
 
-        res = evaluate(spec, out_dir=out / "baselines" / slug(spec), lam=float(cfg[track.param]), **common)
+        res = evaluate(
+            spec,
+            out_dir=out / "baselines" / slug(spec),
+            lam=float(cfg[track.param]),
+            overwrite=True,
+            **common,
+        )
         rows.append(_eval_row(res, kind="baseline", lam=np.nan, seed=np.nan, run_dir=""))
     df = pd.DataFrame(rows)
     df.to_csv(out / "sweep.csv", index=False)

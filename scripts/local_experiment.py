@@ -1,0 +1,325 @@
+"""The real-model experiment (issue 14): a router trained with REINFORCE on the `local-v2` pool
+against every fixed policy, on the same held-out items, priced in single-stream model seconds.
+
+1. ``train``: ``puppeteer sweep`` over lambda x seeds (Hydra multirun) on ``mix-math-mmlu``'s first
+   ``--n-train`` training items, ``max_steps=1`` (the policy picks one agent per item: routing),
+   ``min_steps=1``, cost model ``minutes`` (the pool's declared single-stream speeds), model selection
+   on the training items (they are cached; the report uses each run's final policy). Each trained
+   policy is then evaluated greedily on the first ``--n-eval`` test items (``--reevaluate``).
+2. ``baselines``: every single agent, the random policy and a vote on the same items, through
+   :func:`puppeteer.evaluation.evaluate_policy` (the same items and sample indices as the table in
+   ``docs/baselines-local-v2.md``, so their calls replay from the response cache).
+3. ``report``: ``report.md`` (accuracy with Wilson intervals, single-stream model seconds and calls per
+   item, the Pareto front, the paired comparison of each trained lambda's seeds with the best single
+   agent: exact McNemar on accuracy, paired bootstrap on model seconds) and ``pareto.png``.
+
+Every step is resumable: finished runs are kept, and model calls replay from the response cache.
+
+    python scripts/local_experiment.py --out runs/local-v2-exp                # all three steps
+    python scripts/local_experiment.py --out runs/local-v2-exp --steps report # re-draw only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
+from puppeteer.analytics.stats import mcnemar_exact, paired_bootstrap, wilson_interval
+from puppeteer.analytics.sweep import find_trained, run_sweep
+from puppeteer.evaluation import evaluate_policy, slug
+from puppeteer.pool import Pool, load_pool
+from puppeteer.trajectories import read_trajectories
+
+log = logging.getLogger("local_experiment")
+
+POOL = "local-v2"
+SUITE = "mix-math-mmlu"
+# --pool/--suite/--cost-model exist to smoke-test the pipeline on the simulator (e.g. --pool sim-paper
+# --cost-model tokens); the experiment itself is the defaults
+# the fixed policies: every single agent, random routing, and a vote of the three strongest solvers
+EXTRA_BASELINES = ("random", "vote:qwen1.5b-cot,qwen1.5b-pot,qwen0.5b-pot")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One evaluated policy: its per-item outcomes and single-stream model seconds."""
+
+    label: str
+    kind: str  # "trained" or "baseline"
+    lam: float | None
+    seed: int | None
+    run_dir: Path
+    items: pd.DataFrame  # task_id, domain, correct, model_s, calls
+
+    @property
+    def n(self) -> int:
+        return len(self.items)
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.items["correct"].mean())
+
+    @property
+    def model_s(self) -> float:
+        return float(self.items["model_s"].mean())
+
+
+def per_item(run_dir: Path, pool: Pool) -> pd.DataFrame:
+    """Outcome and single-stream model seconds of every item of an eval run (priced at ``pool``'s speeds)."""
+    rows = []
+    for t in read_trajectories(run_dir / "trajectories.jsonl"):
+        seconds = 0.0
+        for s in t.steps:
+            c = s.completion
+            seconds += pool.agent(s.agent_id).model.model_seconds(c.prompt_tokens, c.completion_tokens) or 0.0
+        rows.append(
+            {
+                "task_id": t.task_id,
+                "domain": t.task_id.split("/")[0],
+                "correct": t.correct,
+                "model_s": seconds,
+                "calls": len(t.steps),
+            }
+        )
+    if not rows:
+        raise ValueError(f"{run_dir} has no finished items")
+    return pd.DataFrame(rows).drop_duplicates("task_id").set_index("task_id").sort_index()
+
+
+def train(args: argparse.Namespace, out: Path) -> None:
+    overrides = [
+        f"pool={args.pool}",
+        f"suite={args.suite}",
+        "max_steps=1",
+        "min_steps=1",
+        f"cost_model={args.cost_model}",
+        f"suite.n_train={args.n_train}",
+        "suite.val_split=train",
+        f"suite.n_val={args.n_train}",
+        f"suite.n_eval={args.n_eval}",
+        f"policy.encoder={args.encoder}",
+        f"trainer.episodes={args.episodes}",
+        "trainer.batch_episodes=64",
+        "trainer.eval_every=4",
+        *args.overrides,
+    ]
+    run_sweep(
+        [float(x) for x in args.lam.split(",")],
+        args.seeds,
+        out / "sweep",
+        overrides,
+        track="puppeteer",
+        cost="model_s" if all(a.model.has_speed for a in load_pool(args.pool).agents) else "tokens",
+        n_eval=args.n_eval,
+        reevaluate=True,
+    )
+
+
+def baseline_specs(pool: Pool) -> list[str]:
+    """Every single agent but the verifier (it checks earlier work: alone it has none), plus the extras
+    whose agents this pool has."""
+    names = {a.name for a in pool.agents}
+
+    def known(spec: str) -> bool:
+        _, _, agents = spec.partition(":")
+        return not agents or set(agents.split(",")) <= names
+
+    return [f"single:{a.name}" for a in pool.agents if a.pattern != "verify"] + [
+        s for s in EXTRA_BASELINES if known(s)
+    ]
+
+
+def baselines(args: argparse.Namespace, out: Path, pool: Pool) -> None:
+    for spec in baseline_specs(pool):
+        target = out / "baselines" / slug(spec)
+        done = target / "results.json"
+        if done.is_file() and json.loads(done.read_text()).get("completed"):
+            continue
+        max_steps = 3 if spec.startswith("vote:") else 1
+        res = evaluate_policy(
+            spec,
+            pool,
+            args.suite,
+            split="test",
+            n=args.n_eval,
+            max_steps=max_steps,
+            out_dir=target,
+            overwrite=True,
+            progress=not args.quiet,
+        )
+        log.info("%s: accuracy %.3f, %s single-stream s/item", spec, res.accuracy, res.mean_model_s)
+
+
+def collect(out: Path, pool: Pool) -> list[Row]:
+    rows = []
+    for run in find_trained(out / "sweep"):
+        if (run.run_dir / "eval" / "trajectories.jsonl").is_file():
+            rows.append(
+                Row(
+                    f"trained lambda={run.value:g} seed {run.seed}",
+                    "trained",
+                    run.value,
+                    run.seed,
+                    run.run_dir / "eval",
+                    per_item(run.run_dir / "eval", pool),
+                )
+            )
+    for d in sorted((out / "baselines").glob("*/results.json")):
+        res = json.loads(d.read_text())
+        rows.append(Row(res["policy"], "baseline", None, None, d.parent, per_item(d.parent, pool)))
+    return rows
+
+
+def route_shares(run_dir: Path) -> str:
+    """Which agents a run called, per domain (share of items)."""
+    counts: dict[str, dict[str, int]] = {}
+    for t in read_trajectories(run_dir / "trajectories.jsonl"):
+        for s in t.steps:
+            domain = t.task_id.split("/")[0]
+            counts.setdefault(domain, {}).setdefault(s.agent_name, 0)
+            counts[domain][s.agent_name] += 1
+    parts = []
+    for domain, c in sorted(counts.items()):
+        total = sum(c.values())
+        top = sorted(c.items(), key=lambda kv: -kv[1])
+        parts.append(f"{domain}: " + ", ".join(f"{name} {k / total:.0%}" for name, k in top))
+    return "; ".join(parts)
+
+
+def report(out: Path, pool: Pool, rows: Sequence[Row], suite: str = SUITE) -> str:
+    base = [r for r in rows if r.kind == "baseline"]
+    trained = [r for r in rows if r.kind == "trained"]
+    if not base:
+        raise SystemExit(f"no baseline runs under {out / 'baselines'}: run the baselines step first")
+    n = {r.n for r in rows}
+    singles = [r for r in base if r.label.startswith("single:")]
+    best = max(singles, key=lambda r: (r.accuracy, -r.model_s))
+    points = [
+        CostPoint(r.label, r.model_s, r.accuracy, *wilson_interval(int(r.items["correct"].sum()), r.n))
+        for r in rows
+    ]
+    lams = sorted({r.lam for r in trained if r.lam is not None})
+    mean_points = []
+    for lam in lams:
+        group = [r for r in trained if r.lam == lam]
+        acc = float(np.mean([r.accuracy for r in group]))
+        sd = float(np.std([r.accuracy for r in group], ddof=1)) if len(group) > 1 else 0.0
+        mean_points.append(
+            CostPoint(
+                f"trained lambda={lam:g} (mean of {len(group)})",
+                float(np.mean([r.model_s for r in group])),
+                acc,
+                acc - sd,
+                acc + sd,
+            )
+        )
+    front = {p.label for p in pareto_front([*points, *mean_points])}
+    lines = [
+        f"Pool `{pool.name}` (backend {'+'.join(pool.backends())}), suite `{suite}` test split, the same "
+        f"{'/'.join(str(x) for x in sorted(n))} items for every policy. Model seconds are single-stream: "
+        "every call priced at the pool's declared speeds (`prefill_tps`, `decode_tps`), independent of "
+        "batching and load.",
+        "",
+        "| policy | n | accuracy (95% Wilson) | single-stream model s/item | calls/item | Pareto |",
+        "|---|---:|---|---:|---:|:-:|",
+    ]
+    for r in sorted(rows, key=lambda r: (r.kind != "trained", r.lam or 0, r.seed or 0, r.label)):
+        lo, hi = wilson_interval(int(r.items["correct"].sum()), r.n)
+        name = r.label.replace("|", "\\|")
+        lines.append(
+            f"| `{name}` | {r.n} | {r.accuracy:.3f} [{lo:.3f}, {hi:.3f}] | {r.model_s:.1f} | "
+            f"{r.items['calls'].mean():.2f} | {'*' if r.label in front else ''} |"
+        )
+    for p in mean_points:
+        lines.append(
+            f"| {p.label} | - | {p.accuracy:.3f} (+- {p.accuracy - p.ci_low:.3f} sd) | {p.cost:.1f} | - "
+            f"| {'*' if p.label in front else ''} |"
+        )
+    lines += [
+        "",
+        f"Best single agent: `{best.label}` ({best.accuracy:.3f}, {best.model_s:.1f} s/item). Each "
+        "trained run against it, paired item by item (B = trained, A = best single agent):",
+        "",
+        "| trained run | accuracy B - A | McNemar p (A only / B only) | model s B - A [95% bootstrap] "
+        "| B/A model time | routes |",
+        "|---|---:|---|---|---:|---|",
+    ]
+    for r in trained:
+        both = best.items.merge(r.items, left_index=True, right_index=True, suffixes=("_a", "_b"))
+        mc = mcnemar_exact(both["correct_a"].to_numpy(), both["correct_b"].to_numpy())
+        d = paired_bootstrap(both["model_s_a"].to_numpy(), both["model_s_b"].to_numpy())
+        ratio = d.mean_b / d.mean_a if d.mean_a else float("nan")
+        lines.append(
+            f"| {r.label} | {mc.diff:+.3f} | {mc.p_value:.3g} ({mc.only_a} / {mc.only_b}) | {d.diff:+.1f} "
+            f"[{d.ci_low:+.1f}, {d.ci_high:+.1f}] | {ratio:.2f} | "
+            f"{route_shares(r.run_dir)} |"
+        )
+    covered = (
+        pd.concat([r.items["correct"].rename(r.label) for r in singles], axis=1).fillna(False).any(axis=1)
+    )
+    lines += [
+        "",
+        f"Headroom: some single agent solves {int(covered.sum())} of {len(covered)} items (a per-item "
+        f"oracle router's accuracy {covered.mean():.3f}); the best single agent solves "
+        f"{int(best.items['correct'].sum())}. On MMLU this counts lucky guesses too (four options: an "
+        "agent answering at random is right a quarter of the time).",
+    ]
+    sizes = "/".join(map(str, sorted(n)))
+    backend = "+".join(pool.backends())
+    title = (
+        f"{pool.name} on {suite} (test, n={sizes}): trained routers vs fixed policies [backend: {backend}]"
+    )
+    accuracy_vs_cost(
+        {suite: [*points, *mean_points]},
+        out / "pareto.png",
+        title,
+        "single-stream model seconds per item (declared speeds)",
+    )
+    text = "\n".join(lines) + "\n"
+    (out / "report.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/local-v2-exp")
+    p.add_argument(
+        "--steps",
+        nargs="+",
+        default=["train", "baselines", "report"],
+        choices=["train", "baselines", "report"],
+    )
+    p.add_argument("--lam", default="0,0.1,0.3,1")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--n-train", type=int, default=100)
+    p.add_argument("--n-eval", type=int, default=100, help="held-out test items (mix: half GSM8K, half MMLU)")
+    p.add_argument("--episodes", type=int, default=2048)
+    p.add_argument("--encoder", default="minilm")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--pool", default=POOL)
+    p.add_argument("--suite", default=SUITE)
+    p.add_argument("--cost-model", default="minutes")
+    p.add_argument("overrides", nargs="*", help="more Hydra overrides for the training runs")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pool = load_pool(args.pool)
+    if "train" in args.steps:
+        train(args, out)
+    if "baselines" in args.steps:
+        baselines(args, out, pool)
+    if "report" in args.steps:
+        print(report(out, pool, collect(out, pool), args.suite))
+
+
+if __name__ == "__main__":
+    main()
