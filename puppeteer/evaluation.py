@@ -102,6 +102,10 @@ class EvalResult:
     # None when a model of the pool declares none. Unlike mean_latency_s it does not depend on the
     # batch a call shared or the load of the machine.
     mean_model_s: float | None = None
+    # shares of all calls (steps) that were cut at their max_tokens / that ran at least one tool
+    # call (for program-of-thought agents: the program ran)
+    truncated_rate: float = 0.0
+    tool_call_rate: float = 0.0
 
     @property
     def mean_tokens(self) -> float:
@@ -319,6 +323,8 @@ def _summary(records: Sequence[_Record], n: int, speeds: Pool | None = None, **f
         mean_latency_s=mean([sum(s.completion.latency_s for s in t.steps) for t in done]),
         mean_reward=mean([t.reward for t in done]),
         mean_model_s=_model_seconds(done, speeds),
+        truncated_rate=mean([float(s.completion.truncated) for t in done for s in t.steps]),
+        tool_call_rate=mean([float(s.tool_calls > 0) for t in done for s in t.steps]),
         **fields,
     )
 

@@ -172,7 +172,9 @@ def render(
         "made; with batched decoding a call's time includes the calls it shared a batch with) are means "
         "per item; single-stream s is each call priced at the pool's declared single-stream speeds "
         "(`prefill_tps`, `decode_tps`: the time it takes alone on the reference machine, independent of "
-        "batching and load; `-` where the pool declares none); wall s is this run's wall time (calls "
+        "batching and load; `-` where the pool declares none); truncated and tool calls are the shares of "
+        "all calls cut at their `max_tokens` and that ran at least one tool call (program of thought: the "
+        "program ran); wall s is this run's wall time (calls "
         "served by the response cache are nearly free, so it can be far below the model time).",
         f"Response cache: `{cache}`." if cache else "No response cache.",
         f"Machine: {machine}.",

@@ -91,6 +91,8 @@ def test_a_cut_off_generation_gives_no_answer(pool: Pool, tasks: tuple[Task, ...
         "single:gpt5-cot", pool, "arith", tasks=tasks[:5], backend=backend, progress=False
     )
     assert result.correct == 0 and result.n == 5
+    assert result.truncated_rate == 1.0 and result.tool_call_rate == 0.0
+    assert "| 100% | 0% |" in markdown_table([result])
 
 
 # ----------------------------------------------------------------------------- Wilson interval

@@ -145,3 +145,14 @@ def test_pot_end_to_end_on_a_real_model() -> None:
     assert step.tool_calls == 1
     assert "Program output:" in step.completion.text
     assert grader.grade(step.answer, task), step.completion.text
+
+
+def test_an_evaluation_counts_every_program_run_as_a_tool_call() -> None:
+    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.tasks import load_suite
+
+    pool = _sim_pool()
+    tasks = load_suite("arith", "test", n=6)
+    pot = evaluate_policy("single:m-pot", pool, "arith", tasks=tasks, progress=False)
+    cot = evaluate_policy("single:m-cot", pool, "arith", tasks=tasks, progress=False)
+    assert pot.tool_call_rate == 1.0 and cot.tool_call_rate == 0.0

@@ -52,8 +52,8 @@ def summary_rows(result: EvalResult) -> list[tuple[str, str]]:
 
 MARKDOWN_HEADER = (
     "| policy | suite | n | accuracy (95% CI) | calls | tokens (prompt+completion) | USD | "
-    "model s/item | single-stream s/item | wall s | backend | cache hits/misses |\n"
-    "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
+    "model s/item | single-stream s/item | truncated | tool calls | wall s | backend | cache hits/misses |\n"
+    "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
 )
 
 
@@ -66,7 +66,8 @@ def markdown_row(r: EvalResult) -> str:
         f"| `{policy}` | {r.suite}/{r.split} | {r.n} | {r.accuracy:.3f} "
         f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{errors} | {r.mean_calls:.2f} | "
         f"{r.mean_prompt_tokens:.0f}+{r.mean_completion_tokens:.0f} | {r.mean_usd:.5f} | "
-        f"{r.mean_latency_s:.1f} | {single} | {r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |"
+        f"{r.mean_latency_s:.1f} | {single} | {r.truncated_rate:.0%} | {r.tool_call_rate:.0%} | "
+        f"{r.wall_s:.1f} | {', '.join(r.backends)} | {cache} |"
     )
 
 
