@@ -1,0 +1,58 @@
+"""scripts/local_experiment.py end to end on the simulator (the real run uses llama.cpp models)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _load() -> ModuleType:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "local_experiment.py"
+    spec = importlib.util.spec_from_file_location("local_experiment", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow  # ~40 s idle: two training runs, two re-evaluations, eleven baselines
+def test_train_baselines_and_report_on_the_simulator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exp = _load()
+    out = tmp_path / "exp"
+    argv = [
+        "local_experiment.py",
+        "--out", str(out), "--pool", "sim-paper", "--cost-model", "tokens", "--lam", "0,2", "--seeds", "1",
+        "--episodes", "128", "--n-train", "20", "--n-eval", "20", "--encoder", "hashing", "--quiet",
+    ]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    exp.main()
+    text = (out / "report.md").read_text()
+    assert capsys.readouterr().out.endswith(text + "\n")  # the report is also printed
+    assert (out / "pareto.png").stat().st_size > 5000
+    pool = exp.load_pool("sim-paper")
+    rows = {r.label: r for r in exp.collect(out, pool)}
+    # both trained runs and every single agent but the verifier, on the same 20 items
+    assert {"trained lambda=0 seed 0", "trained lambda=2 seed 0", "random"} <= set(rows)
+    assert sum(label.startswith("single:") for label in rows) == sum(
+        a.pattern != "verify" for a in pool.agents
+    )
+    assert {r.n for r in rows.values()} == {20}
+    # the paired line of each trained run agrees with the per-item outcomes
+    singles = [r for label, r in rows.items() if label.startswith("single:")]
+    best = max(singles, key=lambda r: (r.accuracy, -r.model_s))
+    for lam in ("0", "2"):
+        run = rows[f"trained lambda={lam} seed 0"]
+        only_best = int((best.items["correct"] & ~run.items["correct"]).sum())
+        only_run = int((~best.items["correct"] & run.items["correct"]).sum())
+        line = next(x for x in text.splitlines() if x.startswith(f"| trained lambda={lam} seed 0 |"))
+        assert f"({only_best} / {only_run})" in line
+        assert f"{run.accuracy - best.accuracy:+.3f}" in line
+    # max_steps=1: a trained router makes exactly one call per item
+    assert all(rows[f"trained lambda={lam} seed 0"].items["calls"].eq(1).all() for lam in ("0", "2"))
