@@ -79,10 +79,17 @@ def _n(suite: Mapping[str, Any], part: str) -> int | None:
 
 def job_of(cfg: Mapping[str, Any]) -> StepJob:
     """The job a composed training config describes."""
+    from puppeteer.eval_cli import resolve_cache
+
     pc = cfg["policy"]
+    pool = load_pool(cfg["pool"]["name"])
+    # like `puppeteer eval`: pools that call models share the user's response cache unless told
+    # otherwise (cache=off), so training replays every call an evaluation or earlier run made
+    given = cfg.get("cache")
+    cache = resolve_cache(pool, given, no_cache=str(given).lower() == "off")
     return StepJob(
         settings=env_settings(cfg),
-        pool=load_pool(cfg["pool"]["name"]),
+        pool=pool,
         policy_config=PolicyConfig(
             encoder=pc["encoder"],
             encoder_options=tuple(dict(pc.get("encoder_options") or {}).items()),
@@ -93,7 +100,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),
         suite=cfg["suite"]["name"],
         seed=int(cfg["seed"]),
-        backend=BackendSpec.of(cache=cfg.get("cache")),
+        backend=BackendSpec.of(cache=cache),
     )
 
 
