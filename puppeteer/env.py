@@ -49,7 +49,6 @@ from puppeteer.envbuild import BackendSpec, EnvConfig, EnvParts, env_parts
 from puppeteer.executor import EpisodeContext, Executor
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
 from puppeteer.reward import PuppeteerReward, check_cost_model, conductor_reward, discounted_returns
-from puppeteer.reward import cost_model as get_cost_model
 from puppeteer.spaces import UnicodeText
 from puppeteer.tasks import Grader, default_graders
 from puppeteer.textsafe import encodable
@@ -110,8 +109,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ValueError(f"k_available must be in 1..{n_base} (the available agents), got {k_available}")
         mode, max_steps = config.mode, config.max_steps
         self._prompt_config = load_prompt_config(config.prompt) if mode == "workflow" else None
-        check_cost_model(config.cost_model, (a.model for a in self.pool.agents))
-        self._cost = get_cost_model(config.cost_model)
+        self._cost = check_cost_model(config.cost_model, (a.model for a in self.pool.agents))
         phi = config.phi
         self._reward = PuppeteerReward(
             lam=config.lam, gamma=config.gamma, phi=float(phi if phi is not None else max_steps)

@@ -10,10 +10,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.backends.cache import RESPONSE_CACHE_ENV, default_response_cache
+from puppeteer.backends.cache import RESPONSE_CACHE_ENV, resolve_cache
 from puppeteer.errors import UserError
 from puppeteer.evaluation import evaluate_policy, slug
-from puppeteer.pool import Pool, load_pool
+from puppeteer.pool import load_pool
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -80,16 +80,6 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         default=None,
         help="items in flight at once (default: 16 for pools that call models, 1 for sim)",
     )
-
-
-def resolve_cache(pool: Pool, cache: str | None, no_cache: bool, model_policy: bool = False) -> Path | None:
-    """The cache the CLI uses: none with --no-cache or when nothing calls a model (neither the pool's
-    backends nor, with ``model_policy``, the policy itself: a conductor LM is cached on any pool)."""
-    from puppeteer.backends import CACHEABLE
-
-    if no_cache or not (model_policy or set(pool.backends()) & CACHEABLE):
-        return None
-    return Path(cache).expanduser() if cache else default_response_cache()
 
 
 def eval_command(args: argparse.Namespace, console: Console) -> int:

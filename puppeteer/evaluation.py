@@ -284,18 +284,9 @@ def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
 
 def _model_seconds(trajectories: Sequence[Trajectory], pool: Pool | None) -> float | None:
     """Mean single-stream model seconds per item at the pool's declared speeds (None without them)."""
-    if pool is None or not trajectories or not all(a.model.has_speed for a in pool.agents):
+    if pool is None or not trajectories or not pool.has_speeds:
         return None
-    per_item = []
-    for t in trajectories:
-        seconds = (
-            pool.agent(s.agent_id).model.model_seconds(
-                s.completion.prompt_tokens, s.completion.completion_tokens
-            )
-            for s in t.steps
-        )
-        per_item.append(sum(x or 0.0 for x in seconds))
-    return float(np.mean(per_item))
+    return float(np.mean([pool.model_seconds(t.steps) for t in trajectories]))
 
 
 def _summary(records: Sequence[_Record], n: int, speeds: Pool | None = None, **fields: Any) -> EvalResult:

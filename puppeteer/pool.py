@@ -6,7 +6,7 @@ pool with id ``len(agents)``: in step mode choosing it ends the episode.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -17,7 +17,7 @@ import yaml
 
 from puppeteer.reasoning import CONTEXT_LAYOUTS
 from puppeteer.resources import find_yaml
-from puppeteer.types import EMPTY, Agent, ModelSpec
+from puppeteer.types import EMPTY, Agent, ModelSpec, Step
 
 TERMINATOR_NAME = "terminator"
 
@@ -51,6 +51,21 @@ class Pool:
                 f"agent id {agent_id} out of range 0..{len(self.agents) - 1} for pool {self.name!r}"
             )
         return self.agents[agent_id]
+
+    @property
+    def has_speeds(self) -> bool:
+        """Whether every model declares its single-stream speed (``ModelSpec.model_seconds``)."""
+        return all(a.model.has_speed for a in self.agents)
+
+    def model_seconds(self, steps: Iterable[Step]) -> float | None:
+        """Single-stream model seconds of these activations at the declared speeds (None without them)."""
+        if not self.has_speeds:
+            return None
+        total = 0.0
+        for s in steps:
+            c = s.completion
+            total += self.agent(s.agent_id).model.model_seconds(c.prompt_tokens, c.completion_tokens) or 0.0
+        return total
 
     def index(self, name: str) -> int:
         for i, agent in enumerate(self.agents):

@@ -45,9 +45,10 @@ COST_MODELS: Mapping[str, CostFn] = MappingProxyType(
 NEEDS_SPEED = frozenset({"minutes"})
 
 
-def check_cost_model(name: str, models: Iterable[ModelSpec]) -> None:
-    """Fail early (ValueError) when ``name`` is unknown or needs speeds some of ``models`` lack."""
-    cost_model(name)
+def check_cost_model(name: str, models: Iterable[ModelSpec]) -> CostFn:
+    """The cost model ``name``, checked against the models it will price: fails early (ValueError)
+    when it needs speeds some of ``models`` lack (KeyError when the name is unknown)."""
+    fn = cost_model(name)
     if name in NEEDS_SPEED:
         missing = sorted({m.name for m in models if not m.has_speed})
         if missing:
@@ -55,6 +56,7 @@ def check_cost_model(name: str, models: Iterable[ModelSpec]) -> None:
                 f"cost model {name!r} needs prefill_tps and decode_tps in the pool for: {', '.join(missing)} "
                 "(measure them with scripts/calibrate_local_speed.py)"
             )
+    return fn
 
 
 def cost_model(name: str) -> CostFn:

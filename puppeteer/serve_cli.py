@@ -35,7 +35,7 @@ def configure_serve(p: argparse.ArgumentParser) -> None:
 
 
 def serve_command(args: argparse.Namespace, console: Console) -> int:
-    from puppeteer.eval_cli import resolve_cache
+    from puppeteer.backends.cache import resolve_cache
     from puppeteer.orchestrator import Orchestrator
     from puppeteer.pool import load_pool
 

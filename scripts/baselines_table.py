@@ -27,8 +27,8 @@ from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcom
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost
 from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import make_router
+from puppeteer.backends.cache import resolve_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.eval_cli import resolve_cache
 from puppeteer.evaluation import EvalResult, evaluate_policy, slug
 from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.pool import load_pool

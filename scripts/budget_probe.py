@@ -19,8 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from puppeteer.backends import make_router
+from puppeteer.backends.cache import resolve_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.eval_cli import resolve_cache
 from puppeteer.evaluation import evaluate_policy, slug, wilson_interval
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite

@@ -76,16 +76,12 @@ def per_item(run_dir: Path, pool: Pool) -> pd.DataFrame:
     """Outcome and single-stream model seconds of every item of an eval run (priced at ``pool``'s speeds)."""
     rows = []
     for t in read_trajectories(run_dir / "trajectories.jsonl"):
-        seconds = 0.0
-        for s in t.steps:
-            c = s.completion
-            seconds += pool.agent(s.agent_id).model.model_seconds(c.prompt_tokens, c.completion_tokens) or 0.0
         rows.append(
             {
                 "task_id": t.task_id,
                 "domain": t.task_id.split("/")[0],
                 "correct": t.correct,
-                "model_s": seconds,
+                "model_s": pool.model_seconds(t.steps) or 0.0,
                 "calls": len(t.steps),
             }
         )
@@ -94,7 +90,7 @@ def per_item(run_dir: Path, pool: Pool) -> pd.DataFrame:
     return pd.DataFrame(rows).drop_duplicates("task_id").set_index("task_id").sort_index()
 
 
-def train(args: argparse.Namespace, out: Path) -> None:
+def train(args: argparse.Namespace, out: Path, pool: Pool) -> None:
     overrides = [
         f"pool={args.pool}",
         f"suite={args.suite}",
@@ -117,7 +113,7 @@ def train(args: argparse.Namespace, out: Path) -> None:
         out / "sweep",
         overrides,
         track="puppeteer",
-        cost="model_s" if all(a.model.has_speed for a in load_pool(args.pool).agents) else "tokens",
+        cost="model_s" if pool.has_speeds else "tokens",
         n_eval=args.n_eval,
         reevaluate=True,
     )
@@ -314,7 +310,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     pool = load_pool(args.pool)
     if "train" in args.steps:
-        train(args, out)
+        train(args, out, pool)
     if "baselines" in args.steps:
         baselines(args, out, pool)
     if "report" in args.steps:

@@ -9,11 +9,10 @@ import pytest
 from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import default_registry
 from puppeteer.backends.base import Router
-from puppeteer.backends.cache import CachedBackend
+from puppeteer.backends.cache import CachedBackend, resolve_cache
 from puppeteer.backends.sim import SimBackend
 from puppeteer.cli import main
 from puppeteer.envbuild import sim_answer_key
-from puppeteer.eval_cli import resolve_cache
 from puppeteer.evaluation import (
     EvalResult,
     evaluate_policy,

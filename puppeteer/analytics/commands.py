@@ -38,7 +38,7 @@ def configure_ab(p: argparse.ArgumentParser) -> None:
 
 def ab_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.analytics.ab import markdown, run_ab
-    from puppeteer.eval_cli import resolve_cache
+    from puppeteer.backends.cache import resolve_cache
     from puppeteer.evaluation import slug
     from puppeteer.pool import load_pool
 

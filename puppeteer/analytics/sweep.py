@@ -255,7 +255,7 @@ def _eval_row(result: Any, **extra: Any) -> dict[str, Any]:
         "mean_tokens": result.mean_tokens,
         "mean_usd": result.mean_usd,
         "mean_calls": result.mean_calls,
-        "mean_model_s": np.nan if getattr(result, "mean_model_s", None) is None else result.mean_model_s,
+        "mean_model_s": np.nan if result.mean_model_s is None else result.mean_model_s,
         "mean_reward": result.mean_reward,
         "backend": ",".join(result.backends),
     }

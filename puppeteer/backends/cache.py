@@ -34,11 +34,14 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from puppeteer.backends.base import Backend
 from puppeteer.errors import UserError
 from puppeteer.types import Completion, CompletionRequest
+
+if TYPE_CHECKING:
+    from puppeteer.pool import Pool
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,19 @@ def default_response_cache() -> Path:
     """``$PUPPETEER_RESPONSE_CACHE`` or ``~/.cache/puppeteer/responses.sqlite`` (shared by all runs)."""
     env = os.environ.get(RESPONSE_CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "puppeteer" / "responses.sqlite"
+
+
+def resolve_cache(
+    pool: Pool, cache: str | Path | None, no_cache: bool, model_policy: bool = False
+) -> Path | None:
+    """The cache a run uses: none with ``no_cache`` or when nothing calls a model (neither the pool's
+    backends nor, with ``model_policy``, the policy itself: a conductor LM is cached on any pool);
+    else ``cache`` or the shared default."""
+    from puppeteer.backends import CACHEABLE
+
+    if no_cache or not (model_policy or set(pool.backends()) & CACHEABLE):
+        return None
+    return Path(cache).expanduser() if cache else default_response_cache()
 
 
 _SCHEMA = """

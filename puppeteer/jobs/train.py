@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from puppeteer.backends.cache import resolve_cache
 from puppeteer.checks import check_env_settings, integer
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, EnvConfig
@@ -79,8 +80,6 @@ def _n(suite: Mapping[str, Any], part: str) -> int | None:
 
 def job_of(cfg: Mapping[str, Any]) -> StepJob:
     """The job a composed training config describes."""
-    from puppeteer.eval_cli import resolve_cache
-
     pc = cfg["policy"]
     pool = load_pool(cfg["pool"]["name"])
     # like `puppeteer eval`: pools that call models share the user's response cache unless told
