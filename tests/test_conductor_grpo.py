@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from puppeteer.resources import data_dir
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.config_schema import register_configs
-from puppeteer.train.grpo import GRPOJob, grpo_config, run_conductor_training
+from puppeteer.train.grpo import GRPOJob, bf16_choice, grpo_config, paired_heldout, run_conductor_training
 
 TINY = [
     "model.id=tiny-random",
@@ -210,7 +210,10 @@ def test_cpu_preset_opens_the_answer_and_fixes_a_short_prompt_and_subset(tmp_pat
 
     args = grpo_config(job, tmp_path / "unused")
     if not torch.cuda.is_available():
-        assert args.use_cpu and args.bf16  # bf16 autocast on the CPU, as the preset asks
+        # bf16: auto in the preset: autocast where the CPU multiplies in bf16 natively, else fp32
+        native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+        assert args.use_cpu and args.bf16 == native
+        assert job.eval.autocast_bf16 == native  # the held-out generation follows the training
     with pytest.raises(ValueError, match="not in pool"):
         GRPOJob(available=("nobody",)).env("train", 1)
 
@@ -230,3 +233,39 @@ def test_time_budget_stops_training_with_a_checkpoint_and_still_evaluates(tmp_pa
     assert results["heldout_after"]["n"] == 3
     history = json.loads((tmp_path / "log_history.json").read_text())
     assert any("rewards/format/mean" in h for h in history)  # the shaping term is logged on its own
+
+
+def test_bf16_choice_takes_bools_and_auto_and_refuses_anything_else() -> None:
+    import torch
+
+    assert bf16_choice(True) is True and bf16_choice(False) is False
+    if not torch.cuda.is_available():
+        native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+        assert bf16_choice("auto") is bool(native)
+    with pytest.raises(ValueError, match="true, false or auto"):
+        bf16_choice("sometimes")
+    explicit = GRPOJob.from_mapping({"grpo": {"bf16": False}, "eval": {"autocast_bf16": True}})
+    # an explicit eval choice wins over the training's
+    assert explicit.grpo["bf16"] is False and explicit.eval.autocast_bf16 is True
+
+
+def test_paired_heldout_runs_exact_mcnemar_tests_on_the_same_items(tmp_path: Path) -> None:
+    def write(name: str, rows: list[tuple[str, bool, bool]]) -> Path:
+        path = tmp_path / name
+        path.write_text(
+            "".join(json.dumps({"task_id": t, "correct": c, "parsed": p}) + "\n" for t, c, p in rows)
+        )
+        return path
+
+    # 10 items: after training 7 more are correct and none fewer; parse: 8 more, 1 fewer
+    before = write("b.jsonl", [(f"t{i}", i < 2, i < 2 or i == 9) for i in range(10)])
+    after = write("a.jsonl", [(f"t{i}", i < 9, i < 9) for i in range(10)])
+    paired = paired_heldout(before, after)
+    assert paired is not None and paired["n"] == 10
+    assert paired["correct"]["only_after"] == 7 and paired["correct"]["only_before"] == 0
+    assert paired["correct"]["diff"] == pytest.approx(0.7)
+    assert paired["correct"]["p_value"] == pytest.approx(2 / 2**7)  # exact binomial, two-sided
+    assert paired["parsed"]["only_after"] == 7 and paired["parsed"]["only_before"] == 1
+    other = write("o.jsonl", [("x", True, True)])
+    assert paired_heldout(before, other) is None  # other items: no pairing
+    assert paired_heldout(before, tmp_path / "missing.jsonl") is None

@@ -24,6 +24,7 @@ from puppeteer.evaluation import wilson_interval
 from puppeteer.integrations.trl import WorkflowOutcome, WorkflowScorer, conductor_rows, prefixed_rows
 from puppeteer.train.conductor_generation import access_list_stop_kwargs
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
+from puppeteer.train.shared_prefix import install_shared_prefix
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -172,6 +173,7 @@ def run_probe(
     job = GRPOJob(suite=spec.suite, pool=spec.pool, prompt=spec.prompt, available=spec.available)
     env = job.env(spec.split, spec.questions)
     model, tokenizer = loaded if loaded is not None else load_conductor_model(spec.model)
+    install_shared_prefix(model)  # the k samples of a question share one prefill
     model.eval()
     scorer = WorkflowScorer(env, max_workers=1, seed=spec.seed, answer_prefix=spec.answer_prefix)
     rows = conductor_rows(env, chat=spec.chat)
