@@ -269,3 +269,43 @@ def test_paired_heldout_runs_exact_mcnemar_tests_on_the_same_items(tmp_path: Pat
     other = write("o.jsonl", [("x", True, True)])
     assert paired_heldout(before, other) is None  # other items: no pairing
     assert paired_heldout(before, tmp_path / "missing.jsonl") is None
+
+
+def test_shared_prompt_training_matches_trls_full_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One GRPO step with the group's prompt run once ends at the same weights as trl's own forward."""
+    import torch
+    from safetensors.torch import load_file
+
+    import puppeteer.train.grpo_trainer as grpo_trainer
+
+    shared_calls: list[bool] = []
+    real = grpo_trainer.shared_prompt_logps
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        shared_calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(grpo_trainer, "shared_prompt_logps", spy)
+    results = {}
+    for share in (True, False):
+        overrides = (
+            "grpo.max_steps=1",
+            "grpo.warmup_steps=0",
+            "grpo.learning_rate=1e-3",
+            "eval.before=false",
+        )
+        cfg = conductor_cfg(*TINY, *overrides, f"share_prompt_prefix={share}")
+        results[share] = run_conductor_training(cfg, tmp_path / str(share), extra_reward_funcs=[length_bonus])
+    assert shared_calls and all(shared_calls)  # the shared path ran (and only in the shared run)
+    weights = {s: load_file(str(tmp_path / str(s) / "final" / "model.safetensors")) for s in (True, False)}
+    assert weights[True].keys() == weights[False].keys()
+    start = load_conductor_model(ModelSpec(id="tiny-random"))[0].state_dict()
+    moved = 0
+    for name, w in weights[True].items():
+        assert torch.allclose(w, weights[False][name], atol=1e-5), name
+        moved += int(not torch.allclose(w, start[name].to(w.dtype), atol=1e-7)) if name in start else 0
+    assert moved > 0  # the step changed weights, so the comparison means something
+    assert results[True]["heldout_after"] == results[False]["heldout_after"]

@@ -93,7 +93,7 @@ class GRPOJob:
     cost_model: str = "tokens"
     reward_workers: int = 16
     stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
-    share_prompt_prefix: bool = True  # prefill a group's repeated prompt once (train/shared_prefix.py)
+    share_prompt_prefix: bool = True  # run a group's repeated prompt once, in generation and training
     answer_prefix: str = ""  # with chat: the assistant turn starts with this text (e.g. "model_id = [")
     prompt: str = "prompt-v1"  # the conductor prompt config (configs/conductor/<prompt>.yaml)
     available: tuple[str, ...] | None = None  # a fixed subset of the pool's agents (names), every episode
@@ -442,6 +442,8 @@ def run_conductor_training(
     """
     from trl import GRPOTrainer
 
+    from puppeteer.train.grpo_trainer import SharedPromptGRPOTrainer
+
     job = GRPOJob.from_mapping(cfg)
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -493,7 +495,8 @@ def run_conductor_training(
     if job.format_reward_weight > 0:
         shaping = [FormatReward(job.answer_prefix, job.workflow_max_steps)]
         args.reward_weights = [1.0, job.format_reward_weight] + [1.0] * len(extra_reward_funcs)
-    trainer = GRPOTrainer(
+    trainer_class = SharedPromptGRPOTrainer if job.share_prompt_prefix else GRPOTrainer
+    trainer = trainer_class(
         model=model,
         reward_funcs=[
             ConductorReward(

@@ -60,13 +60,23 @@ def _unpadded(input_ids: torch.Tensor, mask: torch.Tensor | None) -> list[list[i
     return rows
 
 
+def cache_keyword(model: Any) -> str:
+    """The name a forward takes its KV cache under (transformers 5 renames ``past_key_values`` ``cache``)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's own model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _cache_of(output: Any) -> Any:
+    """The KV cache a forward returned (``output.cache`` in transformers 5, ``past_key_values`` before)."""
+    return output["cache"] if "cache" in output else output["past_key_values"]
+
+
 def install_shared_prefix(model: PreTrainedModel, min_shared: int = MIN_SHARED) -> None:
     """Wrap ``model.generate`` so that the prompt tokens common to a batch are prefilled once (idempotent)."""
     if getattr(model, "_shared_prefix", False):
         return
     original = model.generate
-    # transformers 5 renames generate's past_key_values to cache (the old name still works, with a warning)
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_kw = cache_keyword(model)
 
     def generate(*args: Any, **kwargs: Any) -> Any:
         import torch
@@ -98,7 +108,7 @@ def install_shared_prefix(model: PreTrainedModel, min_shared: int = MIN_SHARED) 
         prefix = torch.tensor([rows[0][:shared]], dtype=input_ids.dtype, device=input_ids.device)
         with torch.no_grad():
             out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        cache = _cache_of(out)
         cache.batch_repeat_interleave(len(rows))
         width = max(len(r) for r in rows) - shared
         ids = prefix.repeat(len(rows), 1)
@@ -122,3 +132,48 @@ def install_shared_prefix(model: PreTrainedModel, min_shared: int = MIN_SHARED) 
 
     model.generate = generate  # type: ignore[method-assign]
     model._shared_prefix = True  # type: ignore[attr-defined]
+
+
+def shared_prompt_logps(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    compute_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """trl's per-token completion log-probs (and entropies) with the group's prompt run once.
+
+    The training forward of a GRPO group runs ``k`` copies of one prompt followed by ``k``
+    completions; the prompt's hidden states are the same in every row, so this runs the prompt
+    but its last token once (with gradients), repeats its KV cache over the rows and runs only
+    ``[last prompt token | completion]`` per row through trl's fused LM head (``fused_lm_head=True``,
+    which :class:`trl.GRPOTrainer` adds to the model). Gradients flow into the shared prompt pass
+    through the repeated cache, so the result is the same as the full forward (up to float
+    rounding), for ``P - 1 + k * (C + 1)`` tokens instead of ``k * (P + C)``.
+
+    None when the rows' prompts differ or are padded: the caller then runs the full forward.
+    """
+
+    prompt_len = input_ids.shape[1] - logits_to_keep
+    if input_ids.shape[0] < 2 or prompt_len < 2:
+        return None
+    prompt, prompt_mask = input_ids[:, :prompt_len], attention_mask[:, :prompt_len]
+    if not (bool((prompt == prompt[:1]).all()) and bool(prompt_mask.all())):
+        return None
+    rows = input_ids.shape[0]
+    head = model(input_ids=prompt[:1, :-1], use_cache=True, logits_to_keep=1)
+    cache = _cache_of(head)
+    cache.batch_repeat_interleave(rows)
+    segment = input_ids[:, prompt_len - 1 :]
+    labels = segment.masked_fill(attention_mask[:, prompt_len - 1 :] == 0, -100)
+    labels[:, 0] = -100  # the last prompt token is context, not scored
+    out = model(
+        input_ids=segment,
+        attention_mask=attention_mask,
+        labels=labels,
+        fused_lm_head=True,
+        **{cache_keyword(model): cache},
+    )
+    logps = out.log_probs[:, -logits_to_keep:]
+    entropy = out.entropy[:, -logits_to_keep:] if compute_entropy else None
+    return logps, entropy
