@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -253,3 +254,23 @@ def test_an_answer_prefix_opens_the_assistant_turn_and_the_reward_puts_it_back(
     reward = ConductorReward(env, max_workers=2, answer_prefix="model_id = [")
     assert reward([None, None], [rest, "0, 1]\n"], task_id=[tasks[0].id, tasks[0].id]) == [1.0, 0.0]
     assert ConductorReward(env)([None], [rest], task_id=[tasks[0].id]) == [0.0]  # without the prefix
+
+
+def test_reward_records_every_sample_with_its_grpo_step(tasks: tuple[Task, ...], tmp_path) -> None:
+    from types import SimpleNamespace
+
+    env, _ = make_env(tasks)
+    path = tmp_path / "samples.jsonl"
+    reward = ConductorReward(env, max_workers=2, record=path)
+    tid = tasks[0].id
+    for step in (0, 1):
+        reward(
+            prompts=["p", "p"],
+            completions=[plan(GOOD), "no lists here"],
+            task_id=[tid, tid],
+            trainer_state=SimpleNamespace(global_step=step),
+        )
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 1, 2, 2]  # the step each batch was sampled for
+    assert [r["reward"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
+    assert rows[0]["completion"] == plan(GOOD) and rows[0]["parsed"] and not rows[1]["parsed"]

@@ -22,11 +22,13 @@ same conductor as a multi-turn tool for ``GRPOTrainer(environment_factory=...)``
 
 from __future__ import annotations
 
+import json
 import queue
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.conductor_prompt import ConductorPrompt
@@ -237,7 +239,9 @@ class ConductorReward:
     trl calls it with the batch's prompts, completions and dataset columns (``task_id`` among them)
     and a ``log_metric`` hook, through which the reward's components are logged per step as
     ``conductor/parse_rate``, ``conductor/accuracy``, ``conductor/cost``, ``conductor/steps``.
-    The last batch's outcomes stay in :attr:`last` for inspection.
+    The last batch's outcomes stay in :attr:`last` for inspection. With ``record``, every sampled
+    completion and its outcome is appended to that JSON-lines file, with the GRPO step it was
+    sampled for (``trainer_state.global_step + 1``), so a run shows what the policy wrote.
     """
 
     __name__ = "conductor"
@@ -248,11 +252,23 @@ class ConductorReward:
         max_workers: int = 16,
         seed: int = 0,
         answer_prefix: str = "",
+        record: str | Path | None = None,
     ) -> None:
         self.scorer = (
             env if isinstance(env, WorkflowScorer) else WorkflowScorer(env, max_workers, seed, answer_prefix)
         )
+        self.answer_prefix = answer_prefix
+        self.record = Path(record) if record is not None else None
         self.last: tuple[WorkflowOutcome, ...] = ()
+
+    def _write(self, completions: Sequence[Any], outcomes: Sequence[WorkflowOutcome], state: Any) -> None:
+        if self.record is None:
+            return
+        step = int(state.global_step) + 1 if state is not None else None
+        with self.record.open("a") as f:
+            for c, o in zip(completions, outcomes, strict=True):
+                row = {"step": step, **asdict(o), "completion": self.answer_prefix + completion_text(c)}
+                f.write(json.dumps(row) + "\n")
 
     def __call__(
         self,
@@ -266,6 +282,7 @@ class ConductorReward:
             raise ValueError("the conductor reward needs a 'task_id' dataset column (see conductor_dataset)")
         outcomes = self.scorer.score(list(task_id), list(completions))
         self.last = tuple(outcomes)
+        self._write(completions, outcomes, kwargs.get("trainer_state"))
         if log_metric is not None:
             for name, value in summarize(outcomes).items():
                 if name != "reward":

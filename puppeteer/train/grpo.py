@@ -500,7 +500,11 @@ def run_conductor_training(
         model=model,
         reward_funcs=[
             ConductorReward(
-                train_env, max_workers=job.reward_workers, seed=job.seed, answer_prefix=job.answer_prefix
+                train_env,
+                max_workers=job.reward_workers,
+                seed=job.seed,
+                answer_prefix=job.answer_prefix,
+                record=run / "samples.jsonl",
             ),
             *shaping,
             *extra_reward_funcs,
