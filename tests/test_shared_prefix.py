@@ -9,24 +9,13 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from puppeteer.train.conductor_model import ModelSpec, load_conductor_model  # noqa: E402
 from puppeteer.train.shared_prefix import common_prefix, install_shared_prefix  # noqa: E402
 
 
 def _tiny_model() -> Any:
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=2,
-    )
-    return transformers.LlamaForCausalLM(cfg).eval()
+    """The project's tiny random Llama (400-token vocabulary, pad and eos 0), the same weights each call."""
+    return load_conductor_model(ModelSpec(id="tiny-random"))[0].eval()
 
 
 def _count_prefill_rows(model: Any) -> list[tuple[int, int]]:
@@ -36,27 +25,21 @@ def _count_prefill_rows(model: Any) -> list[tuple[int, int]]:
     return shapes
 
 
-def _greedy(model: Any, ids: Any, mask: Any) -> Any:
-    return model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        do_sample=False,
-        max_new_tokens=12,
-        min_new_tokens=12,
-        pad_token_id=0,
-    )
+def _generate(model: Any, ids: Any, mask: Any, **kwargs: Any) -> Any:
+    options = {"do_sample": False, "max_new_tokens": 12, "min_new_tokens": 12, **kwargs}
+    return model.generate(input_ids=ids, attention_mask=mask, pad_token_id=0, **options)
 
 
 def test_a_group_of_copies_is_prefilled_once_and_decodes_the_same_tokens() -> None:
-    ids = torch.randint(3, 64, (1, 20)).repeat(6, 1)
+    ids = torch.randint(3, 400, (1, 20)).repeat(6, 1)
     mask = torch.ones_like(ids)
     plain = _tiny_model()
-    expected = _greedy(plain, ids, mask)
+    expected = _generate(plain, ids, mask)
     shared = _tiny_model()
     install_shared_prefix(shared)
     install_shared_prefix(shared)  # idempotent
     shapes = _count_prefill_rows(shared)
-    got = _greedy(shared, ids, mask)
+    got = _generate(shared, ids, mask)
     assert torch.equal(got, expected)
     assert shapes[0] == (1, 19)  # the prompt but its last token, once
     assert shapes[1] == (6, 1)  # then the 6 rows go on from the shared cache, one token at a time
@@ -64,19 +47,14 @@ def test_a_group_of_copies_is_prefilled_once_and_decodes_the_same_tokens() -> No
 
 
 def test_num_return_sequences_on_one_prompt_is_shared_too() -> None:
-    ids = torch.randint(3, 64, (1, 24))
+    ids = torch.randint(3, 400, (1, 24))
     mask = torch.ones_like(ids)
     model = _tiny_model()
     install_shared_prefix(model)
     shapes = _count_prefill_rows(model)
     torch.manual_seed(1)
-    out = model.generate(
-        input_ids=ids,
-        attention_mask=mask,
-        do_sample=True,
-        num_return_sequences=4,
-        max_new_tokens=8,
-        pad_token_id=0,
+    out = _generate(
+        model, ids, mask, do_sample=True, num_return_sequences=4, max_new_tokens=8, min_new_tokens=8
     )
     assert out.shape[0] == 4
     assert torch.equal(out[:, :24], ids.repeat(4, 1))
@@ -96,14 +74,14 @@ def _left_padded(rows: list[Any]) -> tuple[Any, Any]:
 
 def test_distinct_questions_after_a_common_prompt_share_its_prefill_and_decode_the_same() -> None:
     torch.manual_seed(3)
-    prefix = torch.randint(3, 64, (24,))
-    rows = [torch.cat([prefix, torch.randint(3, 64, (n,))]) for n in (3, 7, 5)]
+    prefix = torch.randint(3, 400, (24,))
+    rows = [torch.cat([prefix, torch.randint(3, 400, (n,))]) for n in (3, 7, 5)]
     ids, mask = _left_padded(rows)  # as trl and the held-out evaluation pad: on the left
-    expected = _greedy(_tiny_model(), ids, mask)
+    expected = _generate(_tiny_model(), ids, mask)
     model = _tiny_model()
     install_shared_prefix(model)
     shapes = _count_prefill_rows(model)
-    got = _greedy(model, ids, mask)
+    got = _generate(model, ids, mask)
     assert torch.equal(got, expected)  # the caller's prompt tensor, then the same new tokens
     assert shapes[0] == (1, 24)  # the common prefix, once
     assert shapes[1] == (3, 7)  # every row's own tokens (padded to the longest) in one pass
@@ -111,15 +89,15 @@ def test_distinct_questions_after_a_common_prompt_share_its_prefill_and_decode_t
 
 def test_rows_without_a_common_prefix_pass_through_unchanged() -> None:
     torch.manual_seed(4)
-    ids = torch.randint(3, 64, (3, 10))
+    ids = torch.randint(3, 400, (3, 10))
     ids[:, 0] = torch.tensor([3, 4, 5])  # no common first token
     mask = torch.ones_like(ids)
     mask[1, :2] = 0  # left padding on one row
-    expected = _greedy(_tiny_model(), ids, mask)
+    expected = _generate(_tiny_model(), ids, mask)
     model = _tiny_model()
     install_shared_prefix(model)
     shapes = _count_prefill_rows(model)
-    assert torch.equal(_greedy(model, ids, mask), expected)
+    assert torch.equal(_generate(model, ids, mask), expected)
     assert shapes[0] == (3, 10)  # an ordinary prefill of every row
 
 
