@@ -61,7 +61,7 @@ def _unpadded(input_ids: torch.Tensor, mask: torch.Tensor | None) -> list[list[i
 
 
 def cache_keyword(model: Any) -> str:
-    """The name a forward takes its KV cache under (transformers 5 renames ``past_key_values`` ``cache``)."""
+    """The keyword a forward takes its KV cache by (transformers 5 renamed ``past_key_values``)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model's own model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
