@@ -23,12 +23,12 @@ from typing import Any
 
 import torch
 
-from puppeteer.env import ConductorEnv
 from puppeteer.integrations.trl import conductor_rows, prefixed_rows
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
+from puppeteer.train.grpo import GRPOJob
 from puppeteer.train.shared_prefix import install_shared_prefix, shared_prompt_logps
 
-AVAILABLE = ["gpt5-cot", "qwen3-32b-cot", "gemma3-27b-cot", "qwen3-32b-verify"]  # the CPU presets' subset
+AVAILABLE = ("gpt5-cot", "qwen3-32b-cot", "gemma3-27b-cot", "qwen3-32b-verify")  # the CPU presets' subset
 
 
 def _time(fn: Any) -> tuple[float, Any]:
@@ -96,17 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     plain, tok = load_conductor_model(ModelSpec(id=args.model))
     shared, _ = load_conductor_model(ModelSpec(id=args.model))
     install_shared_prefix(shared)
-    pool_env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", split="test", n_tasks=args.k)
-    names = [a.name for a in pool_env.pool.agents]
-    env = ConductorEnv(
-        mode="workflow",
-        pool=pool_env.pool,
-        suite="arith",
-        split="test",
-        n_tasks=args.k,
-        prompt="prompt-v1-short",
-        unavailable=[i for i, n in enumerate(names) if n not in AVAILABLE],
-    )
+    job = GRPOJob(prompt="prompt-v1-short", available=AVAILABLE)  # the CPU presets' prompt and subset
+    env = job.env("test", args.k)
     texts = [r["prompt"] for r in prefixed_rows(conductor_rows(env, chat=True), tok, "model_id = [")]
     tok.padding_side = "left"
     common = {"max_new_tokens": args.new, "min_new_tokens": args.new, "pad_token_id": tok.pad_token_id}

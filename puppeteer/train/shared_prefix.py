@@ -71,6 +71,13 @@ def _cache_of(output: Any) -> Any:
     return output["cache"] if "cache" in output else output["past_key_values"]
 
 
+def repeated_prefix_cache(model: Any, prefix: torch.Tensor, rows: int) -> Any:
+    """Run ``prefix`` (one row) once and return its KV cache repeated over ``rows`` rows."""
+    cache = _cache_of(model(input_ids=prefix, use_cache=True, logits_to_keep=1))
+    cache.batch_repeat_interleave(rows)
+    return cache
+
+
 def install_shared_prefix(model: PreTrainedModel, min_shared: int = MIN_SHARED) -> None:
     """Wrap ``model.generate`` so that the prompt tokens common to a batch are prefilled once (idempotent)."""
     if getattr(model, "_shared_prefix", False):
@@ -107,9 +114,7 @@ def install_shared_prefix(model: PreTrainedModel, min_shared: int = MIN_SHARED) 
             return original(*args, **kwargs)
         prefix = torch.tensor([rows[0][:shared]], dtype=input_ids.dtype, device=input_ids.device)
         with torch.no_grad():
-            out = model(input_ids=prefix, use_cache=True, logits_to_keep=1)
-        cache = _cache_of(out)
-        cache.batch_repeat_interleave(len(rows))
+            cache = repeated_prefix_cache(model, prefix, len(rows))
         width = max(len(r) for r in rows) - shared
         ids = prefix.repeat(len(rows), 1)
         tails = torch.full((len(rows), width), rows[0][0], dtype=input_ids.dtype, device=input_ids.device)
@@ -161,9 +166,7 @@ def shared_prompt_logps(
     if not (bool((prompt == prompt[:1]).all()) and bool(prompt_mask.all())):
         return None
     rows = input_ids.shape[0]
-    head = model(input_ids=prompt[:1, :-1], use_cache=True, logits_to_keep=1)
-    cache = _cache_of(head)
-    cache.batch_repeat_interleave(rows)
+    cache = repeated_prefix_cache(model, prompt[:1, :-1], rows)  # with gradients
     segment = input_ids[:, prompt_len - 1 :]
     labels = segment.masked_fill(attention_mask[:, prompt_len - 1 :] == 0, -100)
     labels[:, 0] = -100  # the last prompt token is context, not scored
