@@ -18,6 +18,7 @@ from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.config_schema import register_configs
 from puppeteer.train.grpo import GRPOJob, bf16_choice, grpo_config, paired_heldout, run_conductor_training
 
+FULL_FT = "conductor=cpu-smollm2"  # full fine-tune: these tests read final/model.safetensors
 TINY = [
     "model.id=tiny-random",
     "n_train=4",
@@ -45,7 +46,7 @@ def length_bonus(completions: list[str], **kwargs: Any) -> list[float]:
 
 
 def test_cpu_config_runs_one_grpo_step_with_a_tiny_model(tmp_path: Path) -> None:
-    cfg = conductor_cfg(*TINY, "grpo.max_steps=1")
+    cfg = conductor_cfg(FULL_FT, *TINY, "grpo.max_steps=1")
     results = run_conductor_training(cfg, tmp_path)
     assert results["steps"] == 1 and results["n_train"] == 4 and results["n_eval"] == 3
     for key in ("heldout_before", "heldout_after"):
@@ -113,11 +114,15 @@ class StopAfter:
 def _weights(run: Path) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    return load_file(str(run / "final" / "model.safetensors"))
+    final = run / "final"
+    lora = final / "adapter_model.safetensors"  # peft saves only the adapters
+    return load_file(str(lora if lora.is_file() else final / "model.safetensors"))
 
 
-def test_resume_continues_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("preset", ["cpu-smollm2", "cpu-qwen05"])  # full fine-tune, LoRA (the default)
+def test_resume_continues_exactly(tmp_path: Path, preset: str) -> None:
     overrides = (
+        f"conductor={preset}",
         *TINY,
         "grpo.max_steps=2",
         "grpo.save_steps=1",
@@ -138,8 +143,13 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     assert resumed["heldout_before"] == straight["heldout_before"]
 
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
-    init = load_conductor_model(ModelSpec(id="tiny-random"))[0].state_dict()
-    assert any(not (a[k] == init[k]).all() for k in a), "training changed nothing: the test would be vacuous"
+    if preset == "cpu-qwen05":
+        assert a and all("lora_" in k for k in a)
+        # LoRA's B matrices start at zero: a non-zero one means training moved the adapters
+        assert any("lora_B" in k and a[k].abs().sum() > 0 for k in a), "training changed nothing"
+    else:
+        init = load_conductor_model(ModelSpec(id="tiny-random"))[0].state_dict()
+        assert any(not (a[k] == init[k]).all() for k in a), "training changed nothing: vacuous test"
     for k in a:
         assert (a[k] == b[k]).all(), f"{k} differs after resume"
 
@@ -157,7 +167,9 @@ def test_cli_dispatches_track_conductor(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr("puppeteer.train.grpo.run_conductor_training", fake)
     assert main(["train", "track=conductor", f"out={tmp_path}", "grpo.max_steps=3"]) == 0
     assert seen["cfg"]["track"] == "conductor" and seen["cfg"]["grpo"]["max_steps"] == 3
-    assert seen["cfg"]["model"]["id"] == "smollm2-135m" and str(seen["run_dir"]) == str(tmp_path)
+    # the default preset is cpu-qwen05: Qwen2.5-Coder-0.5B with LoRA
+    assert seen["cfg"]["model"]["id"] == "qwen2.5-coder-0.5b" and seen["cfg"]["lora"]["enabled"]
+    assert str(seen["run_dir"]) == str(tmp_path)
 
 
 @pytest.mark.slow
@@ -220,6 +232,7 @@ def test_cpu_preset_opens_the_answer_and_fixes_a_short_prompt_and_subset(tmp_pat
 
 def test_time_budget_stops_training_with_a_checkpoint_and_still_evaluates(tmp_path: Path) -> None:
     cfg = conductor_cfg(
+        FULL_FT,
         *TINY,
         "grpo.max_steps=4",
         "grpo.save_steps=100",
@@ -297,7 +310,7 @@ def test_shared_prompt_training_matches_trls_full_forward(
             "grpo.learning_rate=1e-3",
             "eval.before=false",
         )
-        cfg = conductor_cfg(*TINY, *overrides, f"share_prompt_prefix={share}")
+        cfg = conductor_cfg(FULL_FT, *TINY, *overrides, f"share_prompt_prefix={share}")
         results[share] = run_conductor_training(cfg, tmp_path / str(share), extra_reward_funcs=[length_bonus])
     assert shared_calls and all(shared_calls)  # the shared path ran (and only in the shared run)
     weights = {s: load_file(str(tmp_path / str(s) / "final" / "model.safetensors")) for s in (True, False)}

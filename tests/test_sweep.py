@@ -210,6 +210,7 @@ def test_conductor_sweep_trains_one_grpo_run_per_lambda_and_seed(tmp_path: Path)
     pytest.importorskip("trl")
     out = tmp_path / "sweep"
     tiny = [
+        "conductor=cpu-smollm2",
         "model.id=tiny-random",
         "n_train=4",
         "n_eval=3",
