@@ -45,6 +45,7 @@ class FakeEngine:
         self.evaluated = 0
         self.max_cells = 0
         self.gate = gate  # decoding waits for it, so tests can queue jobs first
+        self.copied = 0  # KV cells copied between sequences (seq_cp)
 
     def decode(self, entries: Sequence[BatchEntry]) -> None:
         if self.gate is not None:
@@ -69,6 +70,12 @@ class FakeEngine:
 
     def seq_rm(self, seq: int, start: int) -> None:
         del self.kv[seq][start:]
+
+    def seq_cp(self, src: int, dst: int, start: int, end: int) -> None:
+        assert src != dst and len(self.kv[dst]) == start, "a copy must continue the sequence"
+        assert end <= len(self.kv[src]), "only evaluated cells can be copied"
+        self.kv[dst].extend(self.kv[src][start:end])  # counted twice here; llama.cpp shares them
+        self.copied += end - start
 
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
         if params.seed == BAD_SEED:
@@ -348,3 +355,63 @@ def test_queue_wait_and_model_time_are_timed_apart() -> None:
     assert (a.queue_s, a.run_s) == (0.0, 3.0)
     assert (b.queue_s, b.run_s) == (3.0, 3.0)  # waited for the whole of the first job; ran as long
     assert a.text == b.text == b"ab"
+
+
+SYSTEM = b"You are one of several careful agents; think, then answer. " * 2  # 118 tokens
+
+
+@pytest.mark.parametrize("n_batch", [512, 16])  # one prefill chunk, or many
+def test_jobs_in_flight_together_evaluate_their_common_prefix_once(n_batch: int) -> None:
+    def run(share: bool) -> tuple[list[GenerationResult], FakeEngine, ContinuousBatcher]:
+        gate = threading.Event()
+        engine = FakeEngine(n_seq_max=4, n_batch=n_batch, gate=gate)
+        batcher = ContinuousBatcher(engine, share_prefix=share)
+        try:
+            jobs = [job(SYSTEM + f"Q{i}".encode(), f"reply {i}".encode()) for i in range(4)]
+            futures = [batcher.submit(j) for j in jobs]
+            gate.set()
+            return results(futures), engine, batcher
+        finally:
+            batcher.close(timeout=5)
+
+    shared, eng_s, b_s = run(True)
+    alone, eng_a, _ = run(False)
+    assert [r.text for r in shared] == [r.text for r in alone] == [f"reply {i}".encode() for i in range(4)]
+    common = len(SYSTEM) + 1  # the system prompt and the "Q"
+    assert eng_a.evaluated - eng_s.evaluated == 3 * common  # three of four sequences copied it
+    assert eng_s.copied == 3 * common and b_s.stats.shared_tokens == 3 * common
+    assert sorted(r.reused_prefix for r in shared) == [0, common, common, common]
+    assert all(r.reused_prefix == 0 for r in alone)
+    assert max(len(b) for b in eng_s.batches) == 4  # after the shared prefill all four decode together
+
+
+def test_a_job_waiting_for_a_shared_prefix_goes_on_when_its_leader_fails() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(n_seq_max=2, gate=gate)
+    batcher = ContinuousBatcher(engine)
+    try:
+        # the first job (the one that would evaluate the system prompt) fails in its first decode
+        leader = batcher.submit(GenerationJob((*SYSTEM, POISON, SEP, ord("x"), SEP), 16))
+        follower = batcher.submit(job(SYSTEM + b"B", b"fine"))
+        gate.set()
+        with pytest.raises(DecodeError):
+            leader.result(timeout=10)
+        assert follower.result(timeout=10).text == b"fine"
+    finally:
+        batcher.close(timeout=5)
+
+
+def test_a_new_job_copies_the_prefix_a_running_job_has_evaluated() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(n_seq_max=2)
+    batcher = ContinuousBatcher(engine)
+    try:
+        long_reply = b"a long reply that keeps the first sequence busy for a while"
+        first = batcher.submit(job(SYSTEM + b"Q1", long_reply))
+        while engine.evaluated == 0:  # the first job's prompt is in the cache
+            gate.wait(0.001)
+        second = batcher.submit(job(SYSTEM + b"Q2", b"short")).result(timeout=10)
+        assert first.result(timeout=10).text == long_reply
+        assert second.text == b"short" and second.reused_prefix == len(SYSTEM) + 1
+    finally:
+        batcher.close(timeout=5)

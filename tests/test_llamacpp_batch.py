@@ -39,7 +39,8 @@ def backend(batching: bool, **kw: object):
     pytest.importorskip("llama_cpp")
     from puppeteer.backends.llamacpp import LlamaCppBackend
 
-    return LlamaCppBackend(n_ctx=1024, batching=batching, reuse_prefix=False, **kw)
+    kw.setdefault("reuse_prefix", False)
+    return LlamaCppBackend(n_ctx=1024, batching=batching, **kw)  # type: ignore[arg-type]
 
 
 def at_once(b, reqs: list[CompletionRequest]) -> list[Completion]:
@@ -151,3 +152,29 @@ def test_latency_leaves_out_the_wait_for_a_sequence_slot() -> None:
     # decoding); its own latency_s does not include that wait
     assert max(c.queue_s for c in got) >= min(c.latency_s - 0.05 for c in got)
     assert all(c.latency_s > 0.0 for c in got)
+
+
+def test_calls_in_flight_together_share_their_system_prompt_and_agree_without_it() -> None:
+    system = "You are a terse assistant. Answer in one short sentence and do not explain. " * 4
+    questions = ["What is 2+2?", "Name a color.", "Say hello.", "What is the capital of France?"]
+    reqs = [
+        CompletionRequest(model=SPEC, messages=(Message("system", system), Message("user", q)), max_tokens=24)
+        for q in questions
+    ]
+    runs = {}
+    for share in (True, False):
+        b = backend(True, reuse_prefix=True, share_prefix=share)
+        try:
+            runs[share] = (at_once(b, reqs), b.batcher(KEY)[1].stats)
+        finally:
+            b.close()
+    (shared, s_stats), (alone, a_stats) = runs[True], runs[False]
+    # the system prompt (~70 tokens) was evaluated once, not four times
+    assert s_stats.shared_tokens >= 3 * 60 and a_stats.shared_tokens == 0
+    assert a_stats.tokens - s_stats.tokens == s_stats.shared_tokens
+    same = 0
+    for s, a, r in zip(shared, alone, reqs, strict=True):
+        check_consistent(s, r)
+        assert s.prompt_tokens == a.prompt_tokens
+        same += s.text == a.text
+    assert same >= len(reqs) // 2  # shared KV cells are the same numbers, up to batched rounding

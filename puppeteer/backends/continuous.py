@@ -18,6 +18,14 @@ Prefix reuse (``reuse_prefix=True``): a sequence slot keeps its tokens in the KV
 its job ends; a new job goes to the free slot whose kept tokens share the longest prefix
 with its prompt, and only the rest of the prompt is evaluated (what llama.cpp's server does).
 
+Prefix sharing across sequences (``share_prefix=True``, with ``reuse_prefix``): before a
+prefilling job evaluates its next chunk, the KV cells of the longest prefix of its prompt that
+any other sequence has already evaluated are copied to it (``Engine.seq_cp``; in llama.cpp's
+unified cache the cells are shared, not duplicated), and a job waits while an earlier
+prefilling job is still evaluating at least ``min_share`` tokens of the same prefix. Jobs that
+arrive together with one system prompt (an eval's items, a vote's members, a group of plans)
+therefore evaluate it once instead of once per sequence.
+
 Timing: every result carries ``queue_s`` (submitted -> admitted to a sequence slot: the wait for a
 free slot or KV room) and ``run_s`` (admitted -> finished: prefill, decoding, and turns waiting for
 the compute lock that batchers of other models share), measured with the batcher's ``clock``.
@@ -83,7 +91,7 @@ class GenerationResult:
     prompt_tokens: int
     completion_tokens: tuple[int, ...]
     finish_reason: str  # "stop" | "length"
-    reused_prefix: int  # prompt tokens whose KV entries were kept from an earlier job
+    reused_prefix: int  # prompt tokens whose KV entries came from an earlier or a concurrent job
     queue_s: float = 0.0  # submitted -> admitted to a sequence slot
     run_s: float = 0.0  # admitted -> finished
 
@@ -120,6 +128,10 @@ class Engine(Protocol):
         """Forget positions ``start ..`` of sequence ``seq``."""
         ...
 
+    def seq_cp(self, src: int, dst: int, start: int, end: int) -> None:
+        """Give sequence ``dst`` the KV cells of positions ``start .. end - 1`` of sequence ``src``."""
+        ...
+
     def new_sampler(self, params: SamplingParams) -> Sampler: ...
 
     def is_eog(self, token: int) -> bool: ...
@@ -135,7 +147,8 @@ class BatcherStats:
     max_sequences: int = 0  # most sequences in one decode call
     jobs: int = 0
     failed: int = 0
-    reused_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens not evaluated: kept in the job's slot or shared by another
+    shared_tokens: int = 0  # of those, the ones copied from another sequence
 
     @property
     def mean_sequences(self) -> float:
@@ -236,12 +249,18 @@ class ContinuousBatcher:
         name: str = "model",
         reuse_prefix: bool = True,
         clock: Callable[[], float] = time.perf_counter,
+        share_prefix: bool = True,
+        min_share: int = 16,
     ) -> None:
         if engine.kv_size < engine.n_ctx:
             raise ValueError(f"kv_size {engine.kv_size} must be at least n_ctx {engine.n_ctx}")
+        if min_share < 1:
+            raise ValueError(f"min_share must be at least 1, got {min_share}")
         self.engine = engine
         self.name = name
         self.reuse_prefix = reuse_prefix
+        self.share_prefix = share_prefix and reuse_prefix
+        self.min_share = min_share
         self._clock = clock
         self._compute = compute_lock or threading.Lock()
         self._cv = threading.Condition()
@@ -368,6 +387,8 @@ class ContinuousBatcher:
         room = self.engine.n_batch
         generating = [s for s in busy if len(s.pending) == 1 and s.gen is not None and s.gen.completion]
         prefilling = [s for s in busy if s not in generating]
+        if self.share_prefix:
+            prefilling = self._share(prefilling)
         for slot in generating + prefilling:
             if room <= 0:
                 break
@@ -376,6 +397,45 @@ class ContinuousBatcher:
             entries.append((slot, BatchEntry(slot.seq, tuple(take), len(slot.history), done)))
             room -= len(take)
         return entries
+
+    def _share(self, prefilling: list[_Slot]) -> list[_Slot]:
+        """Copy already-evaluated prefixes into prefilling slots; hold back slots whose prefix an
+        earlier one is still evaluating. Returns the slots that evaluate prompt tokens this step."""
+        go: list[_Slot] = []
+        for slot in prefilling:
+            job = slot.job
+            assert job is not None
+            limit = len(job.prompt) - 1  # the last prompt token is evaluated here, for its logits
+            have = len(slot.history)
+            donor = max(
+                (s for s in self._slots if s is not slot),
+                key=lambda s: common_prefix(s.history, job.prompt),
+                default=None,
+            )
+            upto = 0 if donor is None else min(common_prefix(donor.history, job.prompt), limit)
+            if donor is not None and upto > have:
+                try:  # this loop is the only user of the engine's context: no lock needed
+                    self.engine.seq_cp(donor.seq, slot.seq, have, upto)
+                except Exception as e:
+                    log.warning("sharing a prefix on %s failed (%s); evaluating it", self.name, e)
+                else:
+                    slot.history.extend(job.prompt[have:upto])
+                    del slot.pending[: upto - have]
+                    slot.reused += upto - have
+                    with self._cv:
+                        st = self._stats
+                        self._stats = replace(st, shared_tokens=st.shared_tokens + upto - have)
+                    have = upto
+            # wait for an earlier prefilling slot that will evaluate min_share+ tokens of our prefix
+            waits = any(
+                min(common_prefix(o.job.prompt, job.prompt), limit) - have >= self.min_share
+                and len(o.history) < min(common_prefix(o.job.prompt, job.prompt), limit)
+                for o in go
+                if o.job is not None
+            )
+            if not waits:
+                go.append(slot)
+        return go
 
     def _commit(
         self, entries: Sequence[tuple[_Slot, BatchEntry]]

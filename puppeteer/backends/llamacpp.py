@@ -30,6 +30,10 @@ Options worth knowing:
   ``queue_s`` is the wait for the model's lock.
   ``batching=False`` is the previous path (one ``create_chat_completion`` at a time per
   model, half the CPUs by default).
+- ``share_prefix`` (default True, batching with ``reuse_prefix``): calls in flight together
+  evaluate their common prompt prefix (a system prompt, the few-shot examples) once; the
+  other sequences get its KV cells from the one that evaluated it
+  (:class:`~puppeteer.backends.continuous.ContinuousBatcher`).
 - ``extra_buffers``: llama.cpp's extra weight buffer types (AMX, CPU repack). The
   ggml in llama-cpp-python 0.3.36 compiled with ``-march=native`` on an AMX CPU
   crashes with SIGILL in its AMX matmul (tile config bug, ggml-org/llama.cpp PR
@@ -202,8 +206,10 @@ class LlamaCppBackend(SyncBackend):
         n_parallel: int = 16,
         kv_size: int | None = None,
         cpu_variant: str | None = None,
+        share_prefix: bool = True,
     ) -> None:
         self.batching = batching
+        self.share_prefix = share_prefix
         self.cpu_variant = cpu_variant
         self.n_parallel = n_parallel
         self.kv_size = kv_size or 2 * n_ctx
@@ -285,7 +291,11 @@ class LlamaCppBackend(SyncBackend):
                     n_threads=self.n_threads,
                 )
                 slot.batcher = ContinuousBatcher(
-                    slot.engine, self._compute, name=key, reuse_prefix=self.reuse_prefix
+                    slot.engine,
+                    self._compute,
+                    name=key,
+                    reuse_prefix=self.reuse_prefix,
+                    share_prefix=self.share_prefix,
                 )
             return slot.llama, slot.batcher
 

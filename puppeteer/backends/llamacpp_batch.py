@@ -132,6 +132,10 @@ class LlamaCppEngine:
     def seq_rm(self, seq: int, start: int) -> None:
         self._lib.llama_memory_seq_rm(self._memory, seq, start, -1)
 
+    def seq_cp(self, src: int, dst: int, start: int, end: int) -> None:
+        # unified KV cache: the cells get ``dst`` as a second owner (no copy, no new cells)
+        self._lib.llama_memory_seq_cp(self._memory, src, dst, start, end)
+
     def new_sampler(self, params: SamplingParams) -> _Sampler:
         # the chain of ``Llama._init_sampler``; it reads the seed from the Llama, and only this
         # engine's loop thread builds samplers for this Llama
