@@ -415,3 +415,19 @@ def test_a_new_job_copies_the_prefix_a_running_job_has_evaluated() -> None:
         assert second.text == b"short" and second.reused_prefix == len(SYSTEM) + 1
     finally:
         batcher.close(timeout=5)
+
+
+def test_a_short_common_prefix_is_not_worth_waiting_for() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(n_seq_max=2, gate=gate)
+    batcher = ContinuousBatcher(engine, min_share=16)
+    try:
+        # 13 tokens in common ("Hello, agent "): both prefill in the first decode, neither waits
+        futures = [batcher.submit(job(b"Hello, agent " + bytes([65 + i]) * 30, b"ok")) for i in range(2)]
+        gate.set()
+        assert [r.text for r in results(futures)] == [b"ok", b"ok"]
+        assert engine.batches[0] == (0, 1) and engine.copied == 0
+    finally:
+        batcher.close(timeout=5)
+    with pytest.raises(ValueError, match="min_share"):
+        ContinuousBatcher(FakeEngine(), min_share=0)
