@@ -415,7 +415,6 @@ def evaluate_policy(
     )
     reset_options: dict[str, Any] = {"available": list(available)} if available else {}
     if conductor:
-        policy.bind(cache)  # type: ignore[union-attr]
         env = ConductorEnv(
             mode="workflow",
             aggregate="last",
@@ -424,6 +423,8 @@ def evaluate_policy(
             max_depth=max_depth,
             **env_kwargs,
         )
+        # one backend for the conductor and the workers (the same response cache)
+        policy.bind(cache, shared=env.executor.backend if backend is None else None)  # type: ignore[union-attr]
     elif is_workflow_policy(policy):
         for t, s in zip(items, seeds, strict=True):
             try:

@@ -287,6 +287,23 @@ def test_env_checker_passes_with_k_of_n_and_recursion() -> None:
         assert env.observation_space.contains(obs)
 
 
+def test_bind_shares_the_envs_backend_unless_the_conductor_has_options_of_its_own(tmp_path) -> None:
+    from puppeteer.backends import make_router
+
+    shared = make_router()
+    plain = conductor_model("qwen2.5-coder-0.5b")
+    policy = ConductorPolicy(plain)
+    policy.bind(tmp_path / "c.sqlite", shared=shared)
+    assert policy.backend is shared  # one backend: each model loaded once, one compute lock
+    own = ConductorPolicy(plain, backend_options={"llamacpp": {"n_ctx": 2048}})
+    own.bind(tmp_path / "c.sqlite", shared=shared)
+    assert own.backend is not None and own.backend is not shared
+    given = ConductorPolicy(plain, backend=make_router())
+    before = given.backend
+    given.bind(shared=shared)
+    assert given.backend is before
+
+
 # --------------------------------------------------------------------------- real models (slow)
 
 

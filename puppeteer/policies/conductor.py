@@ -97,8 +97,16 @@ class ConductorPolicy:
         if not self.name:
             self.name = f"conductor:{self.model.backend}:{self.model.target}"
 
-    def bind(self, cache: str | Path | None = None) -> None:
-        """Create the default backend (with a response cache) unless one was given."""
+    def bind(self, cache: str | Path | None = None, shared: Backend | None = None) -> None:
+        """Create the default backend (with a response cache) unless one was given.
+
+        ``shared`` (the env's router, behind the same response cache): used as is when this
+        policy has no backend options of its own, so the conductor and the workers share one
+        llama.cpp backend: each model loaded once, one compute lock for all threads, and the
+        conductor's plans batched with the workers' calls of the same model.
+        """
+        if self.backend is None and shared is not None and not self.backend_options:
+            self.backend = shared
         if self.backend is None:
             options = {k: dict(v) for k, v in self.backend_options.items()}
             options.setdefault("llamacpp", {}).setdefault("n_ctx", 4096)
