@@ -372,3 +372,34 @@ def test_batched_completion_reports_queue_wait_apart_from_latency(monkeypatch: p
     spec = ModelSpec(name="s", backend="llamacpp", target="smollm2-135m", params_b=0.135)
     c = backend.complete(CompletionRequest(model=spec, messages=(Message("user", "2+2?"),)))
     assert (c.queue_s, c.latency_s) == (1.5, 2.5) and c.completion_tokens == 2 and not c.truncated
+
+
+@pytest.mark.parametrize(
+    ("load", "idle_share", "threads"),
+    [
+        (2.0, 1.0, 2),  # the load average still counts a run that just ended; the CPUs are idle now
+        (0.1, 0.0, 2),  # a burst during the short window; the minute before was idle
+        (2.0, 0.0, 1),  # busy by both measures: one thread
+        (0.0, 1.0, 2),
+    ],
+)
+def test_default_threads_count_only_cpus_that_are_busy_now(monkeypatch, load, idle_share, threads) -> None:
+    from puppeteer.backends import llamacpp
+
+    monkeypatch.setattr(llamacpp, "available_cpus", lambda: 2)
+    monkeypatch.setattr(llamacpp.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(llamacpp.os, "getloadavg", lambda: (load, load, load))
+    samples = iter([(1000, 100), (1200, 100 + round(200 * idle_share))])  # (total, idle) jiffies
+    monkeypatch.setattr(llamacpp, "_cpu_times", lambda: next(samples))
+    monkeypatch.setattr(llamacpp.time, "sleep", lambda s: None)
+    assert llamacpp.default_threads(batching=True) == threads
+    assert llamacpp.default_threads(batching=False) == 1  # half the CPUs, as before
+
+
+def test_cpu_times_read_proc_stat(tmp_path: Path) -> None:
+    from puppeteer.backends.llamacpp import _cpu_times
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 0 5 80 5 0 0 0 0 0\ncpu0 5 0 2 40 3 0 0 0 0 0\n")
+    assert _cpu_times(str(stat)) == (100, 85)
+    assert _cpu_times(str(tmp_path / "missing")) is None

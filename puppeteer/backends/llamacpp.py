@@ -162,18 +162,46 @@ def default_threads(batching: bool = False) -> int:
     throughput collapses (measured here: Qwen2.5-Coder-0.5B, 2 threads 0.11-0.14 tok/s vs
     1 thread 3.8-4.1 tok/s on 2 cores at load average ~20; ``scripts/bench_threads.py``).
     With batching, all models share one compute lock, so this process never runs two at once;
-    the default is then the CPUs minus the 1-minute load average (at least one), which is
+    the default is then the CPUs minus the busy ones (:func:`busy_cpus`; at least one), which is
     every core on an idle machine and one on a busy one. Without batching it is half the CPUs
     (llama-cpp-python's own default). Pass ``n_threads`` explicitly to override.
     """
     cpus = available_cpus()
     if not batching:
         return max(1, cpus // 2)
+    return max(1, min(cpus, round(cpus - busy_cpus())))
+
+
+def _cpu_times(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(total, idle) jiffies of all CPUs since boot, or None where /proc/stat cannot be read."""
     try:
-        busy = os.getloadavg()[0]
+        with open(path) as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return sum(fields), fields[3] + fields[4]  # idle + iowait
+
+
+def busy_cpus(window_s: float = 0.2) -> float:
+    """CPUs busy now: the smaller of the 1-minute load average and the busy share measured over
+    ``window_s`` from /proc/stat. The load average alone still counts, for a minute, the threads
+    of a run that just ended (an earlier evaluation in the same process), and then a new backend
+    would take one thread of two; the short measurement alone would mistake a burst for load."""
+    try:
+        load = os.getloadavg()[0]
     except OSError:  # pragma: no cover - no load average on this platform
-        busy = 0.0
-    return max(1, min(cpus, round(cpus - busy)))
+        load = 0.0
+    first = _cpu_times()
+    if first is None:
+        return load
+    time.sleep(window_s)
+    second = _cpu_times()
+    if second is None or second[0] <= first[0]:
+        return load
+    share = 1.0 - (second[1] - first[1]) / (second[0] - first[0])
+    return min(load, max(0.0, share) * (os.cpu_count() or 1))
 
 
 @dataclass
