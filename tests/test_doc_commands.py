@@ -168,6 +168,14 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
+        r"^sweep .*--track conductor",
+        RealModels(
+            "trains a language model with GRPO for each lambda and seed (~50 min a run on 2 cores); "
+            "tests/test_sweep.py runs the same command with a tiny model",
+            slow=False,
+        ),
+    ),
+    (
         r"^sweep .*--seeds [3-9]",
         RealModels(
             "the full documented study (many training runs); the page's quick sweep runs here", slow=False
