@@ -426,16 +426,16 @@ class ContinuousBatcher:
                         st = self._stats
                         self._stats = replace(st, shared_tokens=st.shared_tokens + upto - have)
                     have = upto
-            # wait for an earlier prefilling slot that will evaluate min_share+ tokens of our prefix
-            waits = any(
-                min(common_prefix(o.job.prompt, job.prompt), limit) - have >= self.min_share
-                and len(o.history) < min(common_prefix(o.job.prompt, job.prompt), limit)
-                for o in go
-                if o.job is not None
-            )
-            if not waits:
+            if not any(self._will_evaluate(o, job.prompt[:limit], have) for o in go):
                 go.append(slot)
         return go
+
+    def _will_evaluate(self, leader: _Slot, prefix: Sequence[int], have: int) -> bool:
+        """Whether ``leader`` (prefilling) has still to evaluate ``min_share`` or more tokens of
+        ``prefix`` beyond the first ``have``: then waiting for it beats evaluating them again."""
+        assert leader.job is not None
+        shared = common_prefix(leader.job.prompt, prefix)
+        return shared - have >= self.min_share and len(leader.history) < shared
 
     def _commit(
         self, entries: Sequence[tuple[_Slot, BatchEntry]]
