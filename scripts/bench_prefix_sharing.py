@@ -23,7 +23,8 @@ from typing import Any
 from puppeteer.backends.llamacpp import LlamaCppBackend
 from puppeteer.backends.models import EMBEDDED_MODELS
 from puppeteer.env import ConductorEnv
-from puppeteer.types import CompletionRequest, Message, ModelSpec
+from puppeteer.policies.conductor import conductor_model
+from puppeteer.types import CompletionRequest, Message
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,9 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def conductor_requests(args: argparse.Namespace) -> list[CompletionRequest]:
     env = ConductorEnv(mode="workflow", pool=args.pool, suite=args.suite, split="test", n_tasks=args.requests)
-    spec = ModelSpec(
-        name=args.model, backend="llamacpp", target=args.model, params_b=EMBEDDED_MODELS[args.model].params_b
-    )
+    spec = conductor_model(args.model)  # the embedded model, as `--policy conductor:KEY` names it
     reqs = []
     for task in env.tasks[: args.requests]:
         _, info = env.reset(options={"task": task})
