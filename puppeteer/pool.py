@@ -92,6 +92,11 @@ class Pool:
 
     def subset(self, names: Sequence[str]) -> Pool:
         """A pool of the named agents only, in the given order (ids are positions in the subset)."""
+        known = [a.name for a in self.agents]
+        unknown = [n for n in names if n not in known]
+        if unknown or not names or len(set(names)) != len(names):
+            problem = f"unknown agents {unknown}" if unknown else f"needs distinct names, got {list(names)}"
+            raise PoolError(f"subset of pool {self.name!r}: {problem}; known: {known}")
         agents = tuple(self.agent(self.index(n)) for n in names)
         return Pool(
             name=f"{self.name}[{','.join(names)}]",

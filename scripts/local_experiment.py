@@ -93,6 +93,7 @@ def per_item(run_dir: Path, pool: Pool) -> pd.DataFrame:
 def train(args: argparse.Namespace, out: Path, pool: Pool) -> None:
     overrides = [
         f"pool={args.pool}",
+        *([f"pool.agents=[{args.agents}]"] if args.agents else []),
         f"suite={args.suite}",
         "max_steps=1",
         "min_steps=1",
@@ -303,12 +304,20 @@ def main() -> None:
     p.add_argument("--pool", default=POOL)
     p.add_argument("--suite", default=SUITE)
     p.add_argument("--cost-model", default="minutes")
+    p.add_argument(
+        "--agents",
+        default=None,
+        help="comma-separated agents of the pool the router chooses among (default: all); the baselines "
+        "are the same agents",
+    )
     p.add_argument("overrides", nargs="*", help="more Hydra overrides for the training runs")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     pool = load_pool(args.pool)
+    if args.agents:
+        pool = pool.subset(args.agents.split(","))
     if "train" in args.steps:
         train(args, out, pool)
     if "baselines" in args.steps:

@@ -56,3 +56,31 @@ def test_train_baselines_and_report_on_the_simulator(
         assert f"{run.accuracy - best.accuracy:+.3f}" in line
     # max_steps=1: a trained router makes exactly one call per item
     assert all(rows[f"trained lambda={lam} seed 0"].items["calls"].eq(1).all() for lam in ("0", "2"))
+
+
+@pytest.mark.slow  # ~20 s: one training run on three agents of the pool, its baselines
+def test_agents_restricts_the_router_and_the_baselines_to_those_agents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exp = _load()
+    out = tmp_path / "exp"
+    agents = ["gemma3-27b-cot", "qwen3-32b-cot", "gpt5-cot"]
+    argv = [
+        "local_experiment.py",
+        "--out", str(out), "--pool", "sim-paper", "--cost-model", "tokens", "--lam", "0", "--seeds", "1",
+        "--episodes", "64", "--n-train", "10", "--n-eval", "10", "--encoder", "hashing", "--quiet",
+        "--agents", ",".join(agents),
+    ]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    exp.main()
+    pool = exp.load_pool("sim-paper").subset(agents)
+    rows = {r.label: r for r in exp.collect(out, pool)}
+    assert set(rows) == {"trained lambda=0 seed 0", "random", *(f"single:{a}" for a in agents)}
+    for label in ("trained lambda=0 seed 0", "random"):
+        called = {
+            s.agent_name
+            for t in exp.read_trajectories(rows[label].run_dir / "trajectories.jsonl")
+            for s in t.steps
+        }
+        assert called and called <= set(agents), (label, called)
+    assert f"Pool `sim-paper[{','.join(agents)}]`" in (out / "report.md").read_text()

@@ -256,3 +256,23 @@ def test_conductor_sweep_trains_one_grpo_run_per_lambda_and_seed(tmp_path: Path)
     md = (out / "sweep.md").read_text()
     assert "| 0.5 | 1 |" in md and "`single:gpt5-cot`" in md
     assert (out / "sweep.png").stat().st_size > 5000
+
+
+def test_a_sweep_on_some_agents_of_a_pool_trains_and_evaluates_on_those_agents_only(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    agents = ["gemma3-27b-cot", "gpt5-cot"]
+    args = ["sweep", "--lam", "0", "--seeds", "1", "--out", str(out), "--reevaluate", "--baselines"]
+    args += ["single:gpt5-cot", "trainer.episodes=32", "trainer.batch_episodes=32", "policy.encoder=hashing"]
+    args += ["suite.n_eval=10", "suite.n_val=10", "max_steps=2", f"pool.agents=[{','.join(agents)}]"]
+    assert main(args) == 0
+    run = out / "lam0.0_seed0"
+    assert json.loads((run / "config.json").read_text())["pool"]["agents"] == agents
+    steps = [json.loads(line)["steps"] for line in (run / "eval" / "trajectories.jsonl").open()]
+    assert len(steps) == 10 and {s["agent_name"] for ep in steps for s in ep} <= set(agents)
+    results = json.loads((run / "eval" / "results.json").read_text())
+    assert results["pool"] == f"sim-paper[{','.join(agents)}]"
+    # an agent the pool lacks fails before any training, naming the agents it knows
+    assert main(
+        ["sweep", "--lam", "0", "--seeds", "1", "--out", str(tmp_path / "bad"), "pool.agents=[nobody]"]
+    )
+    assert not list((tmp_path / "bad").rglob("*.pt"))

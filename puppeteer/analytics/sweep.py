@@ -111,9 +111,12 @@ class PuppeteerTrack:
         return f"puppeteer:{run_dir / self.checkpoint}"
 
     def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        suite = cfg["suite"]
+        from puppeteer.jobs.train import pool_of
+
+        suite, pool = cfg["suite"], cfg["pool"]
         return dict(
-            pool=cfg["pool"]["name"],
+            # a name, or the subset of agents the policy was trained on (``pool.agents``)
+            pool=pool_of(pool) if pool.get("agents") else pool["name"],
             suite=suite["name"],
             split=suite["eval_split"],
             n=suite.get("n_eval"),

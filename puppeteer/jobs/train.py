@@ -15,7 +15,7 @@ from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, EnvConfig
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import load_pool
+from puppeteer.pool import Pool, load_pool
 from puppeteer.redaction import redact
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
@@ -78,10 +78,17 @@ def _n(suite: Mapping[str, Any], part: str) -> int | None:
     return fit_to_split(suite["name"], suite[f"{part}_split"], suite.get(f"n_{part}"))
 
 
+def pool_of(node: Mapping[str, Any]) -> Pool:
+    """The pool a config's ``pool`` node names: the whole pool, or the subset ``pool.agents``."""
+    pool = load_pool(node["name"])
+    agents = node.get("agents")
+    return pool.subset(list(agents)) if agents else pool
+
+
 def job_of(cfg: Mapping[str, Any]) -> StepJob:
     """The job a composed training config describes."""
     pc = cfg["policy"]
-    pool = load_pool(cfg["pool"]["name"])
+    pool = pool_of(cfg["pool"])
     # like `puppeteer eval`: pools that call models share the user's response cache unless told
     # otherwise (cache=off), so training replays every call an evaluation or earlier run made
     given = cfg.get("cache")

@@ -57,9 +57,10 @@ class SuiteConfig:
 
 @dataclass
 class PoolConfig:
-    """An agent pool (``agents/<name>.yaml``)."""
+    """An agent pool (``agents/<name>.yaml``), or only some of its agents (``pool.agents=[a,b]``)."""
 
     name: str = "sim-paper"
+    agents: list[str] | None = None  # train and evaluate on these agents only (their order); None: all
 
 
 @dataclass
