@@ -23,7 +23,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +34,7 @@ import numpy as np
 from puppeteer.errors import UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
-from puppeteer.policies.conductor import is_conductor_policy
+from puppeteer.policies.conductor import GRPO_RUN_PREFIX, is_conductor_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.rollout import run_conductor_episode, run_step_episode, run_workflow_episode
 from puppeteer.tasks import load_suite
@@ -388,6 +388,12 @@ def evaluate_policy(
     that call models, so the local backend can batch their calls; 1 for the simulator). Results
     do not depend on it: every item has its own reset seed.
     """
+    if isinstance(spec_or_policy, str) and spec_or_policy.strip().startswith(GRPO_RUN_PREFIX):
+        from puppeteer.train.grpo_eval import evaluate_spec  # needs the grpo extra (torch, peft)
+
+        return evaluate_spec(
+            spec_or_policy, pool, suite, split, n, seed, out_dir, overwrite=overwrite, available=available
+        )
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
     if isinstance(spec_or_policy, str):
         spec, policy = spec_or_policy, make_policy(spec_or_policy, pool, max_steps)
@@ -550,6 +556,45 @@ def evaluate_policy(
             f"could not write {out / 'trajectories.jsonl'} ({why}); the first {len(records)} "
             "items are kept, results.json says completed: false"
         )
+    return result
+
+
+def record_episodes(
+    out: Path | None,
+    items: Sequence[Task],
+    episodes: Sequence[tuple[Trajectory, Mapping[str, Any]]],
+    *,
+    pool: Pool,
+    wall_s: float,
+    **fields: Any,
+) -> EvalResult:
+    """Write episodes run elsewhere (one per item, in order: the trajectory and what its eval line
+    adds, e.g. a conductor record) as an eval run directory: ``trajectories.jsonl`` and
+    ``results.json`` in :func:`evaluate_policy`'s format, so ``puppeteer ab``, ``graph`` and
+    :func:`puppeteer.analytics.load` read them. ``fields`` are :class:`EvalResult`'s identity
+    fields (``policy``, ``suite``, ``split``, ``seed``, ``mode``, ``backends``, ``max_steps``, ``lam``...).
+    """
+    if len(items) != len(episodes):
+        raise ValueError(f"{len(episodes)} episodes for {len(items)} items")
+    records = [_Record(t.correct, None, t, dict(extra)) for t, extra in episodes]
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        per_item = wall_s / max(len(items), 1)
+        with (out / "trajectories.jsonl").open("w") as f:
+            for i, (task, record) in enumerate(zip(items, records, strict=True)):
+                line = _record_line(i, task, str(fields["policy"]), record, str(fields["mode"]), per_item)
+                f.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    result = _summary(
+        records,
+        len(items),
+        speeds=pool,
+        wall_s=wall_s,
+        pool=pool.name,
+        out_dir=str(out) if out is not None else None,
+        **_conductor_fields(records, int(fields.get("max_depth", 0))),
+        **fields,
+    )
+    _write_results(out, result)
     return result
 
 

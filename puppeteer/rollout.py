@@ -166,13 +166,21 @@ def run_conductor_episode(
     (graded as if the episode had stopped there) and the agents available in the episode.
     """
     end = run_episode(env, policy.act, seed=seed, options=_options(index, options), start=policy.reset)
+    return end.trajectory, conductor_record(env, end.info, [c.to_dict() for c in policy.calls])
+
+
+def conductor_record(
+    env: ConductorEnv, info: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What an eval line of a conductor episode adds (the env has just ended it): the conductor's own
+    ``calls``, every planning round graded as if the episode had stopped there, the episode's agents."""
     grader = env.graders[env.task.grader]
     rounds = [
         {**r, "correct": grader.grade(r["answer"], env.task) if r["parse_error"] is None else False}
-        for r in end.info["rounds"]
+        for r in info["rounds"]
     ]
-    return end.trajectory, {
-        "conductor": [c.to_dict() for c in policy.calls],
+    return {
+        "conductor": [dict(c) for c in calls],
         "rounds": rounds,
         "available": [a.name for a, ok in zip(env.pool.agents, env.available(), strict=True) if ok],
     }

@@ -13,6 +13,7 @@ pytest.importorskip("trl")
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from puppeteer.errors import UserError
 from puppeteer.resources import data_dir
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.config_schema import register_configs
@@ -322,3 +323,36 @@ def test_shared_prompt_training_matches_trls_full_forward(
         moved += int(not torch.allclose(w, start[name].to(w.dtype), atol=1e-7)) if name in start else 0
     assert moved > 0  # the step changed weights, so the comparison means something
     assert results[True]["heldout_after"] == results[False]["heldout_after"]
+
+
+@pytest.mark.parametrize("preset", [FULL_FT, "conductor=cpu-qwen05"])
+def test_a_finished_run_evaluates_as_a_policy_spec_and_reproduces_its_own_heldout(
+    tmp_path: Path, preset: str
+) -> None:
+    from puppeteer.analytics.ab import compare_runs
+    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.trajectories import read_trajectories
+
+    run = tmp_path / "run"
+    cfg = conductor_cfg(preset, *TINY, "grpo.max_steps=1", "eval.before=false")
+    run_conductor_training(cfg, run)
+    heldout = {r["task_id"]: r for r in map(json.loads, (run / "heldout_after.jsonl").read_text().splitlines())}
+    spec = f"conductor:grpo:{run}"
+    res = evaluate_policy(spec, "sim-paper", "arith", n=3, out_dir=tmp_path / "eval")
+    # the same 3 items, plans and worker draws as the trainer's own held-out evaluation
+    lines = [json.loads(x) for x in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
+    assert {x["task_id"] for x in lines} == set(heldout) and res.n == 3 and res.mode == "workflow"
+    for x in lines:
+        h = heldout[x["task_id"]]
+        assert x["conductor"][0]["text"] == h["completion"]
+        assert x["correct"] == h["correct"] and (x["parse_error"] is None) == h["parsed"]
+        assert x["rounds"][0]["correct"] == h["correct"]
+    assert res.accuracy == pytest.approx(sum(h["correct"] for h in heldout.values()) / 3)
+    assert res.mean_conductor_completion_tokens > 0 and "transformers" in res.backends
+    assert len(list(read_trajectories(tmp_path / "eval" / "trajectories.jsonl"))) == 3
+    # an ordinary run directory: `puppeteer ab` pairs it with any other policy on the same items
+    evaluate_policy("single:gpt5-cot", "sim-paper", "arith", n=3, out_dir=tmp_path / "single", progress=False)
+    ab = compare_runs(tmp_path / "eval", tmp_path / "single")
+    assert ab.n_pairs == 3 and ab.a.accuracy == res.accuracy
+    with pytest.raises(UserError, match="trained on pool 'sim-paper'"):
+        evaluate_policy(spec, "local", "arith", n=3)

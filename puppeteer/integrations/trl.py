@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from puppeteer.conductor_prompt import ConductorPrompt
 from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import item_seed
+from puppeteer.rollout import conductor_record
 from puppeteer.types import Task, Trajectory
 
 if TYPE_CHECKING:
@@ -215,22 +216,36 @@ class WorkflowScorer:
             self._idle.put(env)
 
     def score_one(self, task_id: str, completion: str | Sequence[Mapping[str, Any]]) -> WorkflowOutcome:
+        return self.episode(task_id, completion)[0]
+
+    def episode(
+        self, task_id: str, completion: str | Sequence[Mapping[str, Any]]
+    ) -> tuple[WorkflowOutcome, Trajectory, dict[str, Any]]:
+        """The outcome, the trajectory and the eval line's conductor record (rounds, available agents;
+        no conductor calls: the caller generated the completion) of one completion."""
         task = self.task(task_id)
         with self._env() as env:
             env.reset(seed=item_seed(self.seed, task_id), options={"task": task})
             _, reward, _, _, info = env.step(self.answer_prefix + completion_text(completion))
-        return outcome_from(task_id, float(reward), info)
+            record = conductor_record(env, info, [])
+        return outcome_from(task_id, float(reward), info), info["trajectory"], record
+
+    def episodes(
+        self, task_ids: Sequence[str], completions: Sequence[str | Sequence[Mapping[str, Any]]]
+    ) -> list[tuple[WorkflowOutcome, Trajectory, dict[str, Any]]]:
+        """:meth:`episode` of every (task id, completion), in order; executed concurrently."""
+        if len(task_ids) != len(completions):
+            raise ValueError(f"{len(task_ids)} task ids for {len(completions)} completions")
+        if len(task_ids) <= 1 or self.max_workers == 1:
+            return [self.episode(t, c) for t, c in zip(task_ids, completions, strict=True)]
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(task_ids))) as pool:
+            return list(pool.map(self.episode, task_ids, completions))
 
     def score(
         self, task_ids: Sequence[str], completions: Sequence[str | Sequence[Mapping[str, Any]]]
     ) -> list[WorkflowOutcome]:
         """One outcome per (task id, completion), in order; executed concurrently."""
-        if len(task_ids) != len(completions):
-            raise ValueError(f"{len(task_ids)} task ids for {len(completions)} completions")
-        if len(task_ids) <= 1 or self.max_workers == 1:
-            return [self.score_one(t, c) for t, c in zip(task_ids, completions, strict=True)]
-        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(task_ids))) as pool:
-            return list(pool.map(self.score_one, task_ids, completions))
+        return [outcome for outcome, _, _ in self.episodes(task_ids, completions)]
 
 
 class ConductorReward:

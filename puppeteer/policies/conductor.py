@@ -31,7 +31,11 @@ CONDUCTOR_SPEC_FORMS: tuple[str, ...] = (
     "conductor:litellm:M   any litellm model string, e.g. conductor:litellm:openai/gpt-4o-mini",
     "conductor:hf:PATH     transformers: an HF model id, a local dir or a GRPO checkpoint (CPU);"
     " PATH#FILE.gguf loads a GGUF file in dir PATH",
+    "conductor:grpo:RUN    a conductor trained by `puppeteer train track=conductor` (run dir RUN), planning"
+    " with its run's prompt, answer prefix and agents (needs the grpo extra)",
 )
+# evaluated by :mod:`puppeteer.train.grpo_eval` (batched generation with the run's own settings)
+GRPO_RUN_PREFIX = "conductor:grpo:"
 
 
 @dataclass(frozen=True)
