@@ -336,7 +336,8 @@ def test_a_finished_run_evaluates_as_a_policy_spec_and_reproduces_its_own_heldou
     run = tmp_path / "run"
     cfg = conductor_cfg(preset, *TINY, "grpo.max_steps=1", "eval.before=false")
     run_conductor_training(cfg, run)
-    heldout = {r["task_id"]: r for r in map(json.loads, (run / "heldout_after.jsonl").read_text().splitlines())}
+    after = (run / "heldout_after.jsonl").read_text().splitlines()
+    heldout = {r["task_id"]: r for r in map(json.loads, after)}
     spec = f"conductor:grpo:{run}"
     res = evaluate_policy(spec, "sim-paper", "arith", n=3, out_dir=tmp_path / "eval")
     # the same 3 items, plans and worker draws as the trainer's own held-out evaluation
