@@ -197,7 +197,7 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         RealModels("compares a run directory made by an earlier command of the same page", slow=False),
     ),
     (
-        r"(sb3|puppeteer|conductor):(runs|/)",
+        r"(sb3|puppeteer|conductor(:grpo)?):(runs|/)",
         RealModels("needs a policy trained by an earlier command of the same page", slow=False),
     ),
     (

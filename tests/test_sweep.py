@@ -190,17 +190,15 @@ def test_conductor_track_rows_are_the_runs_heldout_after_numbers(tmp_path: Path)
     assert (trained.loc[0.0, "ci_low"], trained.loc[0.0, "ci_high"]) == pytest.approx((0.6, 0.9))
     # cost 1.5 in the tokens cost model = 1.5 thousand tokens per item
     assert trained.loc[0.2, "mean_tokens"] == 1500.0 and pd.isna(trained.loc[0.2, "mean_usd"])
-    assert trained.loc[0.0, "policy"].startswith("conductor:hf:")
+    assert trained.loc[0.0, "policy"] == f"conductor:grpo:{tmp_path / 'workflow_lam0.0_seed0'}"
     assert trained.loc[0.2, "mean_reward"] == pytest.approx(0.55)
     # baselines are evaluated like the runs' held-out split: n_eval and workflow_max_steps of the run config
     assert (seen["n"], seen["max_steps"], seen["suite"], seen["split"]) == (10, 4, "arith", "test")
-    with pytest.raises(ValueError, match="reevaluate"):
-        gather(tmp_path, TRACKS["conductor"], reevaluate=True)
 
 
 def test_conductor_sweep_defaults_leave_out_the_puppeteer_only_keys() -> None:
     track = ConductorTrack()
-    assert track.param == "workflow_lam" and not track.reevaluable
+    assert track.param == "workflow_lam" and track.reevaluable
     # configs/conductor.yaml has no min_steps or progress key: overriding them would fail
     assert with_defaults([], track.defaults) == ["wandb.enabled=false"]
 
@@ -256,6 +254,15 @@ def test_conductor_sweep_trains_one_grpo_run_per_lambda_and_seed(tmp_path: Path)
     md = (out / "sweep.md").read_text()
     assert "| 0.5 | 1 |" in md and "`single:gpt5-cot`" in md
     assert (out / "sweep.png").stat().st_size > 5000
+    # --reevaluate: each trained conductor as `conductor:grpo:RUN`, per-item trajectories, the same numbers
+    assert main([*argv[:9], "--gather-only", "--reevaluate", *argv[9:]]) == 0
+    again = pd.read_csv(out / "sweep.csv")
+    again = again[again["kind"] == "trained"].set_index("lam")
+    for lam in (0.0, 0.5):
+        run = out / f"workflow_lam{lam}_seed0"
+        assert again.loc[lam, "policy"] == f"conductor:grpo:{run}"
+        assert again.loc[lam, "accuracy"] == trained.loc[lam, "accuracy"]
+        assert len((run / "eval" / "trajectories.jsonl").read_text().splitlines()) == 3
 
 
 def test_a_sweep_on_some_agents_of_a_pool_trains_and_evaluates_on_those_agents_only(tmp_path: Path) -> None:

@@ -155,16 +155,16 @@ class ConductorTrack:
 
     Each run's row is its ``results.json`` ``heldout_after``: greedy workflows of the trained
     conductor on ``n_eval`` held-out items, executed by the pool's workers. Cost per item counts the
-    workers' calls (what ``workflow_lam`` prices), not the conductor's own plan. Those runs are not
-    re-evaluated through ``evaluate_policy``: the CPU preset trains on completion-style prompts,
-    which the ``conductor:hf:PATH`` policy (chat layout) would not reproduce.
+    workers' calls (what ``workflow_lam`` prices), not the conductor's own plan. With ``reevaluate``
+    each run is evaluated as ``conductor:grpo:RUN`` (:mod:`puppeteer.train.grpo_eval`: the run's own
+    prompt, answer prefix and agents) for per-item trajectories with the baselines' reset seeds.
     """
 
     name: str = "conductor"
     param: str = "workflow_lam"
     checkpoint: str = "final"
     defaults: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"wandb.enabled": "false"}))
-    reevaluable: bool = False
+    reevaluable: bool = True
 
     def launch(
         self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
@@ -180,7 +180,7 @@ class ConductorTrack:
         )
 
     def policy_spec(self, run_dir: Path) -> str:
-        return f"conductor:hf:{run_dir / self.checkpoint}"
+        return f"conductor:grpo:{run_dir}"  # the run's final/ model with its run's settings
 
     def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
         suite = cfg["suite"]
