@@ -34,6 +34,7 @@ import pandas as pd
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.stats import mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.analytics.sweep import find_trained, run_sweep
+from puppeteer.backends.cache import resolve_cache
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.pool import Pool, load_pool
 from puppeteer.trajectories import read_trajectories
@@ -108,14 +109,17 @@ def train(args: argparse.Namespace, out: Path, pool: Pool) -> None:
         "trainer.eval_every=4",
         *args.overrides,
     ]
+    lams = [float(x) for x in args.lam.split(",")]
+    done = {(r.value, r.seed) for r in find_trained(out / "sweep")} if (out / "sweep").is_dir() else set()
     run_sweep(
-        [float(x) for x in args.lam.split(",")],
+        lams,
         args.seeds,
         out / "sweep",
         overrides,
         track="puppeteer",
         cost="model_s" if pool.has_speeds else "tokens",
         n_eval=args.n_eval,
+        train=any((lam, seed) not in done for lam in lams for seed in range(args.seeds)),  # resume
         reevaluate=True,
     )
 
@@ -145,6 +149,7 @@ def baselines(args: argparse.Namespace, out: Path, pool: Pool) -> None:
             spec,
             pool,
             args.suite,
+            cache=resolve_cache(pool, None, no_cache=False),  # the table's calls replay
             split="test",
             n=args.n_eval,
             max_steps=max_steps,

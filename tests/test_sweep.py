@@ -283,3 +283,31 @@ def test_a_sweep_on_some_agents_of_a_pool_trains_and_evaluates_on_those_agents_o
         ["sweep", "--lam", "0", "--seeds", "1", "--out", str(tmp_path / "bad"), "pool.agents=[nobody]"]
     )
     assert not list((tmp_path / "bad").rglob("*.pt"))
+
+
+def test_gather_replays_the_runs_response_cache_on_model_calling_pools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Re-evaluations and baselines on a llama.cpp pool use the cache the training used (its calls
+    replay); on the simulator there is no cache; ``cache=off`` in the runs' config turns it off."""
+    monkeypatch.setenv("PUPPETEER_RESPONSE_CACHE", str(tmp_path / "shared.sqlite"))
+    seen: list[Any] = []
+
+    def evaluate(spec: str, **kw: Any) -> SimpleNamespace:
+        seen.append(kw["cache"])
+        return _fake_evaluate(spec, **{**kw, "pool": "sim-paper"})
+
+    for pool, cache, expected in [
+        ("local-v2", None, tmp_path / "shared.sqlite"),
+        ("local-v2", str(tmp_path / "mine.sqlite"), tmp_path / "mine.sqlite"),
+        ("local-v2", "off", None),
+        ("sim-paper", None, None),
+    ]:
+        out = tmp_path / f"{pool}-{Path(str(cache)).name}"
+        _fake_runs(out)
+        for cfg_path in out.glob("lam*/config.json"):
+            cfg = json.loads(cfg_path.read_text())
+            cfg_path.write_text(json.dumps({**cfg, "pool": {"name": pool}, "cache": cache}))
+        seen.clear()
+        gather(out, PuppeteerTrack(), list(BASELINES), evaluate=evaluate, reevaluate=True)
+        assert seen == [expected] * 6, (pool, cache)

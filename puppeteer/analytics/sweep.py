@@ -269,6 +269,17 @@ def heldout_row(run: TrainedRun, track: SweepTrack, **extra: Any) -> dict[str, A
     return {**extra, **track.heldout_row(run)}
 
 
+def _cache(settings: Mapping[str, Any], cfg: Mapping[str, Any]) -> Path | None:
+    """The response cache the runs trained with (``cache``: the shared default unless a path or
+    ``off``), so re-evaluations and baselines on model-calling pools replay their calls."""
+    from puppeteer.backends.cache import resolve_cache
+    from puppeteer.pool import Pool, load_pool
+
+    pool = settings["pool"] if isinstance(settings["pool"], Pool) else load_pool(settings["pool"])
+    given = cfg.get("cache")
+    return resolve_cache(pool, given, no_cache=str(given).lower() == "off")
+
+
 def gather(
     out: Path,
     track: SweepTrack,
@@ -296,7 +307,7 @@ def gather(
         raise FileNotFoundError(f"no finished runs under {out}")
     cfg = runs[0].config
     settings = track.eval_settings(cfg)
-    common = {**settings, "n": n_eval or settings["n"], "progress": False}
+    common = {**settings, "n": n_eval or settings["n"], "progress": False, "cache": _cache(settings, cfg)}
     rows = []
     for r in runs:
         extra = dict(kind="trained", lam=r.value, seed=r.seed, run_dir=str(r.run_dir))
