@@ -158,7 +158,8 @@ class GRPOJob:
             cache=cfg.get("cache"),
         )
 
-    def env(self, split: str, n: int | None, pool: Any = None) -> ConductorEnv:
+    def env(self, split: str, n: int | None, pool: Any = None, tasks: Any = None) -> ConductorEnv:
+        """The workflow-mode env of this run on ``split`` (first ``n`` items), or on given ``tasks``."""
         from puppeteer.pool import Pool, load_pool
 
         pool = pool if isinstance(pool, Pool) else load_pool(self.pool)
@@ -174,9 +175,7 @@ class GRPOJob:
             pool=pool,
             unavailable=unavailable,
             prompt=self.prompt,
-            suite=self.suite,
-            split=split,
-            n_tasks=n,
+            **(dict(tasks=tasks) if tasks is not None else dict(suite=self.suite, split=split, n_tasks=n)),
             max_steps=self.workflow_max_steps,
             workflow_lam=self.workflow_lam,
             cost_model=self.cost_model,

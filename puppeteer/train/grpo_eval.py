@@ -68,13 +68,11 @@ def load_trained(run_dir: str | Path, job: GRPOJob) -> Loaded:
 
 
 def _env(job: GRPOJob, suite: str, split: str, n: int | None, seed: int) -> ConductorEnv:
-    from puppeteer.env import ConductorEnv
-
-    template = job.env(split, 1)  # the run's pool, agents, prompt, step limit and cost model
+    """The run's env (pool, agents, prompt, step limit, cost model) on ``suite``'s items."""
     tasks = load_suite(suite, split, n=n, seed=seed)
     if not tasks:
         raise ValueError(f"no items in {suite}/{split}")
-    return ConductorEnv(template.config, pool=template.pool, tasks=tasks, cache=job.cache)
+    return job.env(split, n, tasks=tasks)
 
 
 def evaluate_spec(
