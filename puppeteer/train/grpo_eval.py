@@ -136,8 +136,7 @@ def evaluate_run(
     generation_s = time.perf_counter() - start
     scorer = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=job.answer_prefix)
     episodes = scorer.episodes([r["task_id"] for r in rows], completions)
-    by_id = {t.id: t for t in env.tasks}
-    items = [by_id[r["task_id"]] for r in rows]
+    items = list(env.tasks)  # conductor_rows keeps the env's task order
     lines = []
     for row, text, (_, trajectory, record) in zip(rows, completions, episodes, strict=True):
         call = _call(tokenizer, row["prompt"], text, job, generation_s / len(rows))
