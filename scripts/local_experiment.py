@@ -31,12 +31,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from puppeteer.analytics.headroom import Outcomes, domain_route, oracle_route, probe_cross_fit, probe_route
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.stats import mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.analytics.sweep import find_trained, run_sweep
 from puppeteer.backends.cache import resolve_cache
+from puppeteer.encoders import make_encoder
+from puppeteer.env import MAX_OBS_CHARS
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.pool import Pool, load_pool
+from puppeteer.tasks.suites import load_suite
 from puppeteer.trajectories import read_trajectories
 
 log = logging.getLogger("local_experiment")
@@ -139,8 +143,14 @@ def baseline_specs(pool: Pool) -> list[str]:
 
 
 def baselines(args: argparse.Namespace, out: Path, pool: Pool) -> None:
-    for spec in baseline_specs(pool):
-        target = out / "baselines" / slug(spec)
+    """The fixed policies on the held-out items, and every single agent on the training items too
+    (they replay what training called) for the ceilings of the report."""
+    runs = [("baselines", "test", args.n_eval, spec) for spec in baseline_specs(pool)]
+    runs += [
+        ("baselines-train", "train", args.n_train, s) for s in baseline_specs(pool) if s.startswith("single:")
+    ]
+    for folder, split, n, spec in runs:
+        target = out / folder / slug(spec)
         done = target / "results.json"
         if done.is_file() and json.loads(done.read_text()).get("completed"):
             continue
@@ -150,14 +160,16 @@ def baselines(args: argparse.Namespace, out: Path, pool: Pool) -> None:
             pool,
             args.suite,
             cache=resolve_cache(pool, None, no_cache=False),  # the table's calls replay
-            split="test",
-            n=args.n_eval,
+            split=split,
+            n=n,
             max_steps=max_steps,
             out_dir=target,
             overwrite=True,
             progress=not args.quiet,
         )
-        log.info("%s: accuracy %.3f, %s single-stream s/item", spec, res.accuracy, res.mean_model_s)
+        log.info(
+            "%s (%s): accuracy %.3f, %s single-stream s/item", spec, split, res.accuracy, res.mean_model_s
+        )
 
 
 def collect(out: Path, pool: Pool) -> list[Row]:
@@ -196,7 +208,111 @@ def route_shares(run_dir: Path) -> str:
     return "; ".join(parts)
 
 
-def report(out: Path, pool: Pool, rows: Sequence[Row], suite: str = SUITE) -> str:
+def outcomes(rows: Sequence[Row]) -> Outcomes:
+    """The single agents' per-item outcomes of some rows, on the items they share."""
+    runs = {
+        r.label.removeprefix("single:"): {
+            t: (bool(c), float(s))
+            for t, c, s in zip(r.items.index, r.items["correct"], r.items["model_s"], strict=True)
+        }
+        for r in rows
+        if r.label.startswith("single:")
+    }
+    return Outcomes.from_runs(runs)
+
+
+def questions(suite: str, split: str, n: int) -> dict[str, str]:
+    """Task id -> the text the router's encoder reads (the env's ``task`` observation)."""
+    return {t.id: t.question[:MAX_OBS_CHARS] for t in load_suite(suite, split, n=n)}
+
+
+def reward_phi(trained: Sequence[Row]) -> float:
+    """The reward's phi in ``C_t = F * log(1 + t / phi)`` of the trained runs (null means max_steps)."""
+    for r in trained:
+        cfg = json.loads((r.run_dir.parent / "config.json").read_text())
+        return float(cfg["phi"] or cfg["max_steps"])
+    return 1.0  # train() sets max_steps=1
+
+
+def ceilings(out: Path, pool: Pool, rows: Sequence[Row], args: argparse.Namespace) -> list[str]:
+    """Reference routers fit on the training items' outcomes (see :mod:`puppeteer.analytics.headroom`),
+    evaluated on the held-out items beside the trained runs, at each lambda."""
+    train_rows = [
+        Row(json.loads(d.read_text())["policy"], "baseline", None, None, d.parent, per_item(d.parent, pool))
+        for d in sorted((out / "baselines-train").glob("*/results.json"))
+    ]
+    if not train_rows:
+        log.warning(
+            "no single-agent runs on the training items under %s: no ceilings", out / "baselines-train"
+        )
+        return []
+    train, test = outcomes(train_rows), outcomes([r for r in rows if r.kind == "baseline"])
+    if train.agents != test.agents:
+        raise SystemExit(f"train and test runs have different agents: {train.agents} vs {test.agents}")
+    encoder = make_encoder(args.encoder)
+    q_train, q_test = questions(args.suite, "train", args.n_train), questions(args.suite, "test", args.n_eval)
+    x_train = encoder.encode([q_train[t] for t in train.task_ids])
+    x_test = encoder.encode([q_test[t] for t in test.task_ids])
+    trained = [r for r in rows if r.kind == "trained"]
+    lams = sorted({r.lam for r in trained if r.lam is not None}) or [0.0]
+    if args.cost_model != "minutes":
+        log.warning("ceilings price calls in model seconds; cost model %s: lambda 0 only", args.cost_model)
+        lams = [0.0]
+    phi = reward_phi(trained)
+    mean_cost = train.model_s.mean(axis=0)
+    best = max(range(len(test.agents)), key=lambda a: (test.correct[:, a].mean(), -test.model_s[:, a].mean()))
+    lines = [
+        "",
+        f"What a router could learn here. Reference routers fit on the {len(train.task_ids)} training items' "
+        f"single-agent outcomes and scored on the {len(test.task_ids)} held-out items, each maximising "
+        "accuracy minus the reward's lambda * C (C = minutes of model time x ln 2 for one call): the "
+        f"supervised probe (one logistic regression per agent on the router's own `{args.encoder}` question "
+        "embeddings, every agent's label on every training item: more than REINFORCE observes), the best "
+        "agent per domain as chosen on the training items, and the per-item oracle. Accuracy / single-stream "
+        "model s per item:",
+        "",
+        "| lambda | trained (mean of seeds) | supervised probe | best agent per domain | oracle (per item) |",
+        "|---:|---|---|---|---|",
+    ]
+    for lam in lams:
+        pen = lam * np.log1p(1.0 / phi) * mean_cost / 60.0
+        group = [r for r in trained if r.lam == lam]
+        tr = (
+            f"{np.mean([r.accuracy for r in group]):.3f} / {np.mean([r.model_s for r in group]):.1f}"
+            if group
+            else "-"
+        )
+        oracle_pen = lam * np.log1p(1.0 / phi) * test.model_s / 60.0
+        cells = [
+            probe_route(x_train, train, x_test, test, pen),
+            domain_route(train, test, pen),
+            oracle_route(test, oracle_pen),
+        ]
+        lines.append(
+            f"| {lam:g} | {tr} | "
+            + " | ".join(f"{r.accuracy(test):.3f} / {r.model_s(test):.1f}" for r in cells)
+            + " |"
+        )
+    probe = probe_route(x_train, train, x_test, test)
+    best_correct = test.correct[:, best]
+    mc = mcnemar_exact(best_correct, test.correct[np.arange(len(test.task_ids)), probe.choice])
+    lines += [
+        "",
+        f"At lambda 0 the probe routes {', '.join(f'{k} {v:.0%}' for k, v in probe.shares(test).items())}; "
+        f"against the best single agent `{test.agents[best]}` ({best_correct.mean():.3f}): "
+        f"{mc.diff:+.3f}, exact McNemar p = {mc.p_value:.3g} ({mc.only_a} / {mc.only_b}). "
+        "Regularisation (logistic C) 0.1 / 1 / 10: "
+        + " / ".join(
+            f"{probe_route(x_train, train, x_test, test, c=c).accuracy(test):.3f}" for c in (0.1, 1.0, 10.0)
+        )
+        + f". With more labels (5-fold cross-fit: each fifth of the held-out items routed by a probe fit on "
+        f"the training items and the other four fifths, {len(train.task_ids) + len(test.task_ids) * 4 // 5} "
+        f"items): {probe_cross_fit(x_train, train, x_test, test).accuracy(test):.3f}.",
+    ]
+    return lines
+
+
+def report(out: Path, pool: Pool, rows: Sequence[Row], suite: str = SUITE, extra: Sequence[str] = ()) -> str:
     base = [r for r in rows if r.kind == "baseline"]
     trained = [r for r in rows if r.kind == "trained"]
     if not base:
@@ -273,6 +389,7 @@ def report(out: Path, pool: Pool, rows: Sequence[Row], suite: str = SUITE) -> st
         f"oracle router's accuracy {covered.mean():.3f}); the best single agent solves "
         f"{int(best.items['correct'].sum())}. On MMLU this counts lucky guesses too (four options: an "
         "agent answering at random is right a quarter of the time).",
+        *extra,
     ]
     sizes = "/".join(map(str, sorted(n)))
     backend = "+".join(pool.backends())
@@ -328,7 +445,8 @@ def main() -> None:
     if "baselines" in args.steps:
         baselines(args, out, pool)
     if "report" in args.steps:
-        print(report(out, pool, collect(out, pool), args.suite))
+        rows = collect(out, pool)
+        print(report(out, pool, rows, args.suite, ceilings(out, pool, rows, args)))
 
 
 if __name__ == "__main__":

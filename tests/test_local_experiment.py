@@ -56,6 +56,15 @@ def test_train_baselines_and_report_on_the_simulator(
         assert f"{run.accuracy - best.accuracy:+.3f}" in line
     # max_steps=1: a trained router makes exactly one call per item
     assert all(rows[f"trained lambda={lam} seed 0"].items["calls"].eq(1).all() for lam in ("0", "2"))
+    # the ceilings: every single agent also ran on the 20 training items (replayed for the probe), and
+    # at lambda 0 (the only row under the tokens cost model) the oracle's accuracy is the coverage
+    assert len(list((out / "baselines-train").glob("single_*/results.json"))) == len(singles)
+    covered = exp.pd.concat([r.items["correct"] for r in singles], axis=1).any(axis=1).mean()
+    ceiling = next(x for x in text.splitlines() if x.startswith("| 0 |")).split("|")
+    trained0 = rows["trained lambda=0 seed 0"]
+    assert ceiling[2].strip() == f"{trained0.accuracy:.3f} / {trained0.model_s:.1f}"
+    assert ceiling[-2].strip().startswith(f"{covered:.3f} /")
+    assert "With more labels (5-fold cross-fit" in text
 
 
 @pytest.mark.slow  # ~20 s: one training run on three agents of the pool, its baselines
