@@ -295,16 +295,15 @@ def ceilings(out: Path, pool: Pool, rows: Sequence[Row], args: argparse.Namespac
         )
     probe = probe_route(x_train, train, x_test, test)
     best_correct = test.correct[:, best]
-    mc = mcnemar_exact(best_correct, test.correct[np.arange(len(test.task_ids)), probe.choice])
+    mc = mcnemar_exact(best_correct, probe.correct(test))
+    by_c = {1.0: probe} | {c: probe_route(x_train, train, x_test, test, c=c) for c in (0.1, 10.0)}
     lines += [
         "",
         f"At lambda 0 the probe routes {', '.join(f'{k} {v:.0%}' for k, v in probe.shares(test).items())}; "
         f"against the best single agent `{test.agents[best]}` ({best_correct.mean():.3f}): "
         f"{mc.diff:+.3f}, exact McNemar p = {mc.p_value:.3g} ({mc.only_a} / {mc.only_b}). "
         "Regularisation (logistic C) 0.1 / 1 / 10: "
-        + " / ".join(
-            f"{probe_route(x_train, train, x_test, test, c=c).accuracy(test):.3f}" for c in (0.1, 1.0, 10.0)
-        )
+        + " / ".join(f"{by_c[c].accuracy(test):.3f}" for c in (0.1, 1.0, 10.0))
         + f". With more labels (5-fold cross-fit: each fifth of the held-out items routed by a probe fit on "
         f"the training items and the other four fifths, {len(train.task_ids) + len(test.task_ids) * 4 // 5} "
         f"items): {probe_cross_fit(x_train, train, x_test, test).accuracy(test):.3f}.",

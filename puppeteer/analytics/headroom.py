@@ -71,8 +71,12 @@ class Routing:
     name: str
     choice: np.ndarray  # (items,) agent index
 
+    def correct(self, o: Outcomes) -> np.ndarray:
+        """Whether the chosen agent is right, item by item."""
+        return o.correct[np.arange(len(self.choice)), self.choice]
+
     def accuracy(self, o: Outcomes) -> float:
-        return float(o.correct[np.arange(len(self.choice)), self.choice].mean())
+        return float(self.correct(o).mean())
 
     def model_s(self, o: Outcomes) -> float:
         return float(o.model_s[np.arange(len(self.choice)), self.choice].mean())
