@@ -49,6 +49,7 @@ from puppeteer.envbuild import BackendSpec, EnvConfig, EnvParts, env_parts
 from puppeteer.executor import EpisodeContext, Executor
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
 from puppeteer.reward import PuppeteerReward, check_cost_model, conductor_reward, discounted_returns
+from puppeteer.signals import N_SIGNALS, answer_signals
 from puppeteer.spaces import UnicodeText
 from puppeteer.tasks import Grader, default_graders
 from puppeteer.textsafe import encodable
@@ -130,6 +131,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                     "mask": spaces.MultiBinary(self.pool.n_actions),
                     "step": spaces.Discrete(max_steps + 1),
                     "counts": spaces.MultiDiscrete([max_steps + 1] * self.pool.n_actions),
+                    "signals": spaces.Box(0.0, 1.0, shape=(N_SIGNALS,), dtype=np.float32),
                 }
             )
         else:
@@ -224,6 +226,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                 "counts": np.bincount(
                     [s.agent_id for s in self._steps], minlength=self.pool.n_actions
                 ).astype(np.int64),
+                "signals": answer_signals([s.answer for s in self._steps]),
             }
         return {
             "task": task.question[:MAX_OBS_CHARS],
@@ -364,7 +367,8 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         t = len(self._steps)
         if a == self.pool.terminator_id:
             return self._end_episode(f=0.0, t=t, terminated_by="terminator")
-        step = self.executor.run_step(self._context(), t, a, self.task.question, self._steps)
+        visible = self._steps if self.pool.sees_earlier_work(a) else []
+        step = self.executor.run_step(self._context(), t, a, self.task.question, visible)
         self._steps.append(step)
         f = self._step_cost(step)
         if len(self._steps) >= self.config.max_steps:

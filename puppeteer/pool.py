@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from puppeteer.reasoning import CONTEXT_LAYOUTS
+from puppeteer.reasoning import CONTEXT_LAYOUTS, PATTERNS
 from puppeteer.resources import find_yaml
 from puppeteer.types import EMPTY, Agent, ModelSpec, Step
 
@@ -33,6 +33,10 @@ class Pool:
     description: str = ""
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: EMPTY)
     context_layout: str = "turns"  # how workers see earlier work: reasoning.CONTEXT_LAYOUTS
+    # step mode: solvers (patterns that do not read context) see only the question, so each answers
+    # independently (a cascade's or a vote's members; their calls replay a single agent's cache);
+    # reviewers (verify, refine, ...) still see every earlier step
+    independent_solvers: bool = False
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -66,6 +70,11 @@ class Pool:
             c = s.completion
             total += self.agent(s.agent_id).model.model_seconds(c.prompt_tokens, c.completion_tokens) or 0.0
         return total
+
+    def sees_earlier_work(self, agent_id: int) -> bool:
+        """Whether agent ``agent_id`` is shown the episode's earlier steps in step mode."""
+        known = PATTERNS.get(self.agent(agent_id).pattern)
+        return not self.independent_solvers or bool(known and known.reads_context)
 
     def index(self, name: str) -> int:
         for i, agent in enumerate(self.agents):
@@ -104,6 +113,7 @@ class Pool:
             description=self.description,
             backend_options=self.backend_options,
             context_layout=self.context_layout,
+            independent_solvers=self.independent_solvers,
         )
 
     def backends(self) -> tuple[str, ...]:
@@ -171,12 +181,16 @@ def pool_from_dict(raw: Mapping[str, Any]) -> Pool:
     layout = str(raw.get("context_layout", "turns"))
     if layout not in CONTEXT_LAYOUTS:
         raise PoolError(f"unknown context_layout {layout!r}; known: {', '.join(CONTEXT_LAYOUTS)}")
+    independent = raw.get("independent_solvers", False)
+    if not isinstance(independent, bool):
+        raise PoolError(f"independent_solvers must be true or false, got {independent!r}")
     return Pool(
         name=str(raw.get("name", "pool")),
         agents=tuple(agents),
         description=str(raw.get("description", "")),
         backend_options=MappingProxyType(options),
         context_layout=layout,
+        independent_solvers=independent,
     )
 
 

@@ -2,10 +2,12 @@
 against every fixed policy, on the same held-out items, priced in single-stream model seconds.
 
 1. ``train``: ``puppeteer sweep`` over lambda x seeds (Hydra multirun) on ``mix-math-mmlu``'s first
-   ``--n-train`` training items, ``max_steps=1`` (the policy picks one agent per item: routing),
-   ``min_steps=1``, cost model ``minutes`` (the pool's declared single-stream speeds), model selection
-   on the training items (they are cached; the report uses each run's final policy). Each trained
-   policy is then evaluated greedily on the first ``--n-eval`` test items (``--reevaluate``).
+   ``--n-train`` training items, ``max_steps=1`` by default (the policy picks one agent per item:
+   routing; ``--max-steps 2 --signals --pool local-v2-cascade``: a cascade that reads the first
+   answer's signals before it decides to stop or call another agent), ``min_steps=1``, cost model
+   ``minutes`` (the pool's declared single-stream speeds), model selection on the training items
+   (they are cached; the report uses each run's final policy). Each trained policy is then
+   evaluated greedily on the first ``--n-eval`` test items (``--reevaluate``).
 2. ``baselines``: every single agent, the random policy and a vote on the same items, through
    :func:`puppeteer.evaluation.evaluate_policy` (the same items and sample indices as the table in
    ``docs/baselines-local-v2.md``, so their calls replay from the response cache).
@@ -51,6 +53,8 @@ SUITE = "mix-math-mmlu"
 # --cost-model tokens); the experiment itself is the defaults
 # the fixed policies: every single agent, random routing, and a vote of the three strongest solvers
 EXTRA_BASELINES = ("random", "vote:qwen1.5b-cot,qwen1.5b-pot,qwen0.5b-pot")
+# on a pool of independent solvers (`local-v2-cascade`), the fixed cascade a learned one is measured by
+CASCADE_BASELINES = ("cascade:qwen1.5b-pot,qwen1.5b-cot",)
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,10 @@ def train(args: argparse.Namespace, out: Path, pool: Pool) -> None:
         f"pool={args.pool}",
         *([f"pool.agents=[{args.agents}]"] if args.agents else []),
         f"suite={args.suite}",
-        "max_steps=1",
+        f"max_steps={args.max_steps}",
         "min_steps=1",
+        *([f"phi={args.phi:g}"] if args.phi is not None else []),
+        *(["policy.signals=true"] if args.signals else []),
         f"cost_model={args.cost_model}",
         f"suite.n_train={args.n_train}",
         "suite.val_split=train",
@@ -137,9 +143,8 @@ def baseline_specs(pool: Pool) -> list[str]:
         _, _, agents = spec.partition(":")
         return not agents or set(agents.split(",")) <= names
 
-    return [f"single:{a.name}" for a in pool.agents if a.pattern != "verify"] + [
-        s for s in EXTRA_BASELINES if known(s)
-    ]
+    extra = EXTRA_BASELINES + (CASCADE_BASELINES if pool.independent_solvers else ())
+    return [f"single:{a.name}" for a in pool.agents if a.pattern != "verify"] + [s for s in extra if known(s)]
 
 
 def baselines(args: argparse.Namespace, out: Path, pool: Pool) -> None:
@@ -154,7 +159,8 @@ def baselines(args: argparse.Namespace, out: Path, pool: Pool) -> None:
         done = target / "results.json"
         if done.is_file() and json.loads(done.read_text()).get("completed"):
             continue
-        max_steps = 3 if spec.startswith("vote:") else 1
+        kind, _, members = spec.partition(":")
+        max_steps = len(members.split(",")) if kind in ("vote", "cascade") else 1
         res = evaluate_policy(
             spec,
             pool,
@@ -231,7 +237,7 @@ def reward_phi(trained: Sequence[Row]) -> float:
     for r in trained:
         cfg = json.loads((r.run_dir.parent / "config.json").read_text())
         return float(cfg["phi"] or cfg["max_steps"])
-    return 1.0  # train() sets max_steps=1
+    return 1.0  # train()'s default, max_steps=1
 
 
 def ceilings(out: Path, pool: Pool, rows: Sequence[Row], args: argparse.Namespace) -> list[str]:
@@ -421,6 +427,16 @@ def main() -> None:
     p.add_argument("--n-eval", type=int, default=100, help="held-out test items (mix: half GSM8K, half MMLU)")
     p.add_argument("--episodes", type=int, default=2048)
     p.add_argument("--encoder", default="minilm")
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=1,
+        help="agents per item the router may call (1: routing; 2 on local-v2-cascade: cascades)",
+    )
+    p.add_argument("--phi", type=float, default=None, help="the reward's phi (default: max_steps)")
+    p.add_argument(
+        "--signals", action="store_true", help="the router also reads obs['signals'] (puppeteer/signals.py)"
+    )
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--pool", default=POOL)
     p.add_argument("--suite", default=SUITE)

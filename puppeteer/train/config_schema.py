@@ -70,6 +70,7 @@ class PolicyNode:
     encoder: str = "minilm"
     encoder_options: dict[str, Any] = field(default_factory=dict)
     hidden: int = 128
+    signals: bool = False  # read obs["signals"] (answered / whole number / agreement): learns cascades
 
 
 @dataclass

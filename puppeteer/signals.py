@@ -1,0 +1,53 @@
+"""What the answers so far say, as numbers a step-wise router can condition on.
+
+A cascade (call a cheap agent, stop when its answer looks trustworthy, escalate otherwise) needs to
+know more about the earlier steps than a sentence embedding of their text conveys: whether an answer
+was extracted at all (a program that crashed prints nothing), whether it is a whole number (what
+GSM8K-style word problems expect), and whether independent agents agree. :func:`answer_signals`
+turns the extracted answers of an episode's steps into a fixed vector in ``[0, 1]``, which the env
+puts in every step-mode observation (``obs["signals"]``) and the puppeteer policy can read
+(``PolicyConfig.signals``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+SIGNAL_NAMES: tuple[str, ...] = (
+    "last_answered",  # the latest step's answer was extracted
+    "last_silent",  # the latest step gave no answer (0 before any step: a state of its own)
+    "last_integer",  # ... and it is a whole number
+    "answered_share",  # steps with an answer / steps so far
+    "top_share",  # votes of the majority answer / steps so far
+    "agreement",  # two or more steps gave the majority answer
+)
+N_SIGNALS = len(SIGNAL_NAMES)
+
+
+def is_integer(answer: str) -> bool:
+    """Whether an extracted answer is a whole number (``"7"``, ``"-3"``, ``"1,200"``, ``"9.0"``)."""
+    try:
+        value = float(answer.replace(",", "").strip())
+    except ValueError:
+        return False
+    return bool(np.isfinite(value)) and value == int(value)
+
+
+def answer_signals(answers: Sequence[str | None]) -> np.ndarray:
+    """The :data:`SIGNAL_NAMES` of the steps' extracted answers (``None``: no answer), float32."""
+    out = np.zeros(N_SIGNALS, dtype=np.float32)
+    if not answers:
+        return out
+    last = answers[-1]
+    given = [a for a in answers if a is not None]
+    top = max(Counter(given).values()) if given else 0
+    out[0] = last is not None
+    out[1] = last is None
+    out[2] = last is not None and is_integer(last)
+    out[3] = len(given) / len(answers)
+    out[4] = top / len(answers)
+    out[5] = top >= 2
+    return out
