@@ -19,12 +19,13 @@ import numpy as np
 SIGNAL_NAMES: tuple[str, ...] = (
     "last_answered",  # the latest step's answer was extracted
     "last_silent",  # the latest step gave no answer (0 before any step: a state of its own)
-    "last_integer",  # ... and it is a whole number
+    "last_integer",  # the latest step's answer is a whole number
     "answered_share",  # steps with an answer / steps so far
     "top_share",  # votes of the majority answer / steps so far
     "agreement",  # two or more steps gave the majority answer
 )
 N_SIGNALS = len(SIGNAL_NAMES)
+LAST_ANSWERED = SIGNAL_NAMES.index("last_answered")
 
 
 def is_integer(answer: str) -> bool:

@@ -26,6 +26,7 @@ from puppeteer.policies.base import StepPolicy
 from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.pool import Pool
 from puppeteer.reasoning import PATTERNS
+from puppeteer.signals import LAST_ANSWERED
 from puppeteer.types import Task, Workflow
 
 if TYPE_CHECKING:
@@ -332,11 +333,11 @@ class RandomStep:
 class Cascade:
     """Step mode: the agents in order, stopping at the first whose answer was extracted.
 
-    Each agent sees the earlier steps unless the pool has ``independent_solvers`` (then each member
-    answers alone, as when it runs as a single agent).
     The fixed rule a learned cascade is measured by: call the cheap agent first, escalate only when
     it gave no answer (a crashed program, an unparsable reply). It reads ``obs["signals"]``
-    (:mod:`puppeteer.signals`); after the last agent it stops whatever the answer.
+    (:mod:`puppeteer.signals`); after the last agent it stops whatever the answer. Each agent sees
+    the earlier steps unless the pool has ``independent_solvers`` (then each member answers alone,
+    as when it runs as a single agent).
     """
 
     agents: tuple[str, ...]
@@ -353,7 +354,7 @@ class Cascade:
     def act(self, obs: dict[str, Any], rng: np.random.Generator) -> int:
         terminator = len(obs["mask"]) - 1
         step = int(obs["step"])
-        if step >= len(self.agents) or (step > 0 and float(obs["signals"][0]) > 0.5):
+        if step >= len(self.agents) or (step > 0 and float(obs["signals"][LAST_ANSWERED]) > 0.5):
             return terminator
         return self.ids[step]
 

@@ -101,14 +101,15 @@ class Scorer(nn.Module):
         if self.n_signals:
             if signals is None:
                 raise ValueError(f"this scorer reads {self.n_signals} answer signals; none given")
-            parts.append(signals.float())
+            signals = signals.float()
+            parts.append(signals)
         h = self.state_net(torch.cat(parts, dim=-1))
         g = self.agent_net(self.agent_emb)  # (A, hidden)
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
         logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
-        if self.n_signals:
-            logits = logits + self.signal_logits(signals.float())
+        if signals is not None and self.n_signals:
+            logits = logits + self.signal_logits(signals)
         return logits.masked_fill(~mask.bool(), float("-inf"))
 
 
