@@ -71,10 +71,14 @@ class Pool:
             total += self.agent(s.agent_id).model.model_seconds(c.prompt_tokens, c.completion_tokens) or 0.0
         return total
 
+    def reads_context(self, agent_id: int) -> bool:
+        """Whether agent ``agent_id``'s pattern builds on earlier work (a reviewer, not a solver)."""
+        known = PATTERNS.get(self.agent(agent_id).pattern)
+        return bool(known and known.reads_context)
+
     def sees_earlier_work(self, agent_id: int) -> bool:
         """Whether agent ``agent_id`` is shown the episode's earlier steps in step mode."""
-        known = PATTERNS.get(self.agent(agent_id).pattern)
-        return not self.independent_solvers or bool(known and known.reads_context)
+        return not self.independent_solvers or self.reads_context(agent_id)
 
     def index(self, name: str) -> int:
         for i, agent in enumerate(self.agents):

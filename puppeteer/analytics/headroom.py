@@ -71,15 +71,19 @@ class Routing:
     name: str
     choice: np.ndarray  # (items,) agent index
 
+    def _chosen(self, table: np.ndarray) -> np.ndarray:
+        """The chosen agent's cell of an (items, agents) table, item by item."""
+        return table[np.arange(len(self.choice)), self.choice]
+
     def correct(self, o: Outcomes) -> np.ndarray:
         """Whether the chosen agent is right, item by item."""
-        return o.correct[np.arange(len(self.choice)), self.choice]
+        return self._chosen(o.correct)
 
     def accuracy(self, o: Outcomes) -> float:
         return float(self.correct(o).mean())
 
     def model_s(self, o: Outcomes) -> float:
-        return float(o.model_s[np.arange(len(self.choice)), self.choice].mean())
+        return float(self._chosen(o.model_s).mean())
 
     def shares(self, o: Outcomes) -> dict[str, float]:
         """The share of items sent to each agent that gets any."""

@@ -25,7 +25,6 @@ import numpy as np
 from puppeteer.policies.base import StepPolicy
 from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.pool import Pool
-from puppeteer.reasoning import PATTERNS
 from puppeteer.signals import LAST_ANSWERED
 from puppeteer.types import Task, Workflow
 
@@ -68,11 +67,6 @@ def resolve_agent(pool: Pool, ref: AgentRef) -> int:
     return agent_id
 
 
-def _reads_context(pool: Pool, agent_id: int) -> bool:
-    pattern = PATTERNS.get(pool.agent(agent_id).pattern)
-    return bool(pattern and pattern.reads_context)
-
-
 def strongest_agents(pool: Pool, k: int) -> tuple[int, ...]:
     """The ``k`` agents presumed strongest without looking at any task: independent solvers first.
 
@@ -82,18 +76,14 @@ def strongest_agents(pool: Pool, k: int) -> tuple[int, ...]:
     """
     if not 1 <= k <= len(pool):
         raise ValueError(f"k must be in 1..{len(pool)} for pool {pool.name!r}, got {k}")
-    order = sorted(
-        range(len(pool)), key=lambda i: (_reads_context(pool, i), -pool.agent(i).model.params_b, i)
-    )
+    order = sorted(range(len(pool)), key=lambda i: (pool.reads_context(i), -pool.agent(i).model.params_b, i))
     return tuple(order[:k])
 
 
 def default_chain(pool: Pool) -> tuple[int, ...]:
     """The strongest solver followed by the strongest reviser (verify/critique/refine/reflect) if any."""
     solver = strongest_agents(pool, 1)[0]
-    revisers = [
-        i for i in range(len(pool)) if _reads_context(pool, i) and pool.agent(i).pattern != "summarize"
-    ]
+    revisers = [i for i in range(len(pool)) if pool.reads_context(i) and pool.agent(i).pattern != "summarize"]
     if revisers:
         return (solver, min(revisers, key=lambda i: (-pool.agent(i).model.params_b, i)))
     return strongest_agents(pool, min(2, len(pool)))
