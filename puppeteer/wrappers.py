@@ -5,7 +5,8 @@ libraries want one numeric array. :class:`EncodedObservation` turns it into a fi
 ``Box`` with the project's frozen text encoders (``hashing``: no model, microseconds;
 ``minilm``: the packaged all-MiniLM-L6-v2), laid out as
 
-    [ enc(task) | enc(last part of the transcript) | mask | one-hot(step) | counts / max_steps ]
+    [ enc(task) | enc(last part of the transcript) | mask | one-hot(step) | counts / max_steps
+      | signals (with ``signals=True``: the answer signals of :mod:`puppeteer.signals`) ]
 
 ``action_masks()`` stays reachable through any stack of wrappers (``get_wrapper_attr``),
 which is what sb3-contrib's ``MaskablePPO`` asks for::
@@ -27,6 +28,7 @@ import numpy as np
 from gymnasium import spaces
 
 from puppeteer.encoders import TextEncoder, make_encoder
+from puppeteer.signals import N_SIGNALS
 
 STATE_WINDOW = 500  # the same window as the puppeteer policy: the latest part of the transcript
 
@@ -38,11 +40,13 @@ def _state_window(state: str) -> str:
 class ObservationEncoder:
     """Maps step-mode observations to float32 vectors of length :attr:`dim`."""
 
-    def __init__(self, encoder: TextEncoder, n_actions: int, max_steps: int) -> None:
+    def __init__(self, encoder: TextEncoder, n_actions: int, max_steps: int, signals: bool = False) -> None:
         self.encoder = encoder
         self.n_actions = n_actions
         self.max_steps = max_steps
-        self.dim = 2 * encoder.dim + 2 * n_actions + max_steps + 1
+        self.signals = signals
+        self._base = 2 * encoder.dim + 2 * n_actions + max_steps + 1
+        self.dim = self._base + (N_SIGNALS if signals else 0)
 
     @property
     def space(self) -> spaces.Box:
@@ -59,7 +63,10 @@ class ObservationEncoder:
             out[i, d : 2 * d] = emb[2 * i + 1]
             out[i, 2 * d : 2 * d + n] = np.asarray(o["mask"], dtype=np.float32)
             out[i, 2 * d + n + step] = 1.0
-            out[i, 2 * d + n + self.max_steps + 1 :] = np.asarray(o["counts"], np.float32) / self.max_steps
+            counts = np.asarray(o["counts"], np.float32) / self.max_steps
+            out[i, 2 * d + n + self.max_steps + 1 : self._base] = counts
+            if self.signals:
+                out[i, self._base :] = np.asarray(o["signals"], np.float32)
         return np.clip(out, -1.0, 1.0)
 
     def __call__(self, obs: dict[str, Any]) -> np.ndarray:
@@ -84,12 +91,13 @@ class EncodedObservation(gym.ObservationWrapper[np.ndarray, Any, dict[str, Any]]
         self,
         env: gym.Env[dict[str, Any], Any],
         encoder: str | TextEncoder = "hashing",
+        signals: bool = False,
         **encoder_options: Any,
     ) -> None:
         super().__init__(env)
         base = _step_env(env)
         text_encoder = make_encoder(encoder, **encoder_options) if isinstance(encoder, str) else encoder
-        self.encoder = ObservationEncoder(text_encoder, base.pool.n_actions, base.config.max_steps)
+        self.encoder = ObservationEncoder(text_encoder, base.pool.n_actions, base.config.max_steps, signals)
         self.observation_space = self.encoder.space
 
     def observation(self, observation: dict[str, Any]) -> np.ndarray:
@@ -104,11 +112,12 @@ def make_encoded_env(
     encoder: str | TextEncoder = "hashing",
     encoder_options: dict[str, Any] | None = None,
     max_episode_steps: int | None = None,
+    signals: bool = False,
     **env_kwargs: Any,
 ) -> EncodedObservation:
     """``gym.make("Conductor-v0", mode="step", **env_kwargs)`` wrapped in :class:`EncodedObservation`."""
     env = gym.make("Conductor-v0", mode="step", max_episode_steps=max_episode_steps, **env_kwargs)
-    return EncodedObservation(env, encoder, **(encoder_options or {}))
+    return EncodedObservation(env, encoder, signals=signals, **(encoder_options or {}))
 
 
 __all__ = ["EncodedObservation", "ObservationEncoder", "make_encoded_env"]

@@ -24,8 +24,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(MaskablePPOConfig):
         default = getattr(d, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            continue
         kind = type(default) if default is not None else int
-        p.add_argument("--" + f.name.replace("_", "-"), type=kind, default=default)
+        p.add_argument(flag, type=kind, default=default)
     p.add_argument("--out", default="runs/maskable_ppo")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

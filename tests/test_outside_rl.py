@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ from gymnasium.error import InvalidAction
 import puppeteer  # noqa: F401  (registers Conductor-v0)
 from puppeteer.backends.base import BackendRegistry, Router
 from puppeteer.env import ConductorEnv
+from puppeteer.signals import SIGNAL_NAMES
 from puppeteer.types import Task
 from puppeteer.wrappers import EncodedObservation, make_encoded_env
 
@@ -226,6 +229,40 @@ def test_encoded_observation_is_a_box_with_masks_through_wrappers() -> None:
     obs2, *_ = stacked.step(np.int64(0))
     assert not np.array_equal(obs, obs2)  # the transcript, step and counts changed
     assert env.encoder.encoder.hits + env.encoder.encoder.misses > 0
+
+
+def test_encoded_observation_can_end_in_the_answer_signals() -> None:
+    plain = make_encoded_env("hashing", pool="sim-paper", suite="arith", max_steps=3)
+    env = make_encoded_env("hashing", pool="sim-paper", suite="arith", max_steps=3, signals=True)
+    assert env.observation_space.shape == (plain.observation_space.shape[0] + len(SIGNAL_NAMES),)
+    first, _ = env.reset(seed=0)
+    plain_first, _ = plain.reset(seed=0)
+    np.testing.assert_array_equal(first[: plain_first.shape[0]], plain_first)  # same layout before them
+    assert not first[plain_first.shape[0] :].any()  # nobody has answered yet
+    obs, *_ = env.step(np.int64(0))
+    raw = env.unwrapped._obs()
+    np.testing.assert_array_equal(obs[-len(SIGNAL_NAMES) :], raw["signals"])
+    assert obs[-len(SIGNAL_NAMES) + SIGNAL_NAMES.index("last_answered")] == 1.0  # the sim agent answered
+
+
+def test_an_sb3_policy_directory_remembers_the_signals(tmp_path) -> None:
+    """An untrained MaskablePPO on the signal-carrying observation, saved and loaded as ``sb3:DIR``:
+    the loaded encoder builds the observation the model was made for, and the policy runs."""
+    pytest.importorskip("sb3_contrib")
+    from sb3_contrib import MaskablePPO
+
+    from puppeteer.policies.external import load_sb3, save_sb3
+
+    env = make_encoded_env("hashing", pool="sim-paper", suite="arith", max_steps=3, signals=True)
+    model = MaskablePPO("MlpPolicy", env, n_steps=8, batch_size=8, seed=0, device="cpu")
+    pool = env.unwrapped.pool
+    save_sb3(model, tmp_path, pool, "hashing", 3, signals=True)
+    assert json.loads((tmp_path / "puppeteer.json").read_text())["signals"] is True
+    policy = load_sb3(tmp_path, pool)
+    assert policy.encoder.signals and policy.encoder.dim == env.observation_space.shape[0]
+    raw = ConductorEnv(mode="step", pool=pool, suite="arith", max_steps=3)
+    obs, _ = raw.reset(seed=0)
+    assert 0 <= policy.act(obs, np.random.default_rng(0)) < pool.n_actions
 
 
 def test_encoded_observation_refuses_workflow_mode() -> None:

@@ -88,19 +88,48 @@ def test_encoder_cache_hits_repeated_texts() -> None:
 
 
 def _ep(ret: float) -> Episode:
-    return Episode(task_id="t", feats=[], actions=[], rewards=[ret], returns=[ret])
+    return Episode(task_id="t", feats=[], actions=[0], rewards=[ret], returns=[ret])
 
 
 def test_baselines_by_hand() -> None:
     groups = [[_ep(1.0), _ep(0.0), _ep(0.5)], [_ep(0.2)]]
     cfg = ReinforceConfig(ema_decay=0.5)
-    assert BASELINES["none"](groups, {}, cfg) == [[0, 0, 0], [0]]
-    assert BASELINES["group"](groups, {}, cfg) == [[0.25, 0.75, 0.5], [0.0]]  # leave-one-out means
+    assert BASELINES["none"](groups, {}, cfg) == [[[0], [0], [0]], [[0]]]
+    assert BASELINES["group"](groups, {}, cfg) == [[[0.25], [0.75], [0.5]], [[0.0]]]  # leave-one-out means
     state: dict[str, float] = {}
-    assert BASELINES["ema"](groups, state, cfg) == [[0, 0, 0], [0]]
+    assert BASELINES["ema"](groups, state, cfg) == [[[0], [0], [0]], [[0]]]
     assert state["ema"] == pytest.approx(1.7 / 4)
-    assert BASELINES["ema"](groups, state, cfg)[0][0] == pytest.approx(1.7 / 4)
+    assert BASELINES["ema"](groups, state, cfg)[0][0] == [pytest.approx(1.7 / 4)]
     assert state["ema"] == pytest.approx(1.7 / 4)
+
+
+def _two_step(actions: list[int], returns: list[float]) -> Episode:
+    return Episode(task_id="t", feats=[], actions=actions, rewards=[0.0] * len(actions), returns=returns)
+
+
+def test_the_prefix_baseline_compares_each_decision_with_the_same_situation() -> None:
+    """Four episodes of one task. At step 0 the prefix baseline is the group's; at step 1 an episode
+    is compared only with the others that made the same first choice, and with the group where none
+    did."""
+    g = [
+        _two_step([0, 1], [0.9, 1.0]),
+        _two_step([0, 2], [0.1, 0.2]),
+        _two_step([0, 1], [0.7, 0.8]),
+        _two_step([3], [0.3]),
+    ]
+    cfg = ReinforceConfig()
+    group = BASELINES["group"]([g], {}, cfg)[0]
+    prefix = BASELINES["prefix"]([g], {}, cfg)[0]
+    assert [row[0] for row in prefix] == pytest.approx([row[0] for row in group])  # step 0: the group's
+    assert prefix[0][0] == pytest.approx((0.1 + 0.7 + 0.3) / 3)
+    # step 1 after action 0: the two other episodes that also started with 0
+    assert prefix[0][1] == pytest.approx((0.2 + 0.8) / 2)
+    assert prefix[1][1] == pytest.approx((1.0 + 0.8) / 2)
+    assert prefix[2][1] == pytest.approx((1.0 + 0.2) / 2)
+    # a one-step episode has one value; an episode alone in its situation falls back to the group
+    assert len(prefix[3]) == 1
+    lonely = [_two_step([0, 1], [0.5, 0.6]), _two_step([2, 1], [0.1, 0.2])]
+    assert BASELINES["prefix"]([lonely], {}, cfg)[0] == [pytest.approx([0.1, 0.1]), pytest.approx([0.5, 0.5])]
 
 
 def test_training_approaches_the_best_single_agent(tmp_path: Path) -> None:

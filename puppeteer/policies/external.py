@@ -41,6 +41,7 @@ class SB3Meta:
     max_steps: int
     agents: tuple[str, ...]
     encoder_options: dict[str, Any] = field(default_factory=dict)
+    signals: bool = False  # the observation ends in the answer signals (absent in older files: False)
 
 
 class MaskableModelPolicy:
@@ -75,6 +76,7 @@ def save_sb3(
     encoder: str,
     max_steps: int,
     encoder_options: dict[str, Any] | None = None,
+    signals: bool = False,
 ) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -85,6 +87,7 @@ def save_sb3(
         max_steps,
         tuple(a.name for a in pool.agents),
         dict(encoder_options or {}),
+        signals,
     )
     (d / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n")
     return d
@@ -107,7 +110,7 @@ def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
         raise ImportError(f"{meta.algorithm} needs: pip install 'puppeteer-orchestra[rl]'") from e
     model = algo.load(d / MODEL_FILE, device="cpu")
     encoder = ObservationEncoder(
-        make_encoder(meta.encoder, **meta.encoder_options), pool.n_actions, meta.max_steps
+        make_encoder(meta.encoder, **meta.encoder_options), pool.n_actions, meta.max_steps, meta.signals
     )
     return MaskableModelPolicy(model, encoder, name=f"sb3:{d}", masked=meta.algorithm == "MaskablePPO")
 

@@ -1,9 +1,10 @@
 """REINFORCE with a baseline for the step-wise puppeteer, readable top to bottom.
 
 One update = ``batch_episodes`` episodes in groups of ``group_size`` on the same task.
-Advantage A_t = G_t - b with b from the chosen baseline: ``none`` (the Puppeteer
-paper's plain REINFORCE), ``ema`` (moving average of returns) or ``group``
-(leave-one-out mean of the other episodes of the same task). Entropy bonus,
+Advantage A_t = G_t - b_t with b_t from the chosen baseline: ``none`` (the Puppeteer
+paper's plain REINFORCE), ``ema`` (moving average of returns), ``group``
+(leave-one-out mean of the other episodes of the same task) or ``prefix`` (per step: the
+other episodes of the same task that reached the same decision). Entropy bonus,
 gradient clipping, AdamW. Every ``checkpoint_every`` updates the full state is saved
 atomically (policy, optimiser, RNG, counters, baseline, best-so-far, trajectory-file
 offset), so a killed run resumes losing at most the batch in flight.
@@ -42,7 +43,7 @@ class ReinforceConfig:
     group_size: int = 4
     lr: float = 1e-2
     weight_decay: float = 1e-4
-    baseline: str = "group"  # none | ema | group
+    baseline: str = "group"  # none | ema | group | prefix
     ema_decay: float = 0.9
     entropy_coef: float = 0.01
     max_grad_norm: float = 1.0
@@ -79,41 +80,74 @@ class TrainingStopped(RuntimeError):
 
 
 # --------------------------------------------------------------------------- baselines
-def _baseline_none(
-    groups: list[list[Episode]], state: dict[str, float], cfg: ReinforceConfig
-) -> list[list[float]]:
-    return [[0.0] * len(g) for g in groups]
+# A baseline gives, per group and episode, one value per step: the advantage of step t is
+# G_t - b_t. ``none``, ``ema`` and ``group`` give every step of an episode the same value;
+# ``prefix`` gives each step its own.
+StepBaselines = list[list[list[float]]]
+Groups = list[list[Episode]]
 
 
-def _baseline_ema(
-    groups: list[list[Episode]], state: dict[str, float], cfg: ReinforceConfig
-) -> list[list[float]]:
+def _every_step(groups: Groups, values: list[list[float]]) -> StepBaselines:
+    return [
+        [[b] * len(e.returns) for e, b in zip(g, bs, strict=True)]
+        for g, bs in zip(groups, values, strict=True)
+    ]
+
+
+def _baseline_none(groups: Groups, state: dict[str, float], cfg: ReinforceConfig) -> StepBaselines:
+    return _every_step(groups, [[0.0] * len(g) for g in groups])
+
+
+def _baseline_ema(groups: Groups, state: dict[str, float], cfg: ReinforceConfig) -> StepBaselines:
     b = state.get("ema", 0.0)
     out = [[b] * len(g) for g in groups]
     mean = float(np.mean([e.returns[0] for g in groups for e in g]))
     state["ema"] = mean if "ema" not in state else cfg.ema_decay * b + (1 - cfg.ema_decay) * mean
-    return out
+    return _every_step(groups, out)
 
 
-def _baseline_group(
-    groups: list[list[Episode]], state: dict[str, float], cfg: ReinforceConfig
-) -> list[list[float]]:
-    out = []
+def _group_means(g: list[Episode]) -> list[float]:
+    """Leave-one-out mean of the other episodes' returns (0 for a group of one)."""
+    if len(g) == 1:
+        return [0.0]
+    g0 = np.array([e.returns[0] for e in g])
+    return [float(x) for x in (g0.sum() - g0) / (len(g) - 1)]
+
+
+def _baseline_group(groups: Groups, state: dict[str, float], cfg: ReinforceConfig) -> StepBaselines:
+    return _every_step(groups, [_group_means(g) for g in groups])
+
+
+def _baseline_prefix(groups: Groups, state: dict[str, float], cfg: ReinforceConfig) -> StepBaselines:
+    """Per step t: the mean G_t of the other episodes of the group (same task) that took the same
+    actions before step t, so reached the same decision; where none did, the group baseline.
+
+    Step 0 is the ``group`` baseline. A later decision is judged against the other choices made in
+    its own situation, not against the whole episodes of the group: in a two-step cascade the second
+    call's advantage no longer carries the first call's luck (docs/local-experiment.md)."""
+    out: StepBaselines = []
     for g in groups:
-        g0 = np.array([e.returns[0] for e in g])
-        if len(g) == 1:
-            out.append([0.0])
-        else:
-            out.append(list((g0.sum() - g0) / (len(g) - 1)))  # leave-one-out mean
+        fallback = _group_means(g)
+        rows = []
+        for i, e in enumerate(g):
+            row = []
+            for t in range(len(e.returns)):
+                same = [
+                    o.returns[t]
+                    for j, o in enumerate(g)
+                    if j != i and len(o.returns) > t and o.actions[:t] == e.actions[:t]
+                ]
+                row.append(float(np.mean(same)) if same else fallback[i])
+            rows.append(row)
+        out.append(rows)
     return out
 
 
-BASELINES: dict[
-    str, Callable[[list[list[Episode]], dict[str, float], ReinforceConfig], list[list[float]]]
-] = {
+BASELINES: dict[str, Callable[[Groups, dict[str, float], ReinforceConfig], StepBaselines]] = {
     "none": _baseline_none,
     "ema": _baseline_ema,
     "group": _baseline_group,
+    "prefix": _baseline_prefix,
 }
 
 
@@ -312,7 +346,7 @@ def train(
             for ep, b in zip(g, bs, strict=True):
                 feats += ep.feats
                 actions += ep.actions
-                advs += [ret - b for ret in ep.returns]
+                advs += [ret - bt for ret, bt in zip(ep.returns, b, strict=True)]
         logits = policy.logits(feats)
         logp_all = torch.log_softmax(logits, dim=-1)
         act = torch.as_tensor(actions)

@@ -33,6 +33,7 @@ class MaskablePPOConfig:
     learning_rate: float = 3e-4
     ent_coef: float = 0.01
     encoder: str = "hashing"
+    signals: bool = False  # append the answer signals (puppeteer.signals) to the observation
     max_steps: int = 5
     lam: float = 0.1
     seed: int = 0
@@ -54,7 +55,9 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
     out = Path(out_dir)
     pool = load_pool(cfg.pool)
     tasks = load_suite(cfg.suite, "train", n=cfg.n_train, seed=cfg.seed)
-    env = make_encoded_env(cfg.encoder, pool=pool, tasks=tasks, max_steps=cfg.max_steps, lam=cfg.lam)
+    env = make_encoded_env(
+        cfg.encoder, signals=cfg.signals, pool=pool, tasks=tasks, max_steps=cfg.max_steps, lam=cfg.lam
+    )
     model: Any = MaskablePPO(
         "MlpPolicy",
         env,
@@ -74,7 +77,7 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
         len(tasks),
     )
     model.learn(total_timesteps=cfg.steps)
-    save_sb3(model, out / "model", pool, cfg.encoder, cfg.max_steps)
+    save_sb3(model, out / "model", pool, cfg.encoder, cfg.max_steps, signals=cfg.signals)
     policy = MaskableModelPolicy(model, env.encoder, name=f"sb3:{out / 'model'}")
     common: dict[str, Any] = dict(
         pool=pool,
