@@ -66,3 +66,57 @@ def test_ab_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert "McNemar" in capsys.readouterr().out
     assert (out / "ab.json").exists()
+
+
+# ----------------------------------------------------------------------------- three or more arms
+
+
+def test_arms_compare_each_with_the_first_on_the_items_all_have(tmp_path: Path) -> None:
+    """Hand-made runs: A right on x, y; B right on x, y, z (one more call on y); C right on x only and
+    missing item w, which the summary therefore leaves out for every arm."""
+    from puppeteer.analytics.arms import compare_arms, write_arms_report
+
+    items = ("w", "x", "y", "z")
+    ra = write_eval_run(tmp_path / "a", [trajectory(t, ["A"], t in "xy") for t in items], policy="pa")
+    rb = write_eval_run(
+        tmp_path / "b", [trajectory(t, ["B", "B"] if t == "y" else ["B"], t != "w") for t in items], policy="pb"
+    )
+    rc = write_eval_run(tmp_path / "c", [trajectory(t, ["C"], t == "x") for t in "xyz"], policy="pc")
+    r = compare_arms([ra, rb, rc])
+    assert r.n_common == 3 and [a.label for a in r.arms] == ["A", "B", "C"]
+    assert [a.policy for a in r.arms] == ["pa", "pb", "pc"]
+    assert [round(a.accuracy, 3) for a in r.arms] == [0.667, 1.0, 0.333]  # on x, y, z
+    assert r.arms[1].calls == pytest.approx(4 / 3)
+    # the pairs use every item the two share: A-B all four (B only on z), A-C three (A only on y)
+    ab, ac = r.pairs
+    assert ab.n_pairs == 4 and (ab.accuracy.only_a, ab.accuracy.only_b) == (0, 1)
+    assert ac.n_pairs == 3 and (ac.accuracy.only_a, ac.accuracy.only_b) == (1, 0)
+    assert r.bonferroni == pytest.approx(0.025)
+    md_path, js_path, png_path = write_arms_report(r, tmp_path / "out")
+    md = md_path.read_text()
+    assert "Bonferroni threshold p < 0.025" in md and "### A vs C" in md and "`pb`" in md
+    saved = json.loads(js_path.read_text())
+    assert saved["n_common"] == 3 and saved["pairs"][1]["accuracy"]["only_a"] == 1
+    assert png_path.stat().st_size > 5000 and (tmp_path / "out" / "A_vs_B" / "ab.md").exists()
+
+
+def test_arms_need_two_and_share_an_item(tmp_path: Path) -> None:
+    from puppeteer.analytics.arms import compare_arms
+
+    ra = write_eval_run(tmp_path / "a", [trajectory("x", ["A"], True)])
+    rb = write_eval_run(tmp_path / "b", [trajectory("y", ["B"], True)])
+    with pytest.raises(ValueError, match="two arms"):
+        compare_arms([ra])
+    with pytest.raises(ValueError, match="share no items"):
+        compare_arms([ra, rb])
+
+
+def test_ab_command_with_three_arms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "three"
+    args = ["ab", "single:gpt5-cot", "vote:3", "oracle", "--pool", "sim-paper", "--suite", "arith"]
+    assert main([*args, "--n", "20", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Bonferroni" in printed and "A vs C" in printed
+    saved = json.loads((out / "arms.json").read_text())
+    assert [a["spec"] for a in saved["arms"]] == ["single:gpt5-cot", "vote:3", "oracle"]
+    assert all(a["n"] == 20 for a in saved["arms"])

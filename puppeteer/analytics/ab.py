@@ -63,7 +63,7 @@ def is_run_dir(source: str) -> bool:
     return p.is_dir() and (p / "trajectories.jsonl").exists()
 
 
-def _run_arm(source: str, label: str, out: Path, pool: str, suite: str, **eval_kwargs: Any) -> Path:
+def run_arm(source: str, label: str, out: Path, pool: str, suite: str, **eval_kwargs: Any) -> Path:
     """The run directory of one arm: given, or produced now by ``evaluate_policy``."""
     if is_run_dir(source):
         return Path(source)
@@ -125,8 +125,8 @@ def run_ab(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(n=n, split=split, seed=seed, max_steps=max_steps, lam=lam, cache=cache)
-    run_a = _run_arm(a, "A", out, pool, suite, **kw)
-    run_b = _run_arm(b, "B", out, pool, suite, **kw)
+    run_a = run_arm(a, "A", out, pool, suite, **kw)
+    run_b = run_arm(b, "B", out, pool, suite, **kw)
     result = compare_runs(run_a, run_b, a, b)
     write_report(result, out)
     return result

@@ -19,11 +19,12 @@ def configure_ab(p: argparse.ArgumentParser) -> None:
     from puppeteer.policies.baselines import SPEC_FORMS
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = "A and B: a policy spec or a finished eval run directory. Policy specs:\n  " + "\n  ".join(
-        SPEC_FORMS
+    p.epilog = (
+        "Each arm: a policy spec or a finished eval run directory. Two arms: the paired A/B (ab.md, "
+        "ab.json, ab.png). Three or more: each against the first (arms.md, arms.json, arms.png, and "
+        "A_vs_<label>/ab.*). Policy specs:\n  " + "\n  ".join(SPEC_FORMS)
     )
-    p.add_argument("a", help="arm A: policy spec or run directory")
-    p.add_argument("b", help="arm B: policy spec or run directory")
+    p.add_argument("arms", nargs="+", metavar="ARM", help="arms A B [C ...]: policy specs or run directories")
     p.add_argument("--pool", default="sim-paper", help="pool name or YAML path (for spec arms)")
     p.add_argument("--suite", default="mix-paper")
     p.add_argument("--split", default="test")
@@ -38,27 +39,25 @@ def configure_ab(p: argparse.ArgumentParser) -> None:
 
 def ab_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.analytics.ab import markdown, run_ab
+    from puppeteer.analytics.arms import arms_markdown, run_arms
     from puppeteer.backends.cache import resolve_cache
     from puppeteer.evaluation import slug
     from puppeteer.pool import load_pool
 
+    if len(args.arms) < 2:
+        console.print("[red]ab needs at least two arms[/red]")
+        return 2
     cache = resolve_cache(load_pool(args.pool), args.cache, args.no_cache)
-    out = Path(args.out) if args.out else Path("runs") / "ab" / slug(f"{args.a}_vs_{args.b}")
-    result = run_ab(
-        args.a,
-        args.b,
-        args.pool,
-        args.suite,
-        out,
-        n=args.n,
-        split=args.split,
-        seed=args.seed,
-        max_steps=args.max_steps,
-        lam=args.lam,
-        cache=cache,
-    )
-    console.print(markdown(result), markup=False, soft_wrap=True)
-    console.print(f"written: {out / 'ab.md'}, {out / 'ab.json'}, {out / 'ab.png'}")
+    out = Path(args.out) if args.out else Path("runs") / "ab" / slug("_vs_".join(args.arms))
+    kw = dict(n=args.n, split=args.split, seed=args.seed, max_steps=args.max_steps, lam=args.lam, cache=cache)
+    if len(args.arms) == 2:
+        result = run_ab(args.arms[0], args.arms[1], args.pool, args.suite, out, **kw)
+        console.print(markdown(result), markup=False, soft_wrap=True)
+        console.print(f"written: {out / 'ab.md'}, {out / 'ab.json'}, {out / 'ab.png'}")
+        return 0
+    arms = run_arms(args.arms, args.pool, args.suite, out, **kw)
+    console.print(arms_markdown(arms), markup=False, soft_wrap=True)
+    console.print(f"written: {out / 'arms.md'}, {out / 'arms.json'}, {out / 'arms.png'}")
     return 0
 
 
