@@ -78,9 +78,8 @@ def test_arms_compare_each_with_the_first_on_the_items_all_have(tmp_path: Path) 
 
     items = ("w", "x", "y", "z")
     ra = write_eval_run(tmp_path / "a", [trajectory(t, ["A"], t in "xy") for t in items], policy="pa")
-    rb = write_eval_run(
-        tmp_path / "b", [trajectory(t, ["B", "B"] if t == "y" else ["B"], t != "w") for t in items], policy="pb"
-    )
+    b_runs = [trajectory(t, ["B", "B"] if t == "y" else ["B"], t != "w") for t in items]
+    rb = write_eval_run(tmp_path / "b", b_runs, policy="pb")
     rc = write_eval_run(tmp_path / "c", [trajectory(t, ["C"], t == "x") for t in "xyz"], policy="pc")
     r = compare_arms([ra, rb, rc])
     assert r.n_common == 3 and [a.label for a in r.arms] == ["A", "B", "C"]

@@ -182,6 +182,14 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
+        r"^sweep .*--n-eval 500\b",
+        RealModels(
+            "a training run of the n = 500 three-arm study (2048 MiniLM episodes or 512 with 500 held-out "
+            "items: 3-10 min on 2 cores); the page's quick sweep runs here",
+            slow=False,
+        ),
+    ),
+    (
         r"\.\.\.|\[[A-Z_]+\]|\[--|^ab A B\b|HEAD_IP|=ADDRESS|=N\b| K\b",
         RealModels("a usage template with placeholders, not a runnable command", slow=False),
     ),
