@@ -119,3 +119,19 @@ def test_ab_command_with_three_arms(tmp_path: Path, capsys: pytest.CaptureFixtur
     saved = json.loads((out / "arms.json").read_text())
     assert [a["spec"] for a in saved["arms"]] == ["single:gpt5-cot", "vote:3", "oracle"]
     assert all(a["n"] == 20 for a in saved["arms"])
+
+
+def test_arms_plot_of_local_models_without_usd(tmp_path: Path) -> None:
+    """Local models cost no USD: the plot has the tokens panel only instead of a flat USD panel."""
+    from dataclasses import replace
+
+    from puppeteer.analytics.arms import arms_plot, compare_arms
+
+    ra = write_eval_run(tmp_path / "a", [trajectory(t, ["A"], t == "x") for t in "xy"])
+    rb = write_eval_run(tmp_path / "b", [trajectory(t, ["B"], True, tokens=50) for t in "xy"])
+    r = compare_arms([ra, rb])
+    free = replace(r, arms=tuple(replace(a, usd=0.0) for a in r.arms))
+    wide, narrow = arms_plot(r, tmp_path / "usd.png"), arms_plot(free, tmp_path / "local.png")
+    from PIL import Image
+
+    assert Image.open(narrow).size[0] < Image.open(wide).size[0]  # one panel instead of two

@@ -180,6 +180,7 @@ def arms_plot(result: ArmsResult, path: str | Path) -> Path:
             for a in result.arms
         ]
         for cost, title in (("tokens", "tokens per item"), ("usd", "USD per item"))
+        if cost == "tokens" or any(a.usd > 0 for a in result.arms)  # local models cost no USD
     }
     backends = " / ".join(sorted({a.backend for a in result.arms}))
     return accuracy_vs_cost(
