@@ -82,9 +82,9 @@ def test_arms_compare_each_with_the_first_on_the_items_all_have(tmp_path: Path) 
     rb = write_eval_run(tmp_path / "b", b_runs, policy="pb")
     rc = write_eval_run(tmp_path / "c", [trajectory(t, ["C"], t == "x") for t in "xyz"], policy="pc")
     r = compare_arms([ra, rb, rc])
-    assert r.n_common == 3 and [a.label for a in r.arms] == ["A", "B", "C"]
+    assert r.n_common == 3 and [a.arm.label for a in r.arms] == ["A", "B", "C"]
     assert [a.policy for a in r.arms] == ["pa", "pb", "pc"]
-    assert [round(a.accuracy, 3) for a in r.arms] == [0.667, 1.0, 0.333]  # on x, y, z
+    assert [round(a.arm.accuracy, 3) for a in r.arms] == [0.667, 1.0, 0.333]  # on x, y, z
     assert r.arms[1].calls == pytest.approx(4 / 3)
     # the pairs use every item the two share: A-B all four (B only on z), A-C three (A only on y)
     ab, ac = r.pairs

@@ -74,7 +74,8 @@ def run_arm(source: str, label: str, out: Path, pool: str, suite: str, **eval_kw
     return run_dir
 
 
-def _arm(label: str, spec: str, run_dir: Path, df: pd.DataFrame) -> Arm:
+def make_arm(label: str, spec: str, run_dir: Path, df: pd.DataFrame) -> Arm:
+    """The accuracy (Wilson interval) and metadata of one arm over the items of ``df``."""
     k, n = int(df["correct"].sum()), len(df)
     lo, hi = wilson_interval(k, n)
     meta = run_metadata(run_dir)
@@ -103,8 +104,8 @@ def compare_runs(run_a: str | Path, run_b: str | Path, spec_a: str = "", spec_b:
         col: paired_bootstrap(both[f"{col}_a"].fillna(0).to_numpy(), both[f"{col}_b"].fillna(0).to_numpy())
         for col, _ in PAIRED_METRICS
     }
-    a = _arm("A", spec_a or str(run_a), Path(run_a), da[da["task_id"].isin(both["task_id"])])
-    b = _arm("B", spec_b or str(run_b), Path(run_b), db[db["task_id"].isin(both["task_id"])])
+    a = make_arm("A", spec_a or str(run_a), Path(run_a), da[da["task_id"].isin(both["task_id"])])
+    b = make_arm("B", spec_b or str(run_b), Path(run_b), db[db["task_id"].isin(both["task_id"])])
     return ABResult(a, b, str(ma.get("pool")), str(ma.get("suite")), len(both), mc, metrics)
 
 

@@ -24,9 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from puppeteer.analytics.ab import ABResult, compare_runs, markdown, run_arm, write_report
+from puppeteer.analytics.ab import ABResult, Arm, compare_runs, make_arm, markdown, run_arm, write_report
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
-from puppeteer.analytics.stats import wilson_interval
 from puppeteer.analytics.store import load, run_metadata
 
 ALPHA = 0.05
@@ -35,20 +34,26 @@ LABELS = string.ascii_uppercase
 
 @dataclass(frozen=True)
 class ArmSummary:
-    """One arm on the items every arm has."""
+    """One arm on the items every arm has: its accuracy and metadata (``arm``), and its mean costs."""
 
-    label: str
-    spec: str  # as given: a policy spec or a run directory
-    policy: str  # the policy the run's results.json names
-    run_dir: str
-    backend: str
-    n: int
-    accuracy: float
-    ci_low: float
-    ci_high: float
+    arm: Arm
+    policy: str  # the policy the run's results.json names (``arm.spec`` is what was given)
     usd: float
     tokens: float
     calls: float
+
+    def point(self, cost: str, label: str) -> CostPoint:
+        """Accuracy with its interval against the mean ``cost`` ("tokens" or "usd")."""
+        return CostPoint(label, getattr(self, cost), self.arm.accuracy, self.arm.ci_low, self.arm.ci_high)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self.arm),
+            "policy": self.policy,
+            "usd": self.usd,
+            "tokens": self.tokens,
+            "calls": self.calls,
+        }
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,9 @@ class ArmsResult:
             "suite": self.suite,
             "n_common": self.n_common,
             "bonferroni_threshold": self.bonferroni,
-            "arms": [asdict(a) for a in self.arms],
+            "arms": [
+                {**asdict(a.arm), **{k: v for k, v in asdict(a).items() if k != "arm"}} for a in self.arms
+            ],
             "pairs": [p.to_dict() for p in self.pairs],
         }
 
@@ -84,20 +91,10 @@ def _summaries(runs: Sequence[Path], specs: Sequence[str]) -> tuple[int, tuple[A
     out = []
     for label, spec, run, df in zip(LABELS, specs, runs, frames, strict=False):
         d: pd.DataFrame = df.loc[common]
-        k, n = int(d["correct"].sum()), len(d)
-        lo, hi = wilson_interval(k, n)
-        meta = run_metadata(run)
         out.append(
             ArmSummary(
-                label,
-                spec,
-                str(meta.get("policy") or spec),
-                str(run),
-                str(meta.get("backend") or "?"),
-                n,
-                k / n,
-                lo,
-                hi,
+                make_arm(label, spec, run, d),
+                str(run_metadata(run).get("policy") or spec),
                 float(d["cost_usd"].fillna(0).mean()),
                 float(d["tokens"].fillna(0).mean()),
                 float(d["calls"].fillna(0).mean()),
@@ -145,12 +142,11 @@ def run_arms(
 
 
 def _front_labels(arms: Sequence[ArmSummary], cost: str) -> set[str]:
-    points = [CostPoint(a.label, getattr(a, cost), a.accuracy, a.ci_low, a.ci_high) for a in arms]
-    return {p.label for p in pareto_front(points)}
+    return {p.label for p in pareto_front([a.point(cost, a.arm.label) for a in arms])}
 
 
 def arms_markdown(result: ArmsResult) -> str:
-    backends = sorted({a.backend for a in result.arms})
+    backends = sorted({a.arm.backend for a in result.arms})
     front = _front_labels(result.arms, "tokens")
     lines = [
         f"Pool {result.pool}, suite {result.suite}: {len(result.arms)} arms on the {result.n_common} items "
@@ -161,12 +157,14 @@ def arms_markdown(result: ArmsResult) -> str:
         "vs A: exact McNemar p (A only / arm only) | Pareto (tokens) |",
         "|---|---|---|---:|---:|---:|---|:-:|",
     ]
-    for i, a in enumerate(result.arms):
+    for i, summary in enumerate(result.arms):
+        a = summary.arm
         mc = result.pairs[i - 1].accuracy if i else None
         versus = "-" if mc is None else f"{mc.p_value:.3g} ({mc.only_a} / {mc.only_b})"
         lines.append(
-            f"| {a.label} | `{a.policy}` | {a.accuracy:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}] | "
-            f"{a.usd:.4g} | {a.tokens:,.0f} | {a.calls:.2f} | {versus} | {'*' if a.label in front else ''} |"
+            f"| {a.label} | `{summary.policy}` | {a.accuracy:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}] | "
+            f"{summary.usd:.4g} | {summary.tokens:,.0f} | {summary.calls:.2f} | {versus} | "
+            f"{'*' if a.label in front else ''} |"
         )
     for label, pair in zip(LABELS[1:], result.pairs, strict=False):
         lines += ["", f"### A vs {label}", "", markdown(pair).rstrip()]
@@ -176,13 +174,15 @@ def arms_markdown(result: ArmsResult) -> str:
 def arms_plot(result: ArmsResult, path: str | Path) -> Path:
     panels = {
         title: [
-            CostPoint(f"{a.label}: {a.policy}", getattr(a, cost), a.accuracy, a.ci_low, a.ci_high)
-            for a in result.arms
+            CostPoint(
+                f"{s.arm.label}: {s.policy}", getattr(s, cost), s.arm.accuracy, s.arm.ci_low, s.arm.ci_high
+            )
+            for s in result.arms
         ]
         for cost, title in (("tokens", "tokens per item"), ("usd", "USD per item"))
         if cost == "tokens" or any(a.usd > 0 for a in result.arms)  # local models cost no USD
     }
-    backends = " / ".join(sorted({a.backend for a in result.arms}))
+    backends = " / ".join(sorted({a.arm.backend for a in result.arms}))
     return accuracy_vs_cost(
         panels,
         path,
