@@ -74,9 +74,7 @@ class ArmsResult:
             "suite": self.suite,
             "n_common": self.n_common,
             "bonferroni_threshold": self.bonferroni,
-            "arms": [
-                {**asdict(a.arm), **{k: v for k, v in asdict(a).items() if k != "arm"}} for a in self.arms
-            ],
+            "arms": [a.to_dict() for a in self.arms],
             "pairs": [p.to_dict() for p in self.pairs],
         }
 
@@ -173,12 +171,7 @@ def arms_markdown(result: ArmsResult) -> str:
 
 def arms_plot(result: ArmsResult, path: str | Path) -> Path:
     panels = {
-        title: [
-            CostPoint(
-                f"{s.arm.label}: {s.policy}", getattr(s, cost), s.arm.accuracy, s.arm.ci_low, s.arm.ci_high
-            )
-            for s in result.arms
-        ]
+        title: [a.point(cost, f"{a.arm.label}: {a.policy}") for a in result.arms]
         for cost, title in (("tokens", "tokens per item"), ("usd", "USD per item"))
         if cost == "tokens" or any(a.usd > 0 for a in result.arms)  # local models cost no USD
     }
