@@ -82,8 +82,25 @@ def make_arm(label: str, spec: str, run_dir: Path, df: pd.DataFrame) -> Arm:
     return Arm(label, spec, str(run_dir), str(meta.get("backend") or "?"), n, k / n if n else 0.0, lo, hi)
 
 
+def episodes_of(run_dir: str | Path) -> pd.DataFrame:
+    """One row per item of a finished eval run (the first, where an item was written twice)."""
+    return load(run_dir).drop_duplicates("task_id")
+
+
 def compare_runs(run_a: str | Path, run_b: str | Path, spec_a: str = "", spec_b: str = "") -> ABResult:
     """Pair two finished eval runs by task id and compare them."""
+    return compare_episodes(run_a, run_b, episodes_of(run_a), episodes_of(run_b), spec_a, spec_b)
+
+
+def compare_episodes(
+    run_a: str | Path,
+    run_b: str | Path,
+    da: pd.DataFrame,
+    db: pd.DataFrame,
+    spec_a: str = "",
+    spec_b: str = "",
+) -> ABResult:
+    """:func:`compare_runs` on the runs' episodes already loaded (:func:`episodes_of`)."""
     ma, mb = run_metadata(run_a), run_metadata(run_b)
     if ma.get("seed") != mb.get("seed"):
         log.warning(
@@ -91,8 +108,6 @@ def compare_runs(run_a: str | Path, run_b: str | Path, spec_a: str = "", spec_b:
             ma.get("seed"),
             mb.get("seed"),
         )
-    da = load(run_a).drop_duplicates("task_id")
-    db = load(run_b).drop_duplicates("task_id")
     both = da.merge(db, on="task_id", suffixes=("_a", "_b"))
     if both.empty:
         raise ValueError(f"{run_a} and {run_b} share no items")

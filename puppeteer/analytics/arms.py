@@ -24,9 +24,18 @@ from typing import Any
 
 import pandas as pd
 
-from puppeteer.analytics.ab import ABResult, Arm, compare_runs, make_arm, markdown, run_arm, write_report
+from puppeteer.analytics.ab import (
+    ABResult,
+    Arm,
+    compare_episodes,
+    episodes_of,
+    make_arm,
+    markdown,
+    run_arm,
+    write_report,
+)
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
-from puppeteer.analytics.store import load, run_metadata
+from puppeteer.analytics.store import run_metadata
 
 ALPHA = 0.05
 LABELS = string.ascii_uppercase
@@ -79,8 +88,10 @@ class ArmsResult:
         }
 
 
-def _summaries(runs: Sequence[Path], specs: Sequence[str]) -> tuple[int, tuple[ArmSummary, ...]]:
-    frames = [load(r).drop_duplicates("task_id").set_index("task_id") for r in runs]
+def _summaries(
+    runs: Sequence[Path], specs: Sequence[str], episodes: Sequence[pd.DataFrame]
+) -> tuple[int, tuple[ArmSummary, ...]]:
+    frames = [e.set_index("task_id") for e in episodes]
     common = frames[0].index
     for f in frames[1:]:
         common = common.intersection(f.index)
@@ -113,8 +124,12 @@ def compare_arms(runs: Sequence[str | Path], specs: Sequence[str] | None = None)
     _check_count(len(runs))
     paths = [Path(r) for r in runs]
     names = list(specs) if specs else [str(r) for r in runs]
-    pairs = tuple(compare_runs(paths[0], p, names[0], s) for p, s in zip(paths[1:], names[1:], strict=True))
-    n_common, arms = _summaries(paths, names)
+    episodes = [episodes_of(p) for p in paths]  # each run read once
+    pairs = tuple(
+        compare_episodes(paths[0], p, episodes[0], e, names[0], s)
+        for p, e, s in zip(paths[1:], episodes[1:], names[1:], strict=True)
+    )
+    n_common, arms = _summaries(paths, names, episodes)
     meta = run_metadata(paths[0])
     return ArmsResult(str(meta.get("pool")), str(meta.get("suite")), n_common, arms, pairs)
 
