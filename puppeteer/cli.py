@@ -213,6 +213,13 @@ def _configure_quickstart(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: every CPU)")
+    p.add_argument(
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="decode one model call at a time (the path before batched decoding; for benchmarks)",
+    )
 
 
 def _quickstart(args: argparse.Namespace, console: Console) -> int:
@@ -226,6 +233,8 @@ def _quickstart(args: argparse.Namespace, console: Console) -> int:
         max_steps=args.max_steps,
         encoder=args.encoder,
         seed=args.seed,
+        n_threads=args.threads,
+        batching=args.batching,
     )
     run_quickstart(cfg, args.out, cache=args.cache, console=console)
     return 0

@@ -61,6 +61,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="llama.cpp threads (default: every available CPU; calls run one at a time)",
     )
+    p.add_argument(
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="llama.cpp decodes one call at a time (the path before batched decoding; for benchmarks)",
+    )
     p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
@@ -205,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = resolve_cache(pool, args.cache, args.no_cache)
     options = {k: dict(v) for k, v in pool.backend_options.items()}
     options.setdefault("llamacpp", {})["n_threads"] = args.n_threads or available_cpus()
+    options["llamacpp"]["batching"] = args.batching
     # one set of loaded models for every run, unless the backend is tied to one run's answer key
     backend = None if pool.needs_answer_key else make_router(options, cache=cache)
     command = redact(shlex.join(["python", "scripts/baselines_table.py", *argv]))  # no key in the docs

@@ -374,6 +374,45 @@ def test_batched_completion_reports_queue_wait_apart_from_latency(monkeypatch: p
     assert (c.queue_s, c.latency_s) == (1.5, 2.5) and c.completion_tokens == 2 and not c.truncated
 
 
+class _OverlapProbe:
+    """Stands in for a loaded Llama: records how many calls, over all models, run at once."""
+
+    def __init__(self, counter: dict[str, int], guard: threading.Lock) -> None:
+        self.counter, self.guard = counter, guard
+
+    def create_chat_completion(self, **kwargs: object) -> dict[str, object]:
+        with self.guard:
+            self.counter["now"] += 1
+            self.counter["max"] = max(self.counter["max"], self.counter["now"])
+        time.sleep(0.05)
+        with self.guard:
+            self.counter["now"] -= 1
+        return {"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}], "usage": {}}
+
+
+@pytest.mark.parametrize(("n_threads", "most_at_once"), [(2, 1), (1, 2)])
+def test_one_at_a_time_path_never_runs_two_models_on_more_threads_than_cores(
+    monkeypatch: pytest.MonkeyPatch, n_threads: int, most_at_once: int
+) -> None:
+    """batching=False with every core per call: two models take turns (a second one would make
+    llama.cpp's spinning threads oversubscribe the CPUs); with half the cores each, both may run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from puppeteer.backends import llamacpp
+
+    monkeypatch.setattr(llamacpp, "available_cpus", lambda: 2)
+    backend = llamacpp.LlamaCppBackend(n_threads=n_threads, batching=False)
+    counter, guard = {"now": 0, "max": 0}, threading.Lock()
+    keys = ("qwen2.5-coder-0.5b", "smollm2-135m")
+    for key in keys:
+        backend._slot(key).llama = _OverlapProbe(counter, guard)
+    requests = [CompletionRequest(model=spec_for(k), messages=(Message("user", "2+2?"),)) for k in keys * 4]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        texts = [c.text for c in pool.map(backend.complete, requests)]
+    assert texts == ["4"] * 8
+    assert counter["max"] == most_at_once
+
+
 @pytest.mark.parametrize(
     ("load", "idle_share", "threads"),
     [

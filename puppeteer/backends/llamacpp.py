@@ -29,7 +29,8 @@ Options worth knowing:
   ``latency_s`` no longer grows with the queue in front of a call; with ``batching=False``,
   ``queue_s`` is the wait for the model's lock.
   ``batching=False`` is the previous path (one ``create_chat_completion`` at a time per
-  model, half the CPUs by default).
+  model, half the CPUs by default). When ``n_threads`` is more than half the CPUs, its calls
+  also take the compute lock, so two models never spin more threads than there are cores.
 - ``share_prefix`` (default True, batching with ``reuse_prefix``): calls in flight together
   evaluate their common prompt prefix (a system prompt, the few-shot examples) once; the
   other sequences get its KV cells from the one that evaluated it
@@ -253,6 +254,8 @@ class LlamaCppBackend(SyncBackend):
         self._slots: dict[str, _Slot] = {}
         self._slots_lock = threading.Lock()
         self._compute = threading.Lock()  # one model decodes at a time, with all the threads
+        # one-at-a-time path: two models at once would oversubscribe the cores (see default_threads)
+        self._exclusive = not batching and 2 * self.n_threads > available_cpus()
         # async callers wait for the decoding loops in these threads (asyncio's default pool is small)
         self._waiters = ThreadPoolExecutor(max_workers=4 * n_parallel, thread_name_prefix="llamacpp-wait")
 
@@ -375,7 +378,7 @@ class LlamaCppBackend(SyncBackend):
             return self._completion(request, response, wall - queue, queue)
         slot = self._slot(key)
         waiting = time.perf_counter()
-        with slot.lock:
+        with slot.lock, self._compute if self._exclusive else contextlib.nullcontext():
             queue = time.perf_counter() - waiting
             if slot.llama is None:
                 slot.llama = self._load(key)

@@ -61,6 +61,12 @@ class QuickstartConfig:
     )
     seed: int = 0
     n_threads: int | None = None  # llama.cpp threads; None = all available CPUs
+    # llama.cpp decodes the pending calls of a model together (issue 13); False: one call at a time,
+    # the path before batching, kept for side-by-side benchmarks (scripts/bench_end_to_end.py)
+    batching: bool = True
+    # episodes stepped together: a whole training batch, so its distinct calls are pending at once
+    # and batch per model (with 4, one group's episodes ran alone and mostly shared one call)
+    parallel_envs: int = 16
 
 
 def _row(name: str, r: EvalResult) -> dict[str, Any]:
@@ -109,13 +115,15 @@ def run_quickstart(
             group_size=cfg.group_size,
             lr=0.01,
             eval_every=10**9,
-            parallel_envs=4,
+            parallel_envs=cfg.parallel_envs,
             seed=cfg.seed,
         ),
         suite=cfg.suite,
         seed=cfg.seed,
-        # one model call at a time, so llama.cpp may use every core
-        backend=BackendSpec.of({"llamacpp": {"n_threads": cfg.n_threads or available_cpus()}}, cache),
+        # one decoding loop per model under one compute lock: llama.cpp may use every core
+        backend=BackendSpec.of(
+            {"llamacpp": {"n_threads": cfg.n_threads or available_cpus(), "batching": cfg.batching}}, cache
+        ),
     )
     env = job.env(tasks=train_tasks, training=True)
     backend = env.executor.backend  # one set of loaded models for training, evaluation and baselines

@@ -1,0 +1,202 @@
+"""End-to-end wall time, batched decoding on vs off, side by side in one run (backend: llamacpp).
+
+Issue 13's end-to-end goal: the quickstart and the baselines table on a fresh response cache,
+with llama.cpp's batched decoding (the default) against the one-at-a-time path
+(``batching=False``), both with every CPU as llama.cpp threads. Each workload runs as its own
+process (models loaded, start-up included, as a user sees it), each time on a new, empty response
+cache; the arms alternate within a round, and in every other round the order is swapped.
+Each finished run appends one JSON line to ``--jsonl`` at once, so a stopped benchmark keeps what
+it measured, and a rerun skips the (workload, arm, round) lines already there.
+
+    python scripts/bench_end_to_end.py --out runs/e2e --workloads quickstart baselines --rounds 1
+
+The machine should be idle: the load average before and after each run is recorded beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ARMS = ("one-at-a-time", "batched")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A command for one arm, given its run directory and its fresh response cache."""
+
+    name: str
+    describe: str
+    command: Callable[[str, Path, Path], list[str]]
+
+
+def _quickstart(arm: str, run: Path, cache: Path) -> list[str]:
+    extra = ["--no-batching"] if arm == "one-at-a-time" else []
+    return ["puppeteer", "quickstart", "--out", str(run / "qs"), "--cache", str(cache), *extra]
+
+
+def _baselines(specs: tuple[str, ...], n: int) -> Callable[[str, Path, Path], list[str]]:
+    def command(arm: str, run: Path, cache: Path) -> list[str]:
+        extra = ["--no-batching"] if arm == "one-at-a-time" else []
+        return [
+            sys.executable,
+            "scripts/baselines_table.py",
+            "--pool",
+            "local",
+            "--suites",
+            "gsm8k",
+            "--n",
+            str(n),
+            "--specs",
+            *specs,
+            "--cache",
+            str(cache),
+            "--runs-dir",
+            str(run / "runs"),
+            "--out",
+            str(run / "table.md"),
+            "--no-plot",
+            "--quiet",
+            *extra,
+        ]
+
+    return command
+
+
+SINGLES = (
+    "single:qwen1.5b-cot",
+    "single:qwen1.5b-python",
+    "single:qwen1.5b-verify",
+    "single:qwen0.5b-cot",
+    "single:qwen0.5b-direct",
+    "single:qwen0.5b-calc",
+    "single:qwen0.5b-summarize",
+    "single:smollm2-direct",
+    "single:smollm2-cot",
+)
+
+
+def workloads(n_baselines: int) -> dict[str, Workload]:
+    return {
+        "quickstart": Workload(
+            "quickstart",
+            "`puppeteer quickstart` (train 128 episodes on 12 items, evaluate 6 policies on 12 held-out "
+            "items)",
+            _quickstart,
+        ),
+        "baselines": Workload(
+            "baselines",
+            f"`scripts/baselines_table.py --pool local --suites gsm8k --n {n_baselines}`: the 9 single "
+            "agents, `vote:3` and `chain`",
+            _baselines((*SINGLES, "vote:3", "chain"), n_baselines),
+        ),
+    }
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def read_rows(path: Path) -> list[dict[str, object]]:
+    """The finished runs; a line cut short by a killed benchmark is skipped."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def done_keys(path: Path) -> set[tuple[str, str, int]]:
+    return {(r["workload"], r["arm"], r["round"]) for r in read_rows(path) if r["rc"] == 0}
+
+
+def run_one(w: Workload, arm: str, rnd: int, out: Path, log: Path) -> dict[str, object]:
+    run = out / w.name / f"{arm}-r{rnd}"
+    run.mkdir(parents=True, exist_ok=True)
+    cache = run / "responses.sqlite"
+    for stale in run.glob("responses.sqlite*"):
+        stale.unlink()  # a fresh cache: every model call is computed
+    cmd = w.command(arm, run, cache)
+    before = load1()
+    start = time.perf_counter()
+    with (run / "output.log").open("w") as sink:
+        rc = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, check=False).returncode
+    wall = time.perf_counter() - start
+    row = {
+        "workload": w.name,
+        "arm": arm,
+        "round": rnd,
+        "rc": rc,
+        "wall_s": round(wall, 1),
+        "load1_before": round(before, 2),
+        "load1_after": round(load1(), 2),
+        "command": shlex.join(cmd),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    with log.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
+
+
+def table(rows: list[dict[str, object]], ws: dict[str, Workload]) -> str:
+    lines = [
+        "| workload | one-at-a-time, wall s | batched, wall s | speed-up | runs |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, w in ws.items():
+        ok = [r for r in rows if r["workload"] == name and r["rc"] == 0]
+        walls = {arm: [float(r["wall_s"]) for r in ok if r["arm"] == arm] for arm in ARMS}
+        if not all(walls.values()):
+            continue
+        off, on = (statistics.median(walls[a]) for a in ARMS)
+        runs = f"{len(walls[ARMS[0]])} + {len(walls[ARMS[1]])}"
+        lines.append(f"| {w.describe} | {off:.0f} | {on:.0f} | {off / on:.2f}x | {runs} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="runs/e2e")
+    p.add_argument("--workloads", nargs="+", default=["quickstart", "baselines"])
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--n-baselines", type=int, default=8, help="GSM8K items of the baselines workload")
+    args = p.parse_args(argv)
+    ws = workloads(args.n_baselines)
+    unknown = sorted(set(args.workloads) - set(ws))
+    if unknown:
+        p.error(f"unknown workload(s) {unknown}; choose from {sorted(ws)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "e2e.jsonl"
+    done = done_keys(log)
+    for rnd in range(args.rounds):
+        arms = ARMS if rnd % 2 == 0 else ARMS[::-1]
+        for name in args.workloads:
+            for arm in arms:
+                if (name, arm, rnd) in done:
+                    continue
+                sys.stderr.write(f"[{time.strftime('%H:%M:%S')}] {name} / {arm} / round {rnd} ...\n")
+                row = run_one(ws[name], arm, rnd, out, log)
+                load = f"load {row['load1_before']} -> {row['load1_after']}"
+                sys.stderr.write(f"  rc {row['rc']}, {row['wall_s']} s ({load})\n")
+    rows = read_rows(log)
+    chosen = {k: ws[k] for k in args.workloads}
+    sys.stdout.write(table(rows, chosen) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
