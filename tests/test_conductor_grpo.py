@@ -309,6 +309,11 @@ def test_shared_prompt_training_matches_trls_full_forward(
             "grpo.max_steps=1",
             "grpo.warmup_steps=0",
             "grpo.learning_rate=1e-3",
+            # SGD: the step is linear in the gradient, so equal weights mean equal gradients. Adam's
+            # first step is lr * g / (|g| + eps): a near-zero gradient whose last bits round
+            # differently in the two forwards (CPU kernels differ by machine) can flip sign there and
+            # move one weight by 2 * lr (seen on an AMD EPYC VM: 4 of 12,800 embedding cells)
+            "+grpo.optim=sgd",
             "eval.before=false",
         )
         cfg = conductor_cfg(FULL_FT, *TINY, *overrides, f"share_prompt_prefix={share}")
@@ -317,11 +322,14 @@ def test_shared_prompt_training_matches_trls_full_forward(
     weights = {s: load_file(str(tmp_path / str(s) / "final" / "model.safetensors")) for s in (True, False)}
     assert weights[True].keys() == weights[False].keys()
     start = load_conductor_model(ModelSpec(id="tiny-random"))[0].state_dict()
-    moved = 0
-    for name, w in weights[True].items():
-        assert torch.allclose(w, weights[False][name], atol=1e-5), name
-        moved += int(not torch.allclose(w, start[name].to(w.dtype), atol=1e-7)) if name in start else 0
-    assert moved > 0  # the step changed weights, so the comparison means something
+    assert set(start) >= set(weights[True])
+    # the step's update of every weight, with and without the shared prompt
+    steps = {s: {k: w - start[k].to(w.dtype) for k, w in weights[s].items()} for s in (True, False)}
+    largest = max(float(d.abs().max()) for d in steps[False].values())
+    assert largest > 1e-5  # the step changed weights, so the comparison means something
+    for name, update in steps[True].items():
+        # equal up to float rounding: 1% of the largest update (measured: under 0.1%)
+        assert torch.allclose(update, steps[False][name], rtol=0, atol=0.01 * largest), name
     assert results[True]["heldout_after"] == results[False]["heldout_after"]
 
 
