@@ -374,6 +374,49 @@ def test_batched_completion_reports_queue_wait_apart_from_latency(monkeypatch: p
     assert (c.queue_s, c.latency_s) == (1.5, 2.5) and c.completion_tokens == 2 and not c.truncated
 
 
+def test_concurrent_model_loads_leave_stdout_working(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """llama-cpp-python silences stdout during a load and restores what it saw on entry: two loads
+    at once used to leave sys.stdout (and fd 1) on /dev/null for the rest of the process."""
+    pytest.importorskip("llama_cpp")
+    import llama_cpp
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    from puppeteer.backends import llamacpp
+
+    class SlowSilentLoad:  # what Llama.__init__ does with verbose=False, made slow enough to overlap
+        def __init__(self, **kwargs: object) -> None:
+            with suppress_stdout_stderr(disable=False):
+                time.sleep(0.05)
+
+    monkeypatch.setattr(llama_cpp, "Llama", SlowSilentLoad)
+    out = tmp_path / "stdout.txt"
+    real_fd = os.dup(1)
+    real_stdout, real_stderr = sys.stdout, sys.stderr
+    try:
+        with out.open("w") as sink:
+            os.dup2(sink.fileno(), 1)
+            sys.stdout = os.fdopen(os.dup(1), "w", buffering=1)
+            start = threading.Barrier(4)
+
+            def load() -> None:
+                start.wait()
+                llamacpp.load_llama(tmp_path / "m.gguf", n_ctx=8, n_threads=1, extra_buffers=True)
+
+            threads = [threading.Thread(target=load) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            print("after the loads")
+            sys.stdout.flush()
+            os.write(1, b"fd 1 too\n")
+    finally:
+        os.dup2(real_fd, 1)
+        os.close(real_fd)
+        sys.stdout, sys.stderr = real_stdout, real_stderr
+    assert out.read_text() == "after the loads\nfd 1 too\n"
+
+
 class _OverlapProbe:
     """Stands in for a loaded Llama: records how many calls, over all models, run at once."""
 

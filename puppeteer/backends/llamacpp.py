@@ -80,6 +80,13 @@ SAMPLING_OPTIONS = frozenset(
 # for the duration of a load. This lock makes that window exclusive within the process.
 _PARAMS_PATCH_LOCK = threading.Lock()
 
+# ``Llama.__init__`` (verbose=False) points fds 1 and 2 and ``sys.stdout`` / ``sys.stderr`` at
+# /dev/null while it loads, and restores what it saw on entry. Two loads at once in two threads
+# (the batched backend loads each model on first use, from whichever thread asks) interleave so that
+# the later one "restores" /dev/null: every later line of the process's stdout was lost (the
+# quickstart's result table, in about half of the runs with stdout in a file). Loads take turns.
+_LOAD_LOCK = threading.Lock()
+
 
 @contextlib.contextmanager
 def _extra_buffers_disabled() -> Iterator[None]:
@@ -136,7 +143,7 @@ def load_llama(
                 "loading %s without extra buffer types (pass extra_buffers=True to override)",
                 path.name,
             )
-    with contextlib.nullcontext() if extra_buffers else _extra_buffers_disabled():
+    with _LOAD_LOCK, contextlib.nullcontext() if extra_buffers else _extra_buffers_disabled():
         return Llama(
             model_path=str(path),
             n_ctx=n_ctx,
