@@ -75,37 +75,36 @@ SAMPLING_OPTIONS = frozenset(
 )
 
 
-# llama-cpp-python builds its model parameters inside ``Llama.__init__`` and exposes no
-# ``use_extra_bufts`` argument, so the one way to set it is to wrap the defaults factory
-# for the duration of a load. This lock makes that window exclusive within the process.
-_PARAMS_PATCH_LOCK = threading.Lock()
-
-# ``Llama.__init__`` (verbose=False) points fds 1 and 2 and ``sys.stdout`` / ``sys.stderr`` at
-# /dev/null while it loads, and restores what it saw on entry. Two loads at once in two threads
-# (the batched backend loads each model on first use, from whichever thread asks) interleave so that
-# the later one "restores" /dev/null: every later line of the process's stdout was lost (the
-# quickstart's result table, in about half of the runs with stdout in a file). Loads take turns.
+# Loading a model changes process-wide state for a moment, so loads take turns (``load_llama``):
+# - ``Llama.__init__`` (verbose=False) points fds 1 and 2 and ``sys.stdout`` / ``sys.stderr`` at
+#   /dev/null while it loads and restores what it saw on entry. Two loads at once in two threads
+#   (the batched backend loads each model on first use, from whichever thread asks) interleave so
+#   that the later one "restores" /dev/null: every later line of the process's stdout was lost (the
+#   quickstart's result table, in about half of the runs with stdout in a file).
+# - llama-cpp-python builds its model parameters inside ``Llama.__init__`` and exposes no
+#   ``use_extra_bufts`` argument, so the one way to set it is to wrap the defaults factory for the
+#   duration of a load (``_extra_buffers_disabled``).
 _LOAD_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
 def _extra_buffers_disabled() -> Iterator[None]:
+    """Load without extra buffer types; patches a module attribute, so only under ``_LOAD_LOCK``."""
     import llama_cpp.llama as llama_module
 
     low = llama_module.llama_cpp
-    with _PARAMS_PATCH_LOCK:
-        original = low.llama_model_default_params
+    original = low.llama_model_default_params
 
-        def defaults() -> object:
-            params = original()
-            params.use_extra_bufts = False
-            return params
+    def defaults() -> object:
+        params = original()
+        params.use_extra_bufts = False
+        return params
 
-        low.llama_model_default_params = defaults
-        try:
-            yield
-        finally:
-            low.llama_model_default_params = original
+    low.llama_model_default_params = defaults
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = original
 
 
 def build_has_amx() -> bool:
