@@ -32,21 +32,22 @@ ARMS = ("one-at-a-time", "batched")
 
 @dataclass(frozen=True)
 class Workload:
-    """A command for one arm, given its run directory and its fresh response cache."""
+    """A command, given its run directory and its fresh response cache; both take ``--no-batching``."""
 
     name: str
     describe: str
-    command: Callable[[str, Path, Path], list[str]]
+    base: Callable[[Path, Path], list[str]]
+
+    def command(self, arm: str, run: Path, cache: Path) -> list[str]:
+        return [*self.base(run, cache), *(["--no-batching"] if arm == "one-at-a-time" else [])]
 
 
-def _quickstart(arm: str, run: Path, cache: Path) -> list[str]:
-    extra = ["--no-batching"] if arm == "one-at-a-time" else []
-    return ["puppeteer", "quickstart", "--out", str(run / "qs"), "--cache", str(cache), *extra]
+def _quickstart(run: Path, cache: Path) -> list[str]:
+    return ["puppeteer", "quickstart", "--out", str(run / "qs"), "--cache", str(cache)]
 
 
-def _baselines(specs: tuple[str, ...], n: int) -> Callable[[str, Path, Path], list[str]]:
-    def command(arm: str, run: Path, cache: Path) -> list[str]:
-        extra = ["--no-batching"] if arm == "one-at-a-time" else []
+def _baselines(specs: tuple[str, ...], n: int) -> Callable[[Path, Path], list[str]]:
+    def command(run: Path, cache: Path) -> list[str]:
         return [
             sys.executable,
             "scripts/baselines_table.py",
@@ -66,7 +67,6 @@ def _baselines(specs: tuple[str, ...], n: int) -> Callable[[str, Path, Path], li
             str(run / "table.md"),
             "--no-plot",
             "--quiet",
-            *extra,
         ]
 
     return command

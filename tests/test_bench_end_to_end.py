@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _scripts import load_script
 
 from puppeteer.cli import main
-
-
-def _load_bench() -> ModuleType:
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_end_to_end.py"
-    spec = importlib.util.spec_from_file_location("bench_end_to_end", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
-    spec.loader.exec_module(module)
-    return module
 
 
 def _row(workload: str, arm: str, rnd: int, wall: float, rc: int = 0) -> dict[str, Any]:
@@ -29,7 +17,7 @@ def _row(workload: str, arm: str, rnd: int, wall: float, rc: int = 0) -> dict[st
 
 
 def test_table_reports_medians_and_their_ratio_over_successful_runs_only() -> None:
-    bench = _load_bench()
+    bench = load_script("bench_end_to_end")
     rows = [
         _row("quickstart", "one-at-a-time", 0, 900.0),
         _row("quickstart", "one-at-a-time", 1, 1100.0),
@@ -48,7 +36,7 @@ def test_table_reports_medians_and_their_ratio_over_successful_runs_only() -> No
 
 
 def test_done_keys_skip_only_runs_that_finished(tmp_path: Path) -> None:
-    bench = _load_bench()
+    bench = load_script("bench_end_to_end")
     log = tmp_path / "e2e.jsonl"
     assert bench.done_keys(log) == set()
     rows = [_row("quickstart", "batched", 0, 500.0), _row("quickstart", "one-at-a-time", 0, 60.0, rc=137)]
@@ -57,7 +45,7 @@ def test_done_keys_skip_only_runs_that_finished(tmp_path: Path) -> None:
 
 
 def test_only_the_one_at_a_time_arm_turns_batching_off(tmp_path: Path) -> None:
-    bench = _load_bench()
+    bench = load_script("bench_end_to_end")
     for w in bench.workloads(8).values():
         off = w.command("one-at-a-time", tmp_path, tmp_path / "c.sqlite")
         on = w.command("batched", tmp_path, tmp_path / "c.sqlite")

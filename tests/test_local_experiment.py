@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-
-def _load() -> ModuleType:
-    script = Path(__file__).resolve().parent.parent / "scripts" / "local_experiment.py"
-    spec = importlib.util.spec_from_file_location("local_experiment", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+from _scripts import load_script
 
 
 @pytest.mark.slow  # ~40 s idle: two training runs, two re-evaluations, eleven baselines
 def test_train_baselines_and_report_on_the_simulator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    exp = _load()
+    exp = load_script("local_experiment")
     out = tmp_path / "exp"
     argv = [
         "local_experiment.py",
@@ -71,7 +60,7 @@ def test_train_baselines_and_report_on_the_simulator(
 def test_agents_restricts_the_router_and_the_baselines_to_those_agents(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    exp = _load()
+    exp = load_script("local_experiment")
     out = tmp_path / "exp"
     agents = ["gemma3-27b-cot", "qwen3-32b-cot", "gpt5-cot"]
     argv = [

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _scripts import load_script
 
 from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.evaluation import evaluate_policy
-
-
-def _load_table_script() -> ModuleType:
-    script = Path(__file__).resolve().parent.parent / "scripts" / "baselines_table.py"
-    spec = importlib.util.spec_from_file_location("baselines_table", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _write(path: Path, correct: dict[str, bool]) -> Path:
@@ -78,7 +68,7 @@ def test_reads_what_evaluate_policy_writes(tmp_path: Path) -> None:
 
 
 def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
-    module = _load_table_script()
+    module = load_script("baselines_table")
     out = tmp_path / "table.md"
     runs = tmp_path / "runs"
     specs = ["single:gpt5-cot", "single:gemma3-27b-cot", "vote:3", "chain:gemma3-27b-cot,gpt5-cot"]
@@ -158,7 +148,7 @@ def test_pareto_front_keeps_only_undominated_policies() -> None:
 
 
 def test_baselines_table_rewrite_keeps_hand_written_notes(tmp_path: Path) -> None:
-    module = _load_table_script()
+    module = load_script("baselines_table")
     out = tmp_path / "table.md"
     args = [
         "--pool",
