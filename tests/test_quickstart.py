@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+import yaml
 from rich.console import Console
 
-from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
+from puppeteer.jobs.quickstart import QuickstartConfig, cost_axis, headline, run_quickstart
+from puppeteer.pool import load_pool
+from puppeteer.trajectories import read_trajectories
 
+REPO = Path(__file__).resolve().parents[1]
 SIM = QuickstartConfig(
     pool="sim-paper",
     agents=("gpt5-cot", "gemma3-27b-cot", "qwen3-32b-cot"),
@@ -18,6 +24,7 @@ SIM = QuickstartConfig(
     n_eval=8,
     episodes=64,
     encoder="hashing",
+    cost_model="tokens",  # sim-paper declares no model speeds
     baselines=("single:gemma3-27b-cot", "random"),
 )
 
@@ -27,6 +34,24 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("qs")
     with (out / "log").open("w") as log:
         summary = run_quickstart(SIM, out, cache=out / "responses.sqlite", console=Console(file=log))
+    return out, summary
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The default settings' path (cost model `minutes`, a model-seconds column): sim-paper with
+    declared single-stream speeds, as `local-v2` declares them for its llama.cpp models."""
+    out = tmp_path_factory.mktemp("qs-timed")
+    raw = yaml.safe_load((REPO / "agents" / "sim-paper.yaml").read_text())
+    raw["name"] = "sim-paper-timed"
+    for i, model in enumerate(raw["models"].values()):
+        model.update(prefill_tps=100.0 * (i + 1), decode_tps=10.0 * (i + 1))
+    (out / "pool.yaml").write_text(yaml.safe_dump(raw))
+    cfg = replace(
+        SIM, pool=str(out / "pool.yaml"), cost_model="minutes", baselines=("single:gpt5-cot", "random")
+    )
+    with (out / "log").open("w") as log:
+        summary = run_quickstart(cfg, out, cache=out / "responses.sqlite", console=Console(file=log))
     return out, summary
 
 
@@ -50,3 +75,47 @@ def test_the_trained_router_calls_one_agent_and_beats_the_weak_one(run: tuple[Pa
     assert trained["calls"] == 1.0  # max_steps=1, min_steps=1: one agent per item, never an empty episode
     # gpt5-cot is right on ~100% of arith, gemma3-27b-cot on ~41% (the paper's table the simulator follows)
     assert trained["accuracy"] > rows["single:gemma3-27b-cot"]["accuracy"]
+
+
+def test_without_declared_speeds_the_report_compares_tokens(run: tuple[Path, dict]) -> None:
+    out, summary = run
+    assert summary["cost"] == "tokens" and all(r["model_s"] is None for r in summary["results"])
+    assert (out / "pareto.png").stat().st_size > 0
+    assert summary["headline"] is not None and "tokens per item" in summary["headline"]
+
+
+def test_the_default_cost_model_prices_model_seconds_and_names_the_best_single_agent(
+    timed: tuple[Path, dict],
+) -> None:
+    out, summary = timed
+    assert summary["cost"] == "model_s"
+    rows = {r["policy"]: r for r in summary["results"]}
+    pool = load_pool(str(out / "pool.yaml")).subset(SIM.agents)
+    for name, folder in (("puppeteer (trained)", "puppeteer"), ("single:gpt5-cot", "single_gpt5-cot")):
+        trajs = list(read_trajectories(out / "eval" / folder / "trajectories.jsonl"))
+        by_hand = np.mean([pool.model_seconds(t.steps) for t in trajs])
+        assert rows[name]["model_s"] == pytest.approx(by_hand)
+    assert rows["single:gpt5-cot"]["model_s"] > 0
+    # the only single agent among the baselines is the one the headline compares with
+    assert "best single agent, single:gpt5-cot" in summary["headline"]
+    report = (out / "report.md").read_text()
+    assert "| model s |" in report and summary["headline"] in report and "pareto.png" in report
+    assert (out / "pareto.png").stat().st_size > 0
+
+
+def test_headline_takes_the_most_accurate_single_agent_and_the_cheaper_on_a_tie() -> None:
+    rows = [
+        {"policy": "puppeteer (trained)", "accuracy": 0.5, "model_s": 10.0, "tokens": 100.0},
+        {"policy": "single:a", "accuracy": 0.6, "model_s": 40.0, "tokens": 400.0},
+        {"policy": "single:b", "accuracy": 0.6, "model_s": 20.0, "tokens": 300.0},
+        {"policy": "vote:3", "accuracy": 0.9, "model_s": 90.0, "tokens": 900.0},  # not a single agent
+    ]
+    assert cost_axis(rows)[0] == "model_s"
+    assert headline(rows) == (
+        "The trained router scores 0.50 at 10.0 model s per item; the best single agent, single:b, "
+        "0.60 at 20.0: -10 points at 0.50x its model s."
+    )
+    rows[1]["model_s"] = None  # one row without speeds: every row falls back to tokens
+    assert cost_axis(rows)[0] == "tokens"
+    assert headline(rows).endswith("single:b, 0.60 at 300.0: -10 points at 0.33x its tokens.")
+    assert headline(rows[:1]) is None

@@ -1,8 +1,10 @@
 """``puppeteer quickstart``: the main job on the embedded default, end to end on real local models.
 
 Trains the step-wise puppeteer with REINFORCE on a small GSM8K + MMLU training split
-using a subset of the ``local`` pool (llama.cpp models that ship in PyPI packages),
-evaluates it on held-out items against baselines, and writes a report. Real-model
+using a subset of the ``local-v2`` pool (llama.cpp models that ship in PyPI packages: chain of
+thought and program of thought on the 1.5B, quick answers from the 0.5B and SmolLM2),
+evaluates it on held-out items against baselines, priced in single-stream model seconds, and
+writes a report with the accuracy-vs-model-time plot and its Pareto front. Real-model
 training is made affordable by greedy decoding plus the SQLite response cache (an
 (item, agents-so-far) prefix is computed once and replayed afterwards), short
 max-token budgets and llama.cpp's KV-cache reuse of shared prompt prefixes.
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from puppeteer.analytics.plots import agent_usage, learning_curve
+from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, agent_usage, learning_curve
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.envbuild import BackendSpec, EnvConfig
@@ -29,17 +32,22 @@ from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import Episode, ReinforceConfig, train
 from puppeteer.trajectories import read_trajectories
 
+TRAINED = "puppeteer (trained)"
+
 
 @dataclass(frozen=True)
 class QuickstartConfig:
-    pool: str = "local"
-    agents: tuple[str, ...] = ("qwen1.5b-cot", "qwen0.5b-cot", "qwen0.5b-direct", "smollm2-direct")
+    # `local-v2` (issue 14): the agents of the real-model experiment (docs/local-experiment.md) that
+    # trade accuracy for model time. On its per-agent table CoT is the most accurate, PoT has ~85% of
+    # its accuracy at a third of its time, the 0.5B's quick answer 60% of CoT's MMLU accuracy at 6%.
+    pool: str = "local-v2"
+    agents: tuple[str, ...] = ("qwen1.5b-cot", "qwen1.5b-pot", "qwen0.5b-direct", "smollm2-direct")
     suite: str = "mix-math-mmlu"
-    # The budget (30 min on 2 cores) is set by distinct model calls, since the response cache replays
+    # The budget (20 min on 2 cores) is set by distinct model calls, since the response cache replays
     # repeats. With max_steps=1 the policy routes each item to one agent: at most n_train x agents
-    # distinct training calls (12 x 4, ~9 min of model time measured worst case) however many
-    # episodes run, and the baselines' calls on held-out items are shared. max_steps=2 lets it chain
-    # but multiplies distinct calls by up to 1 + agents (measured: 37 calls in the first 11 min).
+    # distinct training calls however many episodes run, and the baselines' calls on held-out items
+    # are shared with the trained policy's. max_steps=2 lets it chain but multiplies distinct calls
+    # by up to 1 + agents (measured on `local`: 37 calls in the first 11 min).
     n_train: int = 12
     n_eval: int = 12
     episodes: int = 128
@@ -50,14 +58,15 @@ class QuickstartConfig:
     # learn to stop at once (return 0 beats the cost of failed calls on hard items): measured, 0/10.
     min_steps: int = 1
     lam: float = 0.1
-    cost_model: str = "tokens"
+    # `minutes`: each call costs its single-stream model minutes at the pool's declared speeds, so
+    # lambda buys model time (pools without declared speeds: `tokens`)
+    cost_model: str = "minutes"
     encoder: str = "minilm"
     baselines: tuple[str, ...] = (
         "single:qwen1.5b-cot",
-        "single:qwen0.5b-cot",
-        "single:smollm2-direct",
+        "single:qwen1.5b-pot",
+        "single:qwen0.5b-direct",
         "random",
-        "vote:3",
     )
     seed: int = 0
     n_threads: int | None = None  # llama.cpp threads; None = all available CPUs
@@ -76,10 +85,38 @@ def _row(name: str, r: EvalResult) -> dict[str, Any]:
         "ci": [r.ci_low, r.ci_high],
         "calls": r.mean_calls,
         "tokens": r.mean_prompt_tokens + r.mean_completion_tokens,
+        "model_s": r.mean_model_s,  # single-stream model seconds per item; None without declared speeds
         "wall_s": r.wall_s,
         "cache_hits": r.cache_hits,
         "cache_misses": r.cache_misses,
     }
+
+
+def cost_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """The cost the rows are compared on: single-stream model seconds where every row has them (pools
+    that declare their models' speeds), else tokens. Returns (row key, axis label)."""
+    if rows and all(r.get("model_s") is not None for r in rows):
+        return "model_s", "single-stream model seconds per item (declared speeds)"
+    return "tokens", "tokens per item"
+
+
+def headline(rows: Sequence[Mapping[str, Any]], trained: str = TRAINED) -> str | None:
+    """One sentence: the trained policy against the best single agent among the baselines (highest
+    accuracy; the cheaper one on a tie), in accuracy points and cost ratio. None without a single agent."""
+    key, _ = cost_axis(rows)
+    unit = "model s" if key == "model_s" else "tokens"
+    singles = [r for r in rows if r["policy"].startswith("single:")]
+    mine = next((r for r in rows if r["policy"] == trained), None)
+    if not singles or mine is None:
+        return None
+    best = max(singles, key=lambda r: (r["accuracy"], -r[key]))
+    points = 100 * (mine["accuracy"] - best["accuracy"])
+    ratio = f"{mine[key] / best[key]:.2f}x" if best[key] else "n/a"
+    return (
+        f"The trained router scores {mine['accuracy']:.2f} at {mine[key]:.1f} {unit} per item; the best "
+        f"single agent, {best['policy']}, {best['accuracy']:.2f} at {best[key]:.1f}: {points:+.0f} points "
+        f"at {ratio} its {unit}."
+    )
 
 
 def run_quickstart(
@@ -145,7 +182,7 @@ def run_quickstart(
 
     policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
     rows, results = [], {}
-    for name, spec in [("puppeteer (trained)", policy), *((b, b) for b in cfg.baselines)]:
+    for name, spec in [(TRAINED, policy), *((b, b) for b in cfg.baselines)]:
         console.print(f"evaluating [bold]{name}[/bold] on {len(eval_tasks)} held-out items")
         r = evaluate_policy(
             spec,
@@ -168,13 +205,20 @@ def run_quickstart(
         run / "learning_curve.png",
         f"puppeteer quickstart: REINFORCE on {cfg.suite} (train), pool {pool.name} [backend: {backend_name}]",
     )
-    trained_dir = results["puppeteer (trained)"].out_dir
+    trained_dir = results[TRAINED].out_dir
     trajs = list(read_trajectories(Path(trained_dir) / "trajectories.jsonl")) if trained_dir else []
     agent_usage(
         trajs,
         [a.name for a in pool.agents],
         run / "agent_usage.png",
         f"trained puppeteer, held-out {cfg.suite} [backend: {backend_name}]",
+    )
+    key, cost_label = cost_axis(rows)
+    accuracy_vs_cost(
+        {f"held-out {cfg.suite} (n={len(eval_tasks)})": [_point(r, key) for r in rows]},
+        run / "pareto.png",
+        f"puppeteer quickstart: trained router vs fixed policies, pool {pool.name} [backend: {backend_name}]",
+        cost_label,
     )
     summary = {
         "config": asdict(cfg),
@@ -186,12 +230,14 @@ def run_quickstart(
         "episodes": state.episodes,
         "wall_s": time.perf_counter() - start,
         "results": rows,
+        "cost": key,
+        "headline": headline(rows),
         "train_curve": [{"episodes": h["episodes"], "return": h["train/return"]} for h in state.history],
     }
     (run / "results.json").write_text(json.dumps(summary, indent=2))
     (run / "report.md").write_text(_report(summary))
     table = Table(title=f"held-out {cfg.suite} (n={len(eval_tasks)}), backend {backend_name}")
-    for col in ("policy", "accuracy", "95% CI", "calls", "tokens", "wall s"):
+    for col in ("policy", "accuracy", "95% CI", "calls", "tokens", "model s", "wall s"):
         table.add_column(col)
     for r in rows:
         table.add_row(
@@ -200,13 +246,24 @@ def run_quickstart(
             f"[{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]",
             f"{r['calls']:.2f}",
             f"{r['tokens']:.0f}",
+            _model_s(r),
             f"{r['wall_s']:.0f}",
         )
     console.print(table)
+    if summary["headline"]:
+        console.print(summary["headline"])
     console.print(
         f"[bold green]report:[/bold green] {run / 'report.md'}  (took {summary['wall_s'] / 60:.1f} min)"
     )
     return summary
+
+
+def _model_s(row: Mapping[str, Any]) -> str:
+    return "-" if row.get("model_s") is None else f"{row['model_s']:.1f}"
+
+
+def _point(row: Mapping[str, Any], key: str) -> CostPoint:
+    return CostPoint(row["policy"], float(row[key]), row["accuracy"], row["ci"][0], row["ci"][1])
 
 
 def _report(s: dict[str, Any]) -> str:
@@ -217,16 +274,23 @@ def _report(s: dict[str, Any]) -> str:
         f"{s['n_train']} training items, {s['n_eval']} held-out items, {s['episodes']} REINFORCE episodes, "
         f"{s['wall_s'] / 60:.1f} min in all.",
         "",
-        "| policy | accuracy | 95% CI | calls | tokens | wall s | cache hits / misses |",
-        "|---|---|---|---|---|---|---|",
+        "| policy | accuracy | 95% CI | calls | tokens | model s | wall s | cache hits / misses |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in s["results"]:
         lines.append(
             f"| {r['policy'].replace('|', '/')} | {r['accuracy']:.2f} | [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}] "
-            f"| {r['calls']:.2f} | {r['tokens']:.0f} | {r['wall_s']:.0f} | "
+            f"| {r['calls']:.2f} | {r['tokens']:.0f} | {_model_s(r)} | {r['wall_s']:.0f} | "
             f"{r['cache_hits']} / {r['cache_misses']} |"
         )
     lines += [
+        "",
+        "Per item: calls, tokens (prompt + completion), model s (single-stream model seconds at the pool's "
+        "declared speeds: what the calls cost alone on the reference machine, whatever the batching or "
+        "load), wall s (this run's evaluation time, after cache replays).",
+        "",
+        *([s["headline"], ""] if s.get("headline") else []),
+        "![accuracy vs cost](pareto.png)",
         "",
         "![learning curve](learning_curve.png)",
         "",
