@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from analytics_fixtures import trajectory, write_eval_run
 
 from puppeteer.analytics import load
-from puppeteer.analytics.ab import compare_runs, run_ab
+from puppeteer.analytics.ab import compare_runs, markdown, run_ab, shown_metrics
 from puppeteer.cli import main
+from puppeteer.pool import Pool, load_pool
 
 
 def test_ab_on_the_simulator_pairs_items_and_writes_reports(tmp_path: Path) -> None:
@@ -135,3 +138,57 @@ def test_arms_plot_of_local_models_without_usd(tmp_path: Path) -> None:
     from PIL import Image
 
     assert Image.open(narrow).size[0] < Image.open(wide).size[0]  # one panel instead of two
+
+
+# ----------------------------------------------------------------------------- model seconds
+
+
+def _timed_pool() -> Pool:
+    """Agents A and B on two models with declared single-stream speeds (prefill, decode tokens/s):
+    A (100, 10), B (50, 5). The fixture's calls have 100 prompt and 50 completion tokens, so one call
+    of A costs 100/100 + 50/10 = 6 s and one of B 100/50 + 50/5 = 12 s."""
+    base = load_pool("sim-paper")
+    agents = []
+    for agent, name, (prefill, decode) in zip(base.agents, "AB", ((100.0, 10.0), (50.0, 5.0)), strict=False):
+        model = dataclasses.replace(agent.model, name=f"m{name}", prefill_tps=prefill, decode_tps=decode)
+        agents.append(dataclasses.replace(agent, name=name, model=model))
+    return dataclasses.replace(base, name="timed", agents=tuple(agents))
+
+
+def test_ab_prices_model_seconds_at_the_pools_declared_speeds(tmp_path: Path) -> None:
+    ra = write_eval_run(tmp_path / "a", [trajectory(t, ["A"], t == "x") for t in "xy"])
+    rb = write_eval_run(tmp_path / "b", [trajectory("x", ["B"], True), trajectory("y", ["B", "B"], True)])
+    r = compare_runs(ra, rb, speeds=_timed_pool())
+    d = r.metrics["model_s"]
+    assert (d.mean_a, d.mean_b, d.diff) == pytest.approx((6.0, 18.0, 12.0))  # B: (12 + 24) / 2
+    assert d.ci_low <= d.diff <= d.ci_high
+    assert "| model s per item (single-stream) | 6 | 18 | +12 |" in markdown(r)
+    # without declared speeds, or with an agent the pool does not know, nothing is priced
+    assert "model_s" not in compare_runs(ra, rb).metrics
+    rc = write_eval_run(tmp_path / "c", [trajectory(t, ["C"], True) for t in "xy"])
+    assert "model_s" not in compare_runs(ra, rc, speeds=_timed_pool()).metrics
+
+
+def test_ab_leaves_out_usd_where_neither_arm_spent_any(tmp_path: Path) -> None:
+    a = pd.DataFrame({"cost_usd": [0.0, 0.0], "tokens": [1, 2], "calls": [1, 1], "reward": [0, 1]})
+    b = a.assign(cost_usd=[0.0, None])
+    assert shown_metrics(a, b) == ["tokens", "calls", "reward"]
+    assert shown_metrics(a, b.assign(cost_usd=[0.0, 0.01]))[0] == "cost_usd"
+    assert "model_s" in shown_metrics(a.assign(model_s=1.0), b.assign(model_s=2.0))
+    assert "model_s" not in shown_metrics(a.assign(model_s=1.0), b)  # only where both arms were priced
+
+
+def test_arms_rank_on_model_seconds_when_every_arm_is_priced(tmp_path: Path) -> None:
+    """A: 6 s, right on x; B: 12 s, right on x and y; so both are on the model-seconds front."""
+    from puppeteer.analytics.arms import arms_markdown, compare_arms
+
+    ra = write_eval_run(tmp_path / "a", [trajectory(t, ["A"], t == "x") for t in "xy"], policy="cheap")
+    rb = write_eval_run(tmp_path / "b", [trajectory(t, ["B"], True) for t in "xy"], policy="dear")
+    r = compare_arms([ra, rb], speeds=_timed_pool())
+    assert [a.model_s for a in r.arms] == pytest.approx([6.0, 12.0])
+    assert [c for c, _ in r.costs] == ["model_s", "tokens", "usd"]  # the fixture's calls cost USD
+    md = arms_markdown(r)
+    assert "Pareto (model s)" in md and "| `cheap` | 0.500 [" in md
+    assert md.count(" | * |") == 2
+    unpriced = compare_arms([ra, rb])
+    assert unpriced.arms[0].model_s is None and [c for c, _ in unpriced.costs] == ["tokens", "usd"]

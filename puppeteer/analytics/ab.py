@@ -3,7 +3,10 @@
 Each arm is a policy spec (run here with :func:`puppeteer.evaluation.evaluate_policy`, which
 seeds every item from ``(seed, task id)``, so both arms see the same sample index per item) or a
 finished eval run directory. Items are paired by task id. Accuracy: exact McNemar test on the
-discordant pairs; cost, tokens, calls and reward: paired bootstrap 95% intervals of B - A.
+discordant pairs; cost, tokens, calls and reward: paired bootstrap 95% intervals of B - A. Where
+the pool declares its models' single-stream speeds (local llama.cpp pools), also the workers'
+model seconds per item at those speeds (:meth:`puppeteer.pool.Pool.model_seconds`): what the calls
+cost alone, whatever the batching or the machine's load. USD is left out where neither arm spent any.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pandas as pd
 
 from puppeteer.analytics.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.analytics.store import load, run_metadata
+from puppeteer.pool import Pool, load_pool
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +29,11 @@ log = logging.getLogger(__name__)
 PAIRED_METRICS: tuple[tuple[str, str], ...] = (
     ("cost_usd", "USD per item"),
     ("tokens", "tokens per item"),
+    ("model_s", "model s per item (single-stream)"),
     ("calls", "calls per item"),
     ("reward", "reward"),
 )
+LABELS = dict(PAIRED_METRICS)
 
 
 @dataclass(frozen=True)
@@ -82,14 +88,50 @@ def make_arm(label: str, spec: str, run_dir: Path, df: pd.DataFrame) -> Arm:
     return Arm(label, spec, str(run_dir), str(meta.get("backend") or "?"), n, k / n if n else 0.0, lo, hi)
 
 
-def episodes_of(run_dir: str | Path) -> pd.DataFrame:
-    """One row per item of a finished eval run (the first, where an item was written twice)."""
-    return load(run_dir).drop_duplicates("task_id")
+def episodes_of(run_dir: str | Path, speeds: Pool | None = None) -> pd.DataFrame:
+    """One row per item of a finished eval run (the first, where an item was written twice). With
+    ``speeds``, a pool that declares its models' speeds and has every agent the run called, also a
+    ``model_s`` column: the episode's single-stream model seconds at those speeds."""
+    episodes = load(run_dir)
+    seconds = _model_seconds(run_dir, speeds) if speeds is not None and speeds.has_speeds else None
+    if seconds is not None:
+        episodes = episodes.merge(seconds, on=["run_id", "episode"], how="left")
+        episodes["model_s"] = episodes["model_s"].fillna(0.0)  # an episode without calls costs none
+    return episodes.drop_duplicates("task_id")
 
 
-def compare_runs(run_a: str | Path, run_b: str | Path, spec_a: str = "", spec_b: str = "") -> ABResult:
-    """Pair two finished eval runs by task id and compare them."""
-    return compare_episodes(run_a, run_b, episodes_of(run_a), episodes_of(run_b), spec_a, spec_b)
+def _model_seconds(run_dir: str | Path, pool: Pool) -> pd.DataFrame | None:
+    """``run_id, episode, model_s`` of a run's steps priced at ``pool``'s speeds; None where a step's
+    agent is not in the pool (its speed is unknown)."""
+    steps = load(run_dir, level="steps")
+    models = {a.name: a.model for a in pool.agents}
+    if steps.empty or not set(steps["agent_name"]) <= set(models):
+        return None
+    steps["model_s"] = [
+        models[name].model_seconds(int(p or 0), int(c or 0))
+        for name, p, c in zip(
+            steps["agent_name"], steps["prompt_tokens"], steps["completion_tokens"], strict=True
+        )
+    ]
+    return steps.groupby(["run_id", "episode"], as_index=False)["model_s"].sum()
+
+
+def shown_metrics(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """The paired metrics both arms' episodes have: ``model_s`` only where both were priced, USD only
+    where either arm spent some."""
+    cols = [c for c, _ in PAIRED_METRICS if c in a.columns and c in b.columns]
+    if "cost_usd" in cols and not (a["cost_usd"].fillna(0).any() or b["cost_usd"].fillna(0).any()):
+        cols.remove("cost_usd")
+    return cols
+
+
+def compare_runs(
+    run_a: str | Path, run_b: str | Path, spec_a: str = "", spec_b: str = "", speeds: Pool | None = None
+) -> ABResult:
+    """Pair two finished eval runs by task id and compare them (``speeds``: see :func:`episodes_of`)."""
+    return compare_episodes(
+        run_a, run_b, episodes_of(run_a, speeds), episodes_of(run_b, speeds), spec_a, spec_b
+    )
 
 
 def compare_episodes(
@@ -117,7 +159,7 @@ def compare_episodes(
     mc = mcnemar_exact(both["correct_a"].to_numpy(), both["correct_b"].to_numpy())
     metrics = {
         col: paired_bootstrap(both[f"{col}_a"].fillna(0).to_numpy(), both[f"{col}_b"].fillna(0).to_numpy())
-        for col, _ in PAIRED_METRICS
+        for col in shown_metrics(da, db)
     }
     a = make_arm("A", spec_a or str(run_a), Path(run_a), da[da["task_id"].isin(both["task_id"])])
     b = make_arm("B", spec_b or str(run_b), Path(run_b), db[db["task_id"].isin(both["task_id"])])
@@ -143,7 +185,7 @@ def run_ab(
     kw = dict(n=n, split=split, seed=seed, max_steps=max_steps, lam=lam, cache=cache)
     run_a = run_arm(a, "A", out, pool, suite, **kw)
     run_b = run_arm(b, "B", out, pool, suite, **kw)
-    result = compare_runs(run_a, run_b, a, b)
+    result = compare_runs(run_a, run_b, a, b, speeds=load_pool(pool))
     write_report(result, out)
     return result
 
@@ -169,10 +211,9 @@ def markdown(result: ABResult) -> str:
         f"exact McNemar p = {mc.p_value:.3g} (A only {mc.only_a}, B only {mc.only_b}, "
         f"both {mc.both}, neither {mc.neither}) |",
     ]
-    for col, label in PAIRED_METRICS:
-        d = result.metrics[col]
+    for col, d in result.metrics.items():
         lines.append(
-            f"| {label} | {_fmt(d.mean_a)} | {_fmt(d.mean_b)} | {d.diff:+.3g} | "
+            f"| {LABELS[col]} | {_fmt(d.mean_a)} | {_fmt(d.mean_b)} | {d.diff:+.3g} | "
             f"[{d.ci_low:+.3g}, {d.ci_high:+.3g}] paired bootstrap |"
         )
     return "\n".join(lines) + "\n"
@@ -187,7 +228,8 @@ def plot(result: ABResult, path: str | Path) -> Path:
 
     from puppeteer.analytics.plots import _title, save
 
-    fig, axes = plt.subplots(1, 1 + len(PAIRED_METRICS), figsize=(3.2 * (1 + len(PAIRED_METRICS)), 3.6))
+    k = 1 + len(result.metrics)
+    fig, axes = plt.subplots(1, k, figsize=(3.2 * k, 3.6))
     a, b = result.a, result.b
     ax = axes[0]
     for i, arm in enumerate((a, b)):
@@ -202,14 +244,13 @@ def plot(result: ABResult, path: str | Path) -> Path:
     ax.set_xticks([0, 1], ["A", "B"])
     ax.set_xlim(-0.5, 1.5)
     ax.set_title(f"accuracy (McNemar p={result.accuracy.p_value:.2g})", fontsize=9)
-    for ax, (col, label) in zip(axes[1:], PAIRED_METRICS, strict=True):
-        d = result.metrics[col]
+    for ax, (col, d) in zip(axes[1:], result.metrics.items(), strict=True):
         ax.errorbar(
             0, d.diff, yerr=[[d.diff - d.ci_low], [d.ci_high - d.diff]], fmt="s", capsize=4, color="k"
         )
         ax.axhline(0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xticks([0], ["B - A"])
-        ax.set_title(label, fontsize=9)
+        ax.set_title(LABELS[col], fontsize=9)
     fig.suptitle(
         _title(
             f"A/B on {result.suite} ({result.n_pairs} items, backend {a.backend}): A={a.spec}  B={b.spec}"

@@ -9,7 +9,8 @@ every arm has, so their numbers are comparable across rows. With m comparisons a
 reference, the report names the Bonferroni threshold 0.05 / m beside the raw p-values.
 
 Writes ``OUT/arms.md`` (summary, then one paired table per arm), ``OUT/arms.json`` and
-``OUT/arms.png`` (accuracy with 95% Wilson intervals against tokens and USD per item, the Pareto
+``OUT/arms.png`` (accuracy with 95% Wilson intervals against tokens, single-stream model seconds
+where the pool declares its models' speeds, and USD where any arm spent some, per item; the Pareto
 front dashed), and each pair's own ``ab.md`` / ``ab.json`` / ``ab.png`` in ``OUT/A_vs_<label>/``.
 """
 
@@ -36,6 +37,7 @@ from puppeteer.analytics.ab import (
 )
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.store import run_metadata
+from puppeteer.pool import Pool, load_pool
 
 ALPHA = 0.05
 LABELS = string.ascii_uppercase
@@ -50,9 +52,10 @@ class ArmSummary:
     usd: float
     tokens: float
     calls: float
+    model_s: float | None = None  # single-stream model seconds at the pool's declared speeds
 
     def point(self, cost: str, label: str) -> CostPoint:
-        """Accuracy with its interval against the mean ``cost`` ("tokens" or "usd")."""
+        """Accuracy with its interval against the mean ``cost`` ("tokens", "model_s" or "usd")."""
         return CostPoint(label, getattr(self, cost), self.arm.accuracy, self.arm.ci_low, self.arm.ci_high)
 
     def to_dict(self) -> dict[str, Any]:
@@ -62,6 +65,7 @@ class ArmSummary:
             "usd": self.usd,
             "tokens": self.tokens,
             "calls": self.calls,
+            "model_s": self.model_s,
         }
 
 
@@ -72,6 +76,20 @@ class ArmsResult:
     n_common: int
     arms: tuple[ArmSummary, ...]
     pairs: tuple[ABResult, ...]  # arm i (i >= 1) against arm 0
+
+    @property
+    def costs(self) -> list[tuple[str, str]]:
+        """(cost, label) the arms are shown against: model seconds where every arm was priced, tokens,
+        and USD where any arm spent some. The first is the one the Pareto column uses."""
+        out = [("model_s", "model s per item (single-stream)")] if self.priced else []
+        out.append(("tokens", "tokens per item"))
+        if any(a.usd > 0 for a in self.arms):  # local models cost no USD
+            out.append(("usd", "USD per item"))
+        return out
+
+    @property
+    def priced(self) -> bool:
+        return all(a.model_s is not None for a in self.arms)
 
     @property
     def bonferroni(self) -> float:
@@ -107,6 +125,7 @@ def _summaries(
                 float(d["cost_usd"].fillna(0).mean()),
                 float(d["tokens"].fillna(0).mean()),
                 float(d["calls"].fillna(0).mean()),
+                float(d["model_s"].mean()) if "model_s" in d.columns else None,
             )
         )
     return len(common), tuple(out)
@@ -119,12 +138,15 @@ def _check_count(n: int) -> None:
         raise ValueError(f"at most {len(LABELS)} arms")
 
 
-def compare_arms(runs: Sequence[str | Path], specs: Sequence[str] | None = None) -> ArmsResult:
-    """Compare finished eval runs: each against the first, and all on their common items."""
+def compare_arms(
+    runs: Sequence[str | Path], specs: Sequence[str] | None = None, speeds: Pool | None = None
+) -> ArmsResult:
+    """Compare finished eval runs: each against the first, and all on their common items
+    (``speeds``: a pool whose declared speeds price model seconds, :func:`episodes_of`)."""
     _check_count(len(runs))
     paths = [Path(r) for r in runs]
     names = list(specs) if specs else [str(r) for r in runs]
-    episodes = [episodes_of(p) for p in paths]  # each run read once
+    episodes = [episodes_of(p, speeds) for p in paths]  # each run read once
     pairs = tuple(
         compare_episodes(paths[0], p, episodes[0], e, names[0], s)
         for p, e, s in zip(paths[1:], episodes[1:], names[1:], strict=True)
@@ -146,7 +168,7 @@ def run_arms(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = [run_arm(s, LABELS[i], out, pool, suite, **eval_kwargs) for i, s in enumerate(sources)]
-    result = compare_arms(runs, sources)
+    result = compare_arms(runs, sources, speeds=load_pool(pool))
     write_arms_report(result, out)
     return result
 
@@ -158,26 +180,40 @@ def _front_labels(arms: Sequence[ArmSummary], cost: str) -> set[str]:
     return {p.label for p in pareto_front([a.point(cost, a.arm.label) for a in arms])}
 
 
+def _cell(summary: ArmSummary, cost: str) -> str:
+    value = getattr(summary, cost)
+    return {"tokens": f"{value:,.0f}", "model_s": f"{value:.1f}"}.get(cost, f"{value:.4g}")
+
+
 def arms_markdown(result: ArmsResult) -> str:
     backends = sorted({a.arm.backend for a in result.arms})
-    front = _front_labels(result.arms, "tokens")
+    costs = result.costs
+    pareto_on = costs[0][0]
+    front = _front_labels(result.arms, pareto_on)
+    cost_headers = " | ".join(label for _, label in costs)
+    pareto_name = "model s" if pareto_on == "model_s" else "tokens"
     lines = [
         f"Pool {result.pool}, suite {result.suite}: {len(result.arms)} arms on the {result.n_common} items "
         f"they all have; backend: {' / '.join(backends)}. Reference: arm A. "
         f"{len(result.pairs)} comparisons with A: Bonferroni threshold p < {result.bonferroni:.3g}.",
+        *(
+            ["Model s: the workers' calls priced at the pool's declared single-stream speeds."]
+            if result.priced
+            else []
+        ),
         "",
-        "| arm | policy | accuracy (95% Wilson) | USD per item | tokens per item | calls per item | "
-        "vs A: exact McNemar p (A only / arm only) | Pareto (tokens) |",
-        "|---|---|---|---:|---:|---:|---|:-:|",
+        f"| arm | policy | accuracy (95% Wilson) | {cost_headers} | calls per item | "
+        f"vs A: exact McNemar p (A only / arm only) | Pareto ({pareto_name}) |",
+        f"|---|---|---|{'---:|' * len(costs)}---:|---|:-:|",
     ]
     for i, summary in enumerate(result.arms):
         a = summary.arm
         mc = result.pairs[i - 1].accuracy if i else None
         versus = "-" if mc is None else f"{mc.p_value:.3g} ({mc.only_a} / {mc.only_b})"
+        cells = " | ".join(_cell(summary, cost) for cost, _ in costs)
         lines.append(
             f"| {a.label} | `{summary.policy}` | {a.accuracy:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}] | "
-            f"{summary.usd:.4g} | {summary.tokens:,.0f} | {summary.calls:.2f} | {versus} | "
-            f"{'*' if a.label in front else ''} |"
+            f"{cells} | {summary.calls:.2f} | {versus} | {'*' if a.label in front else ''} |"
         )
     for label, pair in zip(LABELS[1:], result.pairs, strict=False):
         lines += ["", f"### A vs {label}", "", markdown(pair).rstrip()]
@@ -187,8 +223,7 @@ def arms_markdown(result: ArmsResult) -> str:
 def arms_plot(result: ArmsResult, path: str | Path) -> Path:
     panels = {
         title: [a.point(cost, f"{a.arm.label}: {a.policy}") for a in result.arms]
-        for cost, title in (("tokens", "tokens per item"), ("usd", "USD per item"))
-        if cost == "tokens" or any(a.usd > 0 for a in result.arms)  # local models cost no USD
+        for cost, title in result.costs
     }
     backends = " / ".join(sorted({a.arm.backend for a in result.arms}))
     return accuracy_vs_cost(
