@@ -148,7 +148,7 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
     (
         r"^quickstart\b",
         RealModels(
-            "trains on real local llama.cpp models for ~17 min on 2 cores (docs/quickstart/report.md); "
+            "trains on real local llama.cpp models for ~5-7 min on 2 cores (docs/quickstart/report.md); "
             "the same code path runs on the simulator in tests/test_quickstart.py",
             slow=False,
         ),
