@@ -59,7 +59,7 @@ class QuickstartConfig:
     min_steps: int = 1
     lam: float = 0.1
     # `minutes`: each call costs its single-stream model minutes at the pool's declared speeds, so
-    # lambda buys model time (pools without declared speeds: `tokens`)
+    # lambda buys model time (a pool without declared speeds fails early with this; set `tokens`)
     cost_model: str = "minutes"
     encoder: str = "minilm"
     baselines: tuple[str, ...] = (
