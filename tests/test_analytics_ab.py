@@ -178,6 +178,16 @@ def test_ab_leaves_out_usd_where_neither_arm_spent_any(tmp_path: Path) -> None:
     assert "model_s" not in shown_metrics(a.assign(model_s=1.0), b)  # only where both arms were priced
 
 
+def test_ab_compares_rewards_only_between_arms_of_one_mode(tmp_path: Path) -> None:
+    """A workflow arm's reward (0 / 0.5 / 1) and a step arm's (quality - lambda * cost) are not one scale."""
+    ra = write_eval_run(tmp_path / "a", [trajectory(t, ["A"], True, mode="workflow") for t in "xy"])
+    rb = write_eval_run(tmp_path / "b", [trajectory(t, ["B"], True) for t in "xy"])
+    rc = write_eval_run(tmp_path / "c", [trajectory(t, ["B"], False) for t in "xy"])
+    mixed, same = compare_runs(ra, rb), compare_runs(rb, rc)
+    assert "reward" not in mixed.metrics and "reward |" not in markdown(mixed)
+    assert "reward" in same.metrics and "calls" in mixed.metrics
+
+
 def test_arms_rank_on_model_seconds_when_every_arm_is_priced(tmp_path: Path) -> None:
     """A: 6 s, right on x; B: 12 s, right on x and y; so both are on the model-seconds front."""
     from puppeteer.analytics.arms import arms_markdown, compare_arms

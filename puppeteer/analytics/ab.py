@@ -118,10 +118,16 @@ def _model_seconds(run_dir: str | Path, pool: Pool) -> pd.DataFrame | None:
 
 def shown_metrics(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     """The paired metrics both arms' episodes have: ``model_s`` only where both were priced, USD only
-    where either arm spent some."""
+    where either arm spent some, reward only where both arms ran in the same mode (workflow mode
+    scores 0 / 0.5 / 1, step mode quality minus lambda * cost: not one scale)."""
     cols = [c for c, _ in PAIRED_METRICS if c in a.columns and c in b.columns]
     if "cost_usd" in cols and not (a["cost_usd"].fillna(0).any() or b["cost_usd"].fillna(0).any()):
         cols.remove("cost_usd")
+    modes_differ = (
+        "mode" in a.columns and "mode" in b.columns and set(a["mode"].dropna()) != set(b["mode"].dropna())
+    )
+    if "reward" in cols and modes_differ:
+        cols.remove("reward")
     return cols
 
 
