@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.linear_model import LogisticRegression
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,6 @@ def probe_probabilities(
 
     An agent right on all or none of the training items gets that constant.
     """
-    from sklearn.linear_model import LogisticRegression
-
     if len(x_train) != len(train.task_ids):
         raise ValueError(f"{len(x_train)} training feature rows for {len(train.task_ids)} items")
     probs = np.empty((len(x_test), len(train.agents)))
