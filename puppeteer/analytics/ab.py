@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from puppeteer.analytics.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
-from puppeteer.analytics.store import load, run_metadata
+from puppeteer.analytics.store import TrajectoryStore, find_runs, run_metadata
 from puppeteer.pool import Pool, load_pool
 
 log = logging.getLogger(__name__)
@@ -92,27 +93,27 @@ def episodes_of(run_dir: str | Path, speeds: Pool | None = None) -> pd.DataFrame
     """One row per item of a finished eval run (the first, where an item was written twice). With
     ``speeds``, a pool that declares its models' speeds and has every agent the run called, also a
     ``model_s`` column: the episode's single-stream model seconds at those speeds."""
-    episodes = load(run_dir)
-    seconds = _model_seconds(run_dir, speeds) if speeds is not None and speeds.has_speeds else None
+    with closing(TrajectoryStore()) as store:  # the run is read once for both levels
+        for run in find_runs([run_dir]):  # FileNotFoundError for a path that does not exist
+            store.ingest(run)
+        episodes = store.episodes()
+        seconds = _model_seconds(store.steps(), speeds) if speeds is not None and speeds.has_speeds else None
     if seconds is not None:
         episodes = episodes.merge(seconds, on=["run_id", "episode"], how="left")
         episodes["model_s"] = episodes["model_s"].fillna(0.0)  # an episode without calls costs none
     return episodes.drop_duplicates("task_id")
 
 
-def _model_seconds(run_dir: str | Path, pool: Pool) -> pd.DataFrame | None:
+def _model_seconds(steps: pd.DataFrame, pool: Pool) -> pd.DataFrame | None:
     """``run_id, episode, model_s`` of a run's steps priced at ``pool``'s speeds; None where a step's
     agent is not in the pool (its speed is unknown)."""
-    steps = load(run_dir, level="steps")
     models = {a.name: a.model for a in pool.agents}
     if steps.empty or not set(steps["agent_name"]) <= set(models):
         return None
-    steps["model_s"] = [
-        models[name].model_seconds(int(p or 0), int(c or 0))
-        for name, p, c in zip(
-            steps["agent_name"], steps["prompt_tokens"], steps["completion_tokens"], strict=True
-        )
-    ]
+    tokens = zip(steps["agent_name"], steps["prompt_tokens"], steps["completion_tokens"], strict=True)
+    steps = steps.assign(
+        model_s=[models[name].model_seconds(int(p or 0), int(c or 0)) for name, p, c in tokens]
+    )
     return steps.groupby(["run_id", "episode"], as_index=False)["model_s"].sum()
 
 
