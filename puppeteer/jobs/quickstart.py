@@ -33,6 +33,7 @@ from puppeteer.train.reinforce import Episode, ReinforceConfig, train
 from puppeteer.trajectories import read_trajectories
 
 TRAINED = "puppeteer (trained)"
+UNITS = {"model_s": "model s", "tokens": "tokens"}  # the short name of each cost a report compares on
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def headline(rows: Sequence[Mapping[str, Any]], trained: str = TRAINED) -> str |
     """One sentence: the trained policy against the best single agent among the baselines (highest
     accuracy; the cheaper one on a tie), in accuracy points and cost ratio. None without a single agent."""
     key, _ = cost_axis(rows)
-    unit = "model s" if key == "model_s" else "tokens"
+    unit = UNITS[key]
     singles = [r for r in rows if r["policy"].startswith("single:")]
     mine = next((r for r in rows if r["policy"] == trained), None)
     if not singles or mine is None:
@@ -240,7 +241,7 @@ def run_quickstart(
     # one cost column (the one the plot and headline use) so that policy names fit 80 columns;
     # report.md has them all
     table.add_column("policy", no_wrap=True)
-    for col in ("accuracy", "95% CI", "calls", "model s" if key == "model_s" else "tokens", "wall s"):
+    for col in ("accuracy", "95% CI", "calls", UNITS[key], "wall s"):
         table.add_column(col)
     for r in rows:
         table.add_row(
