@@ -34,7 +34,7 @@ PAIRED_METRICS: tuple[tuple[str, str], ...] = (
     ("calls", "calls per item"),
     ("reward", "reward"),
 )
-LABELS = dict(PAIRED_METRICS)
+METRIC_LABELS = dict(PAIRED_METRICS)
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ def markdown(result: ABResult) -> str:
     ]
     for col, d in result.metrics.items():
         lines.append(
-            f"| {LABELS[col]} | {_fmt(d.mean_a)} | {_fmt(d.mean_b)} | {d.diff:+.3g} | "
+            f"| {METRIC_LABELS[col]} | {_fmt(d.mean_a)} | {_fmt(d.mean_b)} | {d.diff:+.3g} | "
             f"[{d.ci_low:+.3g}, {d.ci_high:+.3g}] paired bootstrap |"
         )
     return "\n".join(lines) + "\n"
@@ -257,7 +257,7 @@ def plot(result: ABResult, path: str | Path) -> Path:
         )
         ax.axhline(0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xticks([0], ["B - A"])
-        ax.set_title(LABELS[col], fontsize=9)
+        ax.set_title(METRIC_LABELS[col], fontsize=9)
     fig.suptitle(
         _title(
             f"A/B on {result.suite} ({result.n_pairs} items, backend {a.backend}): A={a.spec}  B={b.spec}"

@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from puppeteer.analytics.ab import (
+    METRIC_LABELS,
     ABResult,
     Arm,
     compare_episodes,
@@ -81,10 +82,10 @@ class ArmsResult:
     def costs(self) -> list[tuple[str, str]]:
         """(cost, label) the arms are shown against: model seconds where every arm was priced, tokens,
         and USD where any arm spent some. The first is the one the Pareto column uses."""
-        out = [("model_s", "model s per item (single-stream)")] if self.priced else []
-        out.append(("tokens", "tokens per item"))
+        out = [("model_s", METRIC_LABELS["model_s"])] if self.priced else []
+        out.append(("tokens", METRIC_LABELS["tokens"]))
         if any(a.usd > 0 for a in self.arms):  # local models cost no USD
-            out.append(("usd", "USD per item"))
+            out.append(("usd", METRIC_LABELS["cost_usd"]))
         return out
 
     @property
