@@ -240,6 +240,48 @@ def _quickstart(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- outcomes
+def _configure_outcomes(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="outcomes_cmd", required=True)
+    build = sub.add_parser(
+        "build", help="run every agent alone on every item of some shards; merge into the pool's table"
+    )
+    build.add_argument("--pool", required=True, help="a pool with a replay: folder (or give --table)")
+    build.add_argument("--suite", required=True)
+    build.add_argument(
+        "--shard", action="append", required=True, help="SPLIT:N, the first N items of a split; repeatable"
+    )
+    build.add_argument("--agents", default=None, help="comma-separated agents (default: all)")
+    build.add_argument("--table", default=None, help="table folder (default: the pool's replay folder)")
+    build.add_argument("--work", default="runs/outcomes", help="scratch: the response cache and runs")
+    build.add_argument("--concurrency", type=int, default=16, help="items at once (batched decoding)")
+
+
+def _outcomes(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
+    from puppeteer.jobs.outcomes import Shard, build
+    from puppeteer.pool import load_pool
+
+    shards = [Shard.parse(s) for s in args.shard]
+    pool = load_pool(args.pool)
+    table = Path(args.table) if args.table else pool.replay
+    if table is None:
+        raise UserError(f"pool {pool.name!r} names no replay folder: give --table")
+    build(
+        args.pool,
+        args.suite,
+        shards,
+        table,
+        Path(args.work) / pool.name / args.suite,
+        agents=args.agents.split(",") if args.agents else None,
+        concurrency=args.concurrency,
+        progress=console.is_terminal,
+    )
+    console.print(f"table: {table}")
+    return 0
+
+
 def commands() -> tuple[Command, ...]:
     return (
         Command("pool", "inspect agent pools", _configure_pool, _pool),
@@ -263,6 +305,8 @@ def commands() -> tuple[Command, ...]:
             _configure_quickstart,
             _quickstart,
         ),
+        Command("outcomes", "build a pool's shipped outcome table (replayed with no model)",
+                _configure_outcomes, _outcomes),
         *analytics_commands(),
     )
 

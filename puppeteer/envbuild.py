@@ -16,13 +16,14 @@ The keyword form ``ConductorEnv(mode="step", pool="sim-paper", suite="arith", la
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.backends import make_router
+from puppeteer.backends import REPLAY_ENV, make_router
 from puppeteer.backends.base import Backend
 from puppeteer.checks import check_env_settings
 from puppeteer.conductor_prompt import DEFAULT_PROMPT
@@ -139,8 +140,14 @@ def backend_options(
 
 
 def build_backend(pool: Pool, tasks: Sequence[Task], spec: BackendSpec = BackendSpec()) -> Backend:
-    """The router over the pool's backends for these tasks; model-calling backends behind ``spec.cache``."""
-    return make_router(backend_options(pool, tasks, spec.options), cache=spec.cache)
+    """The router over the pool's backends for these tasks; model-calling backends behind ``spec.cache``
+    and the pool's shipped outcome table (``PUPPETEER_REPLAY=off|on|strict``, default on)."""
+    return make_router(
+        backend_options(pool, tasks, spec.options),
+        cache=spec.cache,
+        replay=pool.replay,
+        replay_mode=os.environ.get(REPLAY_ENV, "on").strip().lower() or "on",
+    )
 
 
 def env_parts(

@@ -37,6 +37,8 @@ class Pool:
     # independently (a cascade's or a vote's members; their calls replay a single agent's cache);
     # reviewers (verify, refine, ...) still see every earlier step
     independent_solvers: bool = False
+    # a shipped outcome table (``puppeteer.replay``): its calls are served without loading a model
+    replay: Path | None = None
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -118,6 +120,7 @@ class Pool:
             backend_options=self.backend_options,
             context_layout=self.context_layout,
             independent_solvers=self.independent_solvers,
+            replay=self.replay,
         )
 
     def backends(self) -> tuple[str, ...]:
@@ -154,7 +157,8 @@ def _model(name: str, raw: Mapping[str, Any]) -> ModelSpec:
         raise PoolError(f"model {name!r}: {e}") from None
 
 
-def pool_from_dict(raw: Mapping[str, Any]) -> Pool:
+def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
+    """A pool from its parsed YAML; ``base`` is the folder that a relative ``replay:`` path starts from."""
     if not isinstance(raw, Mapping) or "agents" not in raw or "models" not in raw:
         raise PoolError("a pool needs 'models' and 'agents'")
     models = {name: _model(name, spec) for name, spec in (raw["models"] or {}).items()}
@@ -188,6 +192,9 @@ def pool_from_dict(raw: Mapping[str, Any]) -> Pool:
     independent = raw.get("independent_solvers", False)
     if not isinstance(independent, bool):
         raise PoolError(f"independent_solvers must be true or false, got {independent!r}")
+    replay = raw.get("replay")
+    if replay is not None and not isinstance(replay, str):
+        raise PoolError(f"replay must be a folder name, got {replay!r}")
     return Pool(
         name=str(raw.get("name", "pool")),
         agents=tuple(agents),
@@ -195,6 +202,7 @@ def pool_from_dict(raw: Mapping[str, Any]) -> Pool:
         backend_options=MappingProxyType(options),
         context_layout=layout,
         independent_solvers=independent,
+        replay=(base or Path.cwd()) / replay if replay else None,
     )
 
 
@@ -214,7 +222,7 @@ def load_pool(name_or_path: str | Path) -> Pool:
     except UnicodeDecodeError:
         raise PoolError(f"{path}: not a text (UTF-8) file") from None
     try:
-        return pool_from_dict(raw)
+        return pool_from_dict(raw, base=path.parent)
     except PoolError as e:
         raise PoolError(f"{path}: {e}") from None
     except (AttributeError, TypeError, ValueError) as e:

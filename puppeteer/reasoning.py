@@ -93,6 +93,11 @@ PATTERNS: Mapping[str, Pattern] = MappingProxyType(
                 asks_answer_format=False,  # the program's printed output is the answer
             ),
             Pattern(
+                "code",
+                "You are an expert Python programmer.",
+                "Write the solution directly, with no explanation before it.",
+            ),
+            Pattern(
                 "calculate",
                 "You are a careful problem solver.",
                 "Call the calculator with one <tool_call> whose expression computes the final answer; "

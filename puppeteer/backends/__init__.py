@@ -15,6 +15,9 @@ __all__ = ["Backend", "BackendRegistry", "Router", "SyncBackend", "default_regis
 
 # Backends that call a model; only these are worth caching (the simulator is deterministic and free).
 CACHEABLE = frozenset({"litellm", "llamacpp", "transformers"})
+# how a pool's shipped outcome table is used (``PUPPETEER_REPLAY``, ``--no-replay``)
+REPLAY_MODES = ("on", "strict", "off")
+REPLAY_ENV = "PUPPETEER_REPLAY"
 
 
 def _sim(**options: Any) -> Backend:
@@ -55,19 +58,35 @@ def make_router(
     options: dict[str, dict[str, Any]] | None = None,
     cache: str | Path | None = None,
     registry: BackendRegistry | None = None,
+    replay: str | Path | None = None,
+    replay_mode: str = "on",
 ) -> Router:
-    """A router over the default backends; with ``cache``, model-calling backends share one SQLite cache.
+    """A router over the default backends; with ``cache``, model-calling backends share one SQLite cache;
+    with ``replay`` (a shipped outcome table, :mod:`puppeteer.replay`), the calls it holds are served
+    from it before the cache and the model (``replay_mode``: ``on``, ``strict`` to raise on a call it
+    lacks, ``off`` to ignore it).
 
     Raises :class:`~puppeteer.backends.cache.CacheError` at once when ``cache`` is unusable.
     """
-    wrap = None
+    if replay_mode not in REPLAY_MODES:
+        raise ValueError(f"replay mode must be one of {', '.join(REPLAY_MODES)}, got {replay_mode!r}")
+    layers: list[Any] = []
     if cache is not None:
         from puppeteer.backends.cache import CachedBackend, check_cache
 
         path = Path(cache)
         check_cache(path)  # an unusable cache stops the run here, not item by item later
+        layers.append(lambda b: CachedBackend(b, path))
+    if replay is not None and replay_mode != "off":
+        from puppeteer.replay import ReplayBackend, load_table
 
-        def wrap(name: str, backend: Backend) -> Backend:
-            return CachedBackend(backend, path) if name in CACHEABLE else backend
+        table = load_table(Path(replay))
+        layers.append(lambda b: ReplayBackend(b, table, strict=replay_mode == "strict"))
 
-    return Router(registry or default_registry(), options, wrap=wrap)
+    def wrap(name: str, backend: Backend) -> Backend:
+        if name in CACHEABLE:
+            for layer in layers:
+                backend = layer(backend)
+        return backend
+
+    return Router(registry or default_registry(), options, wrap=wrap if layers else None)

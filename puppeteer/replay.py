@@ -1,0 +1,244 @@
+"""Shipped outcome tables: every agent's response, grade and cost on every item, replayed without a model.
+
+A table is a folder (named by a pool's ``replay:`` field, beside its YAML) with two gzipped JSONL files:
+
+- ``outcomes.jsonl.gz``: one row per ``(suite, split, task_id, agent)``: the grade, the extracted
+  answer, the tokens, the single-stream model seconds, truncation and tool calls, and the response text.
+  This is the per-agent table that analytics and reports read.
+- ``responses.jsonl.gz``: one row per model call, keyed by the response cache's *greedy key* (the
+  request without its sample index, see :mod:`puppeteer.backends.cache`), with the completion's
+  text and tokens. :class:`ReplayBackend` serves these in front of the pool's real backend, so
+  ``eval``, ``train``, ``ab`` and the quickstart run every episode whose calls are in the table with
+  no model loaded; a call that is not there goes to the real backend (``strict=True`` raises instead).
+
+Both files are written sorted, so a table grows by shards with readable diffs of its row counts and
+the same rows always give the same bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from puppeteer.backends.cache import greedy_key, greedy_key_of
+from puppeteer.errors import UserError
+from puppeteer.types import Completion, CompletionRequest
+
+OUTCOMES_FILE = "outcomes.jsonl.gz"
+RESPONSES_FILE = "responses.jsonl.gz"
+
+
+class ReplayMiss(UserError, LookupError):
+    """A strict replay met a call that the table does not hold."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One agent alone on one item (a single-agent episode)."""
+
+    suite: str
+    split: str
+    task_id: str
+    domain: str
+    agent: str
+    correct: bool
+    answer: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    model_s: float  # single-stream seconds at the pool's declared speeds
+    truncated: bool
+    tool_calls: int
+    error: str | None = None
+    response: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.suite, self.split, self.task_id, self.agent)
+
+
+@dataclass(frozen=True)
+class Response:
+    """One stored model call."""
+
+    key: str  # greedy key of the request
+    backend: str
+    target: str
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    flops: float
+
+    def completion(self, max_tokens: int) -> Completion:
+        return Completion(
+            text=self.text,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cost_usd=0.0,
+            flops=self.flops,
+            latency_s=self.latency_s,
+            model=self.target,
+            cached=True,
+            truncated=self.completion_tokens >= max_tokens,
+        )
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _read_rows(path: Path) -> Iterator[dict[str, Any]]:
+    if not path.is_file():
+        return
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+
+
+def _write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write atomically (a temporary file, then a rename) with a fixed gzip mtime: same rows, same bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with (
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz,
+    ):
+        for row in rows:
+            gz.write((json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
+    tmp.replace(path)
+
+
+def _from_dict(cls: type, row: Mapping[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in row.items() if k in names})
+
+
+def read_outcomes(root: str | Path) -> tuple[Outcome, ...]:
+    return tuple(_from_dict(Outcome, r) for r in _read_rows(Path(root) / OUTCOMES_FILE))
+
+
+def write_outcomes(root: str | Path, rows: Iterable[Outcome]) -> int:
+    """Merge ``rows`` into the table's outcomes (a new row replaces an old one with its key)."""
+    merged = {o.key: o for o in read_outcomes(root)}
+    merged.update((o.key, o) for o in rows)
+    _write_rows(Path(root) / OUTCOMES_FILE, (asdict(merged[k]) for k in sorted(merged)))
+    return len(merged)
+
+
+def read_responses(root: str | Path) -> dict[str, Response]:
+    return {r["key"]: _from_dict(Response, r) for r in _read_rows(Path(root) / RESPONSES_FILE)}
+
+
+def export_responses(cache: str | Path, root: str | Path) -> int:
+    """Merge every greedy call of a SQLite response cache into the table's responses; returns the count."""
+    merged = read_responses(root)
+    conn = sqlite3.connect(f"file:{Path(cache)}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT text, prompt_tokens, completion_tokens, flops, latency_s, request FROM completions"
+        ).fetchall()
+    finally:
+        conn.close()
+    for text, pt, ct, flops, latency, request in rows:
+        payload = json.loads(request)
+        key = greedy_key_of(payload)
+        if key is None or key in merged:  # sampled calls are not replayable; the first stored call wins
+            continue
+        merged[key] = Response(
+            key=key,
+            backend=str(payload["backend"]),
+            target=str(payload["target"]),
+            text=text,
+            prompt_tokens=int(pt),
+            completion_tokens=int(ct),
+            latency_s=round(float(latency), 3),
+            flops=float(flops),
+        )
+    _write_rows(Path(root) / RESPONSES_FILE, (asdict(merged[k]) for k in sorted(merged)))
+    return len(merged)
+
+
+# --------------------------------------------------------------------------- replay
+
+
+@dataclass(frozen=True)
+class ReplayTable:
+    """The responses of one table, read once."""
+
+    root: Path
+    responses: Mapping[str, Response]
+
+    @classmethod
+    def load(cls, root: str | Path) -> ReplayTable:
+        """The table at ``root``; an empty one where nothing was built yet (every call then misses)."""
+        root = Path(root)
+        if root.exists() and not root.is_dir():
+            raise UserError(f"replay table {root} is not a folder")
+        return cls(root, MappingProxyType(read_responses(root)))
+
+    def __len__(self) -> int:
+        return len(self.responses)
+
+    def lookup(self, request: CompletionRequest) -> Completion | None:
+        key = greedy_key(request)
+        found = self.responses.get(key) if key is not None else None
+        return found.completion(request.max_tokens) if found is not None else None
+
+
+@functools.lru_cache(maxsize=8)
+def load_table(root: Path) -> ReplayTable:
+    """A table read once per process (every env clone and every run of a job shares it)."""
+    return ReplayTable.load(root)
+
+
+class ReplayBackend:
+    """Answers from a :class:`ReplayTable`; a call it lacks goes to ``inner`` (or raises if ``strict``)."""
+
+    def __init__(self, inner: Any, table: ReplayTable, strict: bool = False) -> None:
+        self.inner = inner
+        self.table = table
+        self.strict = strict
+        self.name = getattr(inner, "name", "replay")
+        self.hits = 0
+        self.misses = 0
+
+    def _miss(self, request: CompletionRequest) -> None:
+        self.misses += 1
+        if self.strict:
+            raise ReplayMiss(
+                f"{request.model.target}: a call that the replay table {self.table.root} does not hold "
+                "(strict replay); run without strict replay to call the model, or extend the table "
+                "with `puppeteer outcomes build`"
+            )
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        hit = self.table.lookup(request)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self._miss(request)
+        return self.inner.complete(request)
+
+    async def acomplete(self, request: CompletionRequest) -> Completion:
+        hit = self.table.lookup(request)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self._miss(request)
+        return await self.inner.acomplete(request)
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if callable(close):
+            close()
+
