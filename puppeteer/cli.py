@@ -255,19 +255,30 @@ def _configure_outcomes(p: argparse.ArgumentParser) -> None:
     build.add_argument("--table", default=None, help="table folder (default: the pool's replay folder)")
     build.add_argument("--work", default="runs/outcomes", help="scratch: the response cache and runs")
     build.add_argument("--concurrency", type=int, default=16, help="items at once (batched decoding)")
+    show = sub.add_parser("show", help="the per-agent table of a pool's outcome table, as markdown")
+    show.add_argument("--pool", required=True)
+    show.add_argument("--split", default="test")
+    show.add_argument("--table", default=None, help="table folder (default: the pool's replay folder)")
 
 
 def _outcomes(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
-    from puppeteer.jobs.outcomes import Shard, build
     from puppeteer.pool import load_pool
 
-    shards = [Shard.parse(s) for s in args.shard]
     pool = load_pool(args.pool)
     table = Path(args.table) if args.table else pool.replay
     if table is None:
         raise UserError(f"pool {pool.name!r} names no replay folder: give --table")
+    if args.outcomes_cmd == "show":
+        from puppeteer.analytics.outcome_table import markdown
+        from puppeteer.replay import read_outcomes
+
+        sys.stdout.write(markdown(read_outcomes(table), args.split, [a.name for a in pool.agents]))
+        return 0
+    from puppeteer.jobs.outcomes import Shard, build
+
+    shards = [Shard.parse(s) for s in args.shard]
     build(
         args.pool,
         args.suite,
@@ -305,8 +316,12 @@ def commands() -> tuple[Command, ...]:
             _configure_quickstart,
             _quickstart,
         ),
-        Command("outcomes", "build a pool's shipped outcome table (replayed with no model)",
-                _configure_outcomes, _outcomes),
+        Command(
+            "outcomes",
+            "build a pool's shipped outcome table (replayed with no model)",
+            _configure_outcomes,
+            _outcomes,
+        ),
         *analytics_commands(),
     )
 

@@ -218,10 +218,12 @@ def _record_line(
 def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
     from puppeteer.backends.base import Router
     from puppeteer.backends.cache import CachedBackend
+    from puppeteer.replay import ReplayBackend
 
+    counted = (CachedBackend, ReplayBackend)  # a replay layer counts the cache behind it too
     backend = env.executor.backend
     found: list[Any] = []
-    if isinstance(backend, CachedBackend):
+    if isinstance(backend, counted):
         found.append(backend)
     elif isinstance(backend, Router):
         for name in pool.backends():
@@ -229,7 +231,7 @@ def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
                 inner = backend.backend(name)
             except Exception:  # a backend that cannot even be created has no cache statistics
                 continue
-            if isinstance(inner, CachedBackend):
+            if isinstance(inner, counted):
                 found.append(inner)
     return found
 

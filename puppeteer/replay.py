@@ -22,12 +22,12 @@ import gzip
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from puppeteer.backends.cache import greedy_key, greedy_key_of
+from puppeteer.backends.cache import CacheStats, greedy_key, greedy_key_of
 from puppeteer.errors import UserError
 from puppeteer.types import Completion, CompletionRequest
 
@@ -93,16 +93,22 @@ class Response:
 # --------------------------------------------------------------------------- files
 
 
-def _read_rows(path: Path) -> Iterator[dict[str, Any]]:
+def _read_rows(path: Path, cls: type) -> Iterator[Any]:
+    """The rows of a gzipped JSONL file as ``cls`` (nothing when the file is absent)."""
     if not path.is_file():
         return
+    names = {f.name for f in fields(cls)}
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                yield cls(**{k: v for k, v in row.items() if k in names})
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+            except (TypeError, AttributeError) as e:
+                raise UserError(f"{path}:{n}: not a {cls.__name__} row ({e})") from None
 
 
 def _write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -118,13 +124,8 @@ def _write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def _from_dict(cls: type, row: Mapping[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in row.items() if k in names})
-
-
 def read_outcomes(root: str | Path) -> tuple[Outcome, ...]:
-    return tuple(_from_dict(Outcome, r) for r in _read_rows(Path(root) / OUTCOMES_FILE))
+    return tuple(_read_rows(Path(root) / OUTCOMES_FILE, Outcome))
 
 
 def write_outcomes(root: str | Path, rows: Iterable[Outcome]) -> int:
@@ -136,7 +137,7 @@ def write_outcomes(root: str | Path, rows: Iterable[Outcome]) -> int:
 
 
 def read_responses(root: str | Path) -> dict[str, Response]:
-    return {r["key"]: _from_dict(Response, r) for r in _read_rows(Path(root) / RESPONSES_FILE)}
+    return {r.key: r for r in _read_rows(Path(root) / RESPONSES_FILE, Response)}
 
 
 def export_responses(cache: str | Path, root: str | Path) -> int:
@@ -212,6 +213,14 @@ class ReplayBackend:
         self.hits = 0
         self.misses = 0
 
+    @property
+    def stats(self) -> CacheStats:
+        """Replayed calls count as hits; the misses are those of the cache behind (or this layer's)."""
+        behind = getattr(self.inner, "stats", None)
+        if isinstance(behind, CacheStats):
+            return replace(behind, hits=behind.hits + self.hits)
+        return CacheStats(hits=self.hits, misses=self.misses)
+
     def _miss(self, request: CompletionRequest) -> None:
         self.misses += 1
         if self.strict:
@@ -241,4 +250,3 @@ class ReplayBackend:
         close = getattr(self.inner, "close", None)
         if callable(close):
             close()
-

@@ -59,7 +59,9 @@ def outcomes_of_run(run_dir: Path, pool: Pool, agent: str, split: str) -> list[O
             steps = d["steps"]
             comp = steps[0]["completion"] if steps else None
             model_s = (
-                pool.agent(pool.index(agent)).model.model_seconds(comp["prompt_tokens"], comp["completion_tokens"])
+                pool.agent(pool.index(agent)).model.model_seconds(
+                    comp["prompt_tokens"], comp["completion_tokens"]
+                )
                 if comp
                 else 0.0
             )

@@ -1,0 +1,132 @@
+"""What a shipped outcome table (:mod:`puppeteer.replay`) says about its pool, with no model loaded.
+
+- :func:`agent_rows`: every agent alone, overall and per kind of request (the item's domain):
+  accuracy with its Wilson interval, single-stream model seconds, tokens, truncation and tool-call rates.
+- :func:`matrix`: the items x agents :class:`~puppeteer.analytics.headroom.Outcomes` of one split, for
+  the reference routers of :mod:`puppeteer.analytics.headroom` (the per-item oracle, the best agent per
+  kind chosen on the training split).
+- :func:`markdown`: both as the tables of a docs page.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from puppeteer.analytics.headroom import Outcomes, domain_route, oracle_route, single_route
+from puppeteer.analytics.stats import wilson_interval
+from puppeteer.replay import Outcome
+
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class AgentRow:
+    agent: str
+    kind: str  # a domain, or "all"
+    n: int
+    correct: int
+    model_s: float  # mean single-stream model seconds per item
+    tokens: float  # mean prompt + completion tokens per item
+    truncated: float  # share of items cut at max_tokens
+    tool_calls: float  # share of items with at least one tool call (program of thought: the program ran)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else 0.0
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.n)
+
+
+def _row(agent: str, kind: str, rows: Sequence[Outcome]) -> AgentRow:
+    n = len(rows)
+    return AgentRow(
+        agent=agent,
+        kind=kind,
+        n=n,
+        correct=sum(o.correct for o in rows),
+        model_s=sum(o.model_s for o in rows) / n,
+        tokens=sum(o.prompt_tokens + o.completion_tokens for o in rows) / n,
+        truncated=sum(o.truncated for o in rows) / n,
+        tool_calls=sum(o.tool_calls > 0 for o in rows) / n,
+    )
+
+
+def complete_items(outcomes: Sequence[Outcome], split: str, agents: Sequence[str]) -> list[str]:
+    """The items of ``split`` that every one of ``agents`` has an outcome on (sorted)."""
+    have: dict[str, set[str]] = defaultdict(set)
+    for o in outcomes:
+        if o.split == split:
+            have[o.task_id].add(o.agent)
+    return sorted(t for t, names in have.items() if set(agents) <= names)
+
+
+def agent_rows(outcomes: Sequence[Outcome], split: str, agents: Sequence[str]) -> list[AgentRow]:
+    """Each agent overall (kind ``all``) and per kind, on the items of ``split`` that every agent ran."""
+    items = set(complete_items(outcomes, split, agents))
+    groups: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        if o.split == split and o.task_id in items and o.agent in agents:
+            groups[(o.agent, ALL)].append(o)
+            groups[(o.agent, o.domain)].append(o)
+    kinds = sorted({k for _, k in groups if k != ALL})
+    return [_row(a, k, groups[(a, k)]) for k in (ALL, *kinds) for a in agents if groups.get((a, k))]
+
+
+def matrix(outcomes: Sequence[Outcome], split: str, agents: Sequence[str]) -> Outcomes:
+    """Items x agents correctness and model seconds on the items of ``split`` that every agent ran."""
+    runs: dict[str, dict[str, tuple[bool, float]]] = {a: {} for a in agents}
+    for o in outcomes:
+        if o.split == split and o.agent in runs:
+            runs[o.agent][o.task_id] = (o.correct, o.model_s)
+    return Outcomes.from_runs(runs)
+
+
+def best(rows: Sequence[AgentRow], kind: str = ALL) -> AgentRow:
+    """The most accurate agent on ``kind`` (the cheaper one on a tie)."""
+    return max((r for r in rows if r.kind == kind), key=lambda r: (r.correct, -r.model_s))
+
+
+def _fmt(r: AgentRow) -> str:
+    lo, hi = r.ci
+    return (
+        f"| `{r.agent}` | {r.n} | {r.accuracy:.3f} [{lo:.3f}, {hi:.3f}] | {r.model_s:.1f} | {r.tokens:.0f} "
+        f"| {r.truncated:.0%} | {r.tool_calls:.0%} |"
+    )
+
+
+def markdown(
+    outcomes: Sequence[Outcome], split: str, agents: Sequence[str], train_split: str = "train"
+) -> str:
+    """The per-agent tables (overall, then per kind) and the reference routers, as markdown."""
+    rows = agent_rows(outcomes, split, agents)
+    if not rows:
+        return f"No split `{split}` items that all of {', '.join(agents)} ran.\n"
+    head = [
+        "| agent | n | accuracy [95% Wilson] | model s / item | tokens / item | truncated | tool calls |",
+        "|---|---:|---|---:|---:|---:|---:|",
+    ]
+    out: list[str] = []
+    kinds = [ALL, *sorted({r.kind for r in rows} - {ALL})]
+    for kind in kinds:
+        top = best(rows, kind)
+        out += [f"### {'all kinds' if kind == ALL else kind}", "", *head]
+        out += [_fmt(r) for r in rows if r.kind == kind]
+        out += ["", f"Best alone: `{top.agent}`, {top.accuracy:.3f} at {top.model_s:.1f} s per item.", ""]
+    test = matrix(outcomes, split, agents)
+    refs = [single_route(test, best(rows).agent), oracle_route(test)]
+    if complete_items(outcomes, train_split, agents):
+        refs.insert(1, domain_route(matrix(outcomes, train_split, agents), test))
+    out += [
+        "### Reference routers (one agent per item)",
+        "",
+        "| router | accuracy | model s / item | agents used |",
+        "|---|---:|---:|---|",
+    ]
+    for r in refs:
+        shares = ", ".join(f"`{a}` {s:.0%}" for a, s in r.shares(test).items())
+        out.append(f"| {r.name} | {r.accuracy(test):.3f} | {r.model_s(test):.1f} | {shares} |")
+    return "\n".join(out) + "\n"

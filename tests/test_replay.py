@@ -1,0 +1,120 @@
+"""Shipped outcome tables: export from a response cache, replay without the model, strict misses."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from pathlib import Path
+
+import pytest
+
+from puppeteer.backends import make_router
+from puppeteer.backends.cache import CachedBackend
+from puppeteer.errors import UserError
+from puppeteer.pool import load_pool, pool_from_dict
+from puppeteer.replay import (
+    Outcome,
+    ReplayBackend,
+    ReplayMiss,
+    ReplayTable,
+    export_responses,
+    read_outcomes,
+    read_responses,
+    write_outcomes,
+)
+from tests.test_cache import CountingBackend, req
+
+
+def _filled_table(tmp_path: Path) -> tuple[Path, CountingBackend]:
+    inner = CountingBackend()
+    cache = tmp_path / "c.sqlite"
+    with CachedBackend(inner, cache) as cb:
+        cb.complete(req("a"))
+        cb.complete(req("b", max_tokens=7))
+        cb.complete(req("sampled", temperature=0.7))  # not greedy: not replayable
+    table = tmp_path / "table"
+    assert export_responses(cache, table) == 2
+    return table, inner
+
+
+def test_a_replayed_call_never_reaches_the_model_and_a_miss_does(tmp_path: Path) -> None:
+    table, first = _filled_table(tmp_path)
+    inner = CountingBackend()
+    replay = ReplayBackend(inner, ReplayTable.load(table))
+    hit = replay.complete(req("a", sample_index=5))  # another sample index of a greedy call
+    assert hit.text == "a|0|call1" and hit.cached and (hit.prompt_tokens, hit.completion_tokens) == (11, 7)
+    assert replay.complete(req("b", max_tokens=7)).truncated  # 7 tokens at a budget of 7
+    assert inner.calls == 0
+    miss = asyncio.run(replay.acomplete(req("c")))
+    assert miss.text == "c|0|call1" and inner.calls == 1 and (replay.hits, replay.misses) == (2, 1)
+    assert first.calls == 3
+
+
+def test_strict_replay_refuses_what_the_table_lacks(tmp_path: Path) -> None:
+    table, _ = _filled_table(tmp_path)
+    inner = CountingBackend()
+    replay = ReplayBackend(inner, ReplayTable.load(table), strict=True)
+    with pytest.raises(ReplayMiss, match="does not hold"):
+        replay.complete(req("sampled", temperature=0.7))
+    assert inner.calls == 0
+
+
+def test_export_merges_and_same_rows_give_same_bytes(tmp_path: Path) -> None:
+    table, _ = _filled_table(tmp_path)
+    before = (table / "responses.jsonl.gz").read_bytes()
+    cache2 = tmp_path / "c2.sqlite"
+    with CachedBackend(CountingBackend(), cache2) as cb:
+        cb.complete(req("a"))  # the same greedy call again: the first stored one is kept
+        cb.complete(req("z"))
+    assert export_responses(cache2, table) == 3
+    responses = read_responses(table)
+    assert sorted(r.text.split("|")[0] for r in responses.values()) == ["a", "b", "z"]
+    export_responses(tmp_path / "c.sqlite", table)  # nothing new
+    assert (table / "responses.jsonl.gz").read_bytes() != before  # z was added...
+    again = (table / "responses.jsonl.gz").read_bytes()
+    export_responses(cache2, table)
+    assert (table / "responses.jsonl.gz").read_bytes() == again  # ...and re-exporting changes nothing
+
+
+def _outcome(task: str, agent: str, correct: bool, split: str = "test") -> Outcome:
+    return Outcome("mix", split, task, task.split("/")[0], agent, correct, "1", 10, 5, 1.5, False, 0)
+
+
+def test_outcomes_merge_by_key_and_read_back(tmp_path: Path) -> None:
+    assert write_outcomes(tmp_path, [_outcome("x/1", "a", False), _outcome("x/2", "a", True)]) == 2
+    assert write_outcomes(tmp_path, [_outcome("x/1", "a", True), _outcome("x/1", "a", True, "train")]) == 3
+    rows = {(o.split, o.task_id): o.correct for o in read_outcomes(tmp_path)}
+    assert rows == {("test", "x/1"): True, ("test", "x/2"): True, ("train", "x/1"): True}
+    with gzip.open(tmp_path / "outcomes.jsonl.gz", "rt") as f:
+        assert len(f.read().splitlines()) == 3
+
+
+def test_a_bad_line_names_its_file_and_line(tmp_path: Path) -> None:
+    with gzip.open(tmp_path / "outcomes.jsonl.gz", "wt") as f:
+        f.write("\nnot json\n")
+    with pytest.raises(UserError, match=r"outcomes.jsonl.gz:2: not a JSON line"):
+        read_outcomes(tmp_path)
+    with gzip.open(tmp_path / "outcomes.jsonl.gz", "wt") as f:
+        f.write('{"suite": "x"}\n')
+    with pytest.raises(UserError, match=r"outcomes.jsonl.gz:1: not a Outcome row"):
+        read_outcomes(tmp_path)
+
+
+def test_the_router_puts_replay_in_front_of_the_cache_and_honours_off(tmp_path: Path) -> None:
+    table, _ = _filled_table(tmp_path)
+    router = make_router(cache=tmp_path / "other.sqlite", replay=table)
+    layer = router._wrap("litellm", CountingBackend())  # type: ignore[misc]
+    assert isinstance(layer, ReplayBackend) and isinstance(layer.inner, CachedBackend)
+    assert make_router(replay=table, replay_mode="off")._wrap is None
+    with pytest.raises(ValueError, match="replay mode"):
+        make_router(replay=table, replay_mode="sometimes")
+
+
+def test_a_pool_finds_its_table_beside_its_yaml(tmp_path: Path) -> None:
+    assert load_pool("local-mix").replay == Path(load_pool("local-mix").replay or "")
+    assert load_pool("local-mix").replay.name == "local-mix.replay"  # type: ignore[union-attr]
+    raw = {"models": {"m": {"backend": "sim", "params_b": 1}}, "agents": [{"name": "a", "model": "m"}]}
+    assert pool_from_dict(raw).replay is None
+    assert pool_from_dict({**raw, "replay": "t"}, base=tmp_path).replay == tmp_path / "t"
+    with pytest.raises(ValueError, match="replay must be a folder name"):
+        pool_from_dict({**raw, "replay": 3})
