@@ -274,7 +274,9 @@ def _outcomes(args: argparse.Namespace, console: Console) -> int:
         from puppeteer.analytics.outcome_table import markdown
         from puppeteer.replay import read_outcomes
 
-        sys.stdout.write(markdown(read_outcomes(table), args.split, [a.name for a in pool.agents]))
+        rows = read_outcomes(table)
+        ran = {o.agent for o in rows if o.split == args.split}
+        sys.stdout.write(markdown(rows, args.split, [a.name for a in pool.agents if a.name in ran]))
         return 0
     from puppeteer.jobs.outcomes import Shard, build
 

@@ -142,8 +142,11 @@ def test_training_approaches_the_best_single_agent(tmp_path: Path) -> None:
     cfg = ReinforceConfig(episodes=1536, batch_episodes=64, group_size=4, lr=0.01, eval_every=1000, seed=0)
     train(env, policy, cfg, tmp_path)
     after = evaluate(test_env, policy)
-    assert after["return"] > before["return"] + 0.3
-    assert after["return"] >= 0.8 * best.ret
+    # the untrained greedy policy calls max_steps agents; how well that does depends on the init
+    # (0.65-0.72 over seeds 0-2 since the state reads the availability mask), so learning is measured
+    # against the best single agent's return as well as against the start
+    assert after["return"] > before["return"] + 0.05
+    assert after["return"] >= 0.85 * best.ret
     assert after["accuracy"] >= 0.85
     lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 1536 and json.loads(lines[0])["mode"] == "step"

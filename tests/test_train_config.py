@@ -174,3 +174,29 @@ def test_multirun_with_many_overrides_writes_short_job_directories(tmp_path: Pat
     jobs = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert len(jobs) == 1 and jobs[0].name.startswith("0_") and len(jobs[0].name) <= 90
     assert (jobs[0] / "results.json").exists()
+
+
+def test_a_training_that_learns_to_call_nobody_fails_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """min_steps=0 at a price no answer is worth: the policy learns to stop at once; the job says so
+    and exits non-zero instead of reporting accuracy 0.000 as a result (issue 29)."""
+    common = [
+        "pool=sim-paper",
+        "suite=arith",
+        "policy.encoder=hashing",
+        "trainer.episodes=128",
+        "trainer.batch_episodes=32",
+        "trainer.eval_every=1",
+        "trainer.parallel_envs=4",
+        "suite.n_train=16",
+        "suite.n_val=8",
+        "suite.n_eval=8",
+        "wandb.enabled=false",
+        "progress=false",
+    ]
+    degenerate = main(["train", *common, "min_steps=0", "lam=50", f"out={tmp_path / 'a'}"])
+    err = capsys.readouterr().out
+    assert degenerate == 2 and "degenerate policy: it calls no agent" in err
+    assert len(err.strip().splitlines()) == 1
+    assert main(["train", *common, "lam=50", f"out={tmp_path / 'b'}"]) == 0  # min_steps defaults to 1

@@ -13,6 +13,7 @@ from puppeteer.backends.cache import resolve_cache
 from puppeteer.checks import check_env_settings, integer
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, EnvConfig
+from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, load_pool
@@ -174,6 +175,12 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
         f"puppeteer REINFORCE ({tcfg.baseline} baseline) on {results['suite']}, pool {env.pool.name} "
         f"[backend: {backend}]",
     )
+    if final["calls"] == 0:
+        raise UserError(
+            f"training ended with a degenerate policy: it calls no agent on the {len(eval_env.tasks)} "
+            f"held-out items (accuracy {final['accuracy']:.3f}); results in {run}. Set min_steps=1 "
+            "(at least one agent per item) or lower lam"
+        )
     return results
 
 

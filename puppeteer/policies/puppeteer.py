@@ -1,8 +1,9 @@
 """The step-wise orchestrator: a frozen sentence encoder plus a small trained scorer.
 
 logit(s, a) = MLP([h(s), g(e_a), h(s) * g(e_a)]) where h encodes the task text, the
-transcript so far, the step number and who has acted, and e_a is a trainable
-embedding of agent a initialised from its description. Unavailable agents are masked.
+transcript so far, the step number, who has acted and who is on offer (the availability mask:
+whether to stop or call again can depend on it), and e_a is a trainable embedding of agent a
+initialised from its description. Unavailable agents are also masked out of the logits.
 With ``PolicyConfig.signals``, h(s) also reads the answer signals z(s) of the steps so far
 (:mod:`puppeteer.signals`), and the logit gains a linear term w_a . z(s): what a cascade needs.
 """
@@ -76,7 +77,7 @@ class Scorer(nn.Module):
         self.max_steps = max_steps
         self.n_signals = n_signals
         self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
-        state_in = 2 * dim + (max_steps + 1) + n_actions + n_signals
+        state_in = 2 * dim + (max_steps + 1) + 2 * n_actions + n_signals  # ... counts, mask, signals
         self.state_net = nn.Sequential(nn.Linear(state_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
         self.agent_net = nn.Linear(dim, hidden)
         self.head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
@@ -97,7 +98,7 @@ class Scorer(nn.Module):
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
-        parts = [task, state, onehot, counts.float() / self.max_steps]
+        parts = [task, state, onehot, counts.float() / self.max_steps, mask.float()]
         if self.n_signals:
             if signals is None:
                 raise ValueError(f"this scorer reads {self.n_signals} answer signals; none given")

@@ -152,6 +152,11 @@ BASELINES: dict[str, Callable[[Groups, dict[str, float], ReinforceConfig], StepB
 
 
 # --------------------------------------------------------------------------- evaluation
+def top_share(actions: Sequence[int]) -> float:
+    """The share of the most common action (1.0: every episode made the same choice)."""
+    return float(np.bincount(actions).max() / len(actions)) if len(actions) else 0.0
+
+
 def evaluate(
     env: ConductorEnv | Sequence[ConductorEnv],
     policy: PuppeteerPolicy,
@@ -162,7 +167,7 @@ def evaluate(
     envs = [env] if isinstance(env, ConductorEnv) else list(env)
     count = len(envs[0].tasks) if n is None else min(n, len(envs[0].tasks))
     eps = run_lockstep(envs, policy, [(seed + i, i) for i in range(count)], greedy=True)
-    return summarize(eps)
+    return {**summarize(eps), "top_first_share": top_share([e.actions[0] for e in eps if e.actions])}
 
 
 # --------------------------------------------------------------------------- checkpointing
@@ -374,6 +379,8 @@ def train(
             {
                 "train/loss": float(loss.detach()),
                 "train/entropy": float(entropy.detach()),
+                # collapse watch: the share of episodes that open with the most common first action
+                "train/top_first_share": top_share([e.actions[0] for e in batch if e.actions]),
                 "train/failed": failed / len(batch),
                 "episodes": state.episodes,
             }
@@ -383,7 +390,7 @@ def train(
         ):
             ev = evaluate(eval_envs, policy, eval_n)
             metrics.update({f"eval/{k}": v for k, v in ev.items()})
-            if ev["return"] > state.best:
+            if ev["return"] > state.best and ev["calls"] > 0:  # a policy that calls nobody is never kept
                 state.best, state.best_update = ev["return"], state.update
                 policy.save(run / "best")
         state.history.append(metrics)
