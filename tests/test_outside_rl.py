@@ -114,7 +114,7 @@ def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyP
 
     created: list[_Closable] = []
 
-    def fake_router(options, cache=None):
+    def fake_router(options, cache=None, **_):
         registry = BackendRegistry()
         real = default_registry()
 
@@ -290,3 +290,71 @@ def test_maskable_ppo_beats_random_routing_on_the_sim_pool(tmp_path) -> None:
 
     again = evaluate_policy(f"sb3:{tmp_path / 'model'}", "sim-paper", "mix-paper", progress=False)
     assert again.accuracy == report.trained.accuracy
+
+
+def test_an_sb3_policy_loads_without_unpickling_and_predicts_like_the_model(tmp_path) -> None:
+    """Issue 33: SB3's ``load`` unpickles model.zip's ``data`` (cloudpickle), so a crafted ``sb3:DIR``
+    ran code. The loader builds the network anew and reads only its tensors: a pickle planted in the
+    zip never runs, and the loaded network acts exactly as the saved model."""
+    pytest.importorskip("sb3_contrib")
+    import base64
+    import pickle
+    import zipfile
+
+    from sb3_contrib import MaskablePPO
+
+    from puppeteer.policies.external import load_sb3, save_sb3
+
+    env = make_encoded_env("hashing", pool="sim-paper", suite="arith", max_steps=3)
+    model = MaskablePPO("MlpPolicy", env, n_steps=16, batch_size=16, seed=0, device="cpu")
+    model.learn(32)
+    pool = env.unwrapped.pool
+    save_sb3(model, tmp_path / "ok", pool, "hashing", 3)
+    policy = load_sb3(tmp_path / "ok", pool)
+    raw = ConductorEnv(mode="step", pool=pool, suite="arith", max_steps=3)
+    for seed in range(5):
+        obs, _ = raw.reset(seed=seed)
+        x = policy.encoder(obs)
+        want, _ = model.predict(x, deterministic=True, action_masks=np.asarray(obs["mask"], dtype=bool))
+        assert policy.act(obs, np.random.default_rng(0)) == int(want)
+
+    class Planted:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "puppeteer.json").write_text((tmp_path / "ok" / "puppeteer.json").read_text())
+    with (
+        zipfile.ZipFile(tmp_path / "ok" / "model.zip") as src,
+        zipfile.ZipFile(evil / "model.zip", "w") as dst,
+    ):
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "data":
+                doc = json.loads(data)
+                payload = base64.b64encode(pickle.dumps(Planted())).decode()
+                doc["observation_space"] = {":type:": "x", ":serialized:": payload}
+                data = json.dumps(doc).encode()
+            dst.writestr(item, data)
+    evil_policy = load_sb3(evil, pool)  # the planted pickle sits in an entry the loader never unpickles
+    assert not (tmp_path / "pwned").exists()
+    obs, _ = raw.reset(seed=0)
+    assert evil_policy.act(obs, np.random.default_rng(0)) == policy.act(obs, np.random.default_rng(0))
+    # pickled network settings are refused in one line instead of being unpickled
+    doc = json.loads(zipfile.ZipFile(evil / "model.zip").read("data"))
+    doc["policy_kwargs"] = {
+        ":type:": "dict",
+        ":serialized:": base64.b64encode(pickle.dumps(Planted())).decode(),
+    }
+    with (
+        zipfile.ZipFile(tmp_path / "ok" / "model.zip") as src,
+        zipfile.ZipFile(evil / "model.zip", "w") as dst,
+    ):
+        for item in src.infolist():
+            dst.writestr(
+                item, json.dumps(doc).encode() if item.filename == "data" else src.read(item.filename)
+            )
+    with pytest.raises(ValueError, match="never unpickles"):
+        load_sb3(evil, pool)
+    assert not (tmp_path / "pwned").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,12 +23,16 @@ from puppeteer.wrappers import ObservationEncoder
 
 META_FILE = "puppeteer.json"
 MODEL_FILE = "model.zip"
-ALGORITHMS = {  # name -> "module:Class"; loaded only when used
-    "MaskablePPO": "sb3_contrib:MaskablePPO",
-    "PPO": "stable_baselines3:PPO",
-    "A2C": "stable_baselines3:A2C",
-    "DQN": "stable_baselines3:DQN",
+# algorithm -> "module:PolicyClass" of its network (what ``model.policy`` is); loaded only when used
+ALGORITHMS = {
+    "MaskablePPO": "sb3_contrib.common.maskable.policies:MaskableActorCriticPolicy",
+    "PPO": "stable_baselines3.common.policies:ActorCriticPolicy",
+    "A2C": "stable_baselines3.common.policies:ActorCriticPolicy",
+    "DQN": "stable_baselines3.dqn.policies:DQNPolicy",
 }
+POLICY_WEIGHTS = "policy.pth"  # inside model.zip: the network's state dict, a plain tensor file
+# network settings that may be read from the zip's JSON ``data`` (never its pickled entries)
+ARCH_KEYS = ("net_arch", "share_features_extractor", "ortho_init")
 
 
 class Predictor(Protocol):
@@ -93,10 +98,56 @@ def save_sb3(
     return d
 
 
+class UnsafePolicyFile(ValueError):
+    """A policy file that could only be loaded by running code from it (unpickling)."""
+
+
+def _policy_kwargs(zf: zipfile.ZipFile, where: Path) -> dict[str, Any]:
+    """The network settings of the zip's ``data`` entry, read as JSON; pickled values are refused."""
+    try:
+        data = json.loads(zf.read("data"))
+    except (KeyError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    raw = data.get("policy_kwargs") if isinstance(data, dict) else None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or ":serialized:" in raw:
+        raise UnsafePolicyFile(
+            f"{where}: its policy_kwargs are pickled Python objects; puppeteer never unpickles policy "
+            "files (that runs code). Train with default or JSON-only policy_kwargs and save with save_sb3"
+        )
+    return {k: raw[k] for k in ARCH_KEYS if k in raw}
+
+
+def _read_weights(zf: zipfile.ZipFile, where: Path) -> dict[str, Any]:
+    import io
+
+    import torch
+
+    try:
+        blob = zf.read(POLICY_WEIGHTS)
+    except KeyError:
+        raise ValueError(f"{where} has no {POLICY_WEIGHTS}: not a stable-baselines3 model file") from None
+    try:
+        return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    except Exception as e:  # weights_only refuses anything but tensors and plain containers
+        raise UnsafePolicyFile(f"{where}: {POLICY_WEIGHTS} is not a plain tensor file ({e})") from None
+
+
 def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
+    """An ``sb3:DIR`` policy, loaded without unpickling anything from the directory.
+
+    The network is built anew from ``puppeteer.json`` (algorithm, observation encoder, agents) and
+    the zip's JSON settings, and its weights come from the zip's ``policy.pth`` through
+    ``torch.load(weights_only=True)``. SB3's own ``load`` would unpickle the zip's ``data``
+    (cloudpickle: a crafted file runs code), so it is never called.
+    """
     d = Path(directory)
-    if not (d / META_FILE).is_file():
-        raise FileNotFoundError(f"no sb3 policy in {d} (expected {META_FILE} and {MODEL_FILE})")
+    if not (d / META_FILE).is_file() or not (d / MODEL_FILE).is_file():
+        raise FileNotFoundError(
+            f"no sb3 policy in {d}: expected {META_FILE} and {MODEL_FILE}; save a model with "
+            "puppeteer.policies.external.save_sb3(model, DIR, pool, encoder, max_steps), which writes both"
+        )
     raw = json.loads((d / META_FILE).read_text())
     meta = SB3Meta(**{**raw, "agents": tuple(raw["agents"])})
     if list(meta.agents) != [a.name for a in pool.agents]:
@@ -105,14 +156,31 @@ def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
         raise ValueError(f"unknown algorithm {meta.algorithm!r}; known: {', '.join(ALGORITHMS)}")
     module, _, cls = ALGORITHMS[meta.algorithm].partition(":")
     try:
-        algo = getattr(importlib.import_module(module), cls)
+        policy_cls = getattr(importlib.import_module(module), cls)
     except ImportError as e:
         raise ImportError(f"{meta.algorithm} needs: pip install 'puppeteer-orchestra[rl]'") from e
-    model = algo.load(d / MODEL_FILE, device="cpu")
+    from gymnasium import spaces
+
     encoder = ObservationEncoder(
         make_encoder(meta.encoder, **meta.encoder_options), pool.n_actions, meta.max_steps, meta.signals
     )
-    return MaskableModelPolicy(model, encoder, name=f"sb3:{d}", masked=meta.algorithm == "MaskablePPO")
+    try:
+        zf = zipfile.ZipFile(d / MODEL_FILE)
+    except zipfile.BadZipFile:
+        raise ValueError(f"{d / MODEL_FILE} is not a zip file") from None
+    with zf:
+        kwargs = _policy_kwargs(zf, d / MODEL_FILE)
+        weights = _read_weights(zf, d / MODEL_FILE)
+    network = policy_cls(encoder.space, spaces.Discrete(pool.n_actions), lambda _: 0.0, **kwargs)
+    try:
+        network.load_state_dict(weights, strict=True)
+    except RuntimeError as e:
+        first = str(e).splitlines()[0]
+        raise ValueError(
+            f"{d / MODEL_FILE}: the weights do not fit a {meta.algorithm} network ({first})"
+        ) from None
+    network.set_training_mode(False)
+    return MaskableModelPolicy(network, encoder, name=f"sb3:{d}", masked=meta.algorithm == "MaskablePPO")
 
 
-__all__ = ["ALGORITHMS", "MaskableModelPolicy", "SB3Meta", "load_sb3", "save_sb3"]
+__all__ = ["ALGORITHMS", "MaskableModelPolicy", "SB3Meta", "UnsafePolicyFile", "load_sb3", "save_sb3"]

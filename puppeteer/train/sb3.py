@@ -35,7 +35,9 @@ class MaskablePPOConfig:
     encoder: str = "hashing"
     signals: bool = False  # append the answer signals (puppeteer.signals) to the observation
     max_steps: int = 5
+    min_steps: int = 1  # agents that act before the Terminator is offered (0: it may stop at once)
     lam: float = 0.1
+    cost_model: str = "tokens"  # as in `puppeteer train`: tokens | flops | usd | minutes
     seed: int = 0
 
 
@@ -56,7 +58,14 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
     pool = load_pool(cfg.pool)
     tasks = load_suite(cfg.suite, "train", n=cfg.n_train, seed=cfg.seed)
     env = make_encoded_env(
-        cfg.encoder, signals=cfg.signals, pool=pool, tasks=tasks, max_steps=cfg.max_steps, lam=cfg.lam
+        cfg.encoder,
+        signals=cfg.signals,
+        pool=pool,
+        tasks=tasks,
+        max_steps=cfg.max_steps,
+        min_steps=cfg.min_steps,
+        lam=cfg.lam,
+        cost_model=cfg.cost_model,
     )
     model: Any = MaskablePPO(
         "MlpPolicy",
