@@ -200,7 +200,7 @@ def test_a_run_directory_of_another_run_is_refused_not_resumed(tmp_path: Path) -
         (env, replace(cfg, lr=0.5), "trainer"),
         (_env(lam=0.7), cfg, "env"),
         (other_tasks, cfg, "tasks"),
-        (env, replace(cfg, episodes=32), "64 episodes, 32 asked"),
+        (env, replace(cfg, episodes=16), "64 episodes, 16 asked"),
     ]:
         with pytest.raises(ResumeMismatch, match=why):
             train(env2, PuppeteerPolicy(env2.pool, FAST, seed=1), cfg2, tmp_path)
@@ -215,3 +215,45 @@ def test_greedy_evaluation_is_deterministic() -> None:
     policy = PuppeteerPolicy(env.pool, FAST, seed=2)
     assert evaluate(env, policy) == evaluate(env, policy)
     assert np.isfinite(evaluate(env, policy)["return"])
+
+
+def test_a_run_trains_exactly_its_episodes_and_a_finished_run_reruns_as_done(tmp_path: Path) -> None:
+    """Issue 33: 300 asked used to run 320 (the last batch overshot), and the finished run could then
+    never be rerun ("checkpoint of another run"), nor could one killed after its last checkpoint."""
+    env = _env("train")
+    cfg = ReinforceConfig(episodes=300, batch_episodes=64, group_size=4, eval_every=1000, seed=0)
+    state = train(env, PuppeteerPolicy(env.pool, FAST, seed=0), cfg, tmp_path)
+    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    assert state.episodes == 300 and len(lines) == 300
+    final = (tmp_path / "final" / "policy.pt").read_bytes()
+    (tmp_path / "final" / "policy.pt").unlink()  # as if killed after the last checkpoint
+    again = train(env, PuppeteerPolicy(env.pool, FAST, seed=0), cfg, tmp_path)
+    assert again.episodes == 300 and again.update == state.update
+    assert (tmp_path / "trajectories.jsonl").read_text().splitlines() == lines
+    assert (tmp_path / "final" / "policy.pt").read_bytes() == final
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_clean(tmp_path: Path) -> None:
+    """Issue 33: the lines a run wrote before it was killed (no checkpoint yet) were kept and the
+    restarted run appended its own: episodes counted twice by analytics."""
+    from puppeteer.train.logging import JsonlLogger
+
+    env = _env("train")
+    cfg = ReinforceConfig(episodes=128, batch_episodes=64, group_size=4, eval_every=1000, seed=0)
+    clean = train(
+        env,
+        PuppeteerPolicy(env.pool, FAST, seed=0),
+        cfg,
+        tmp_path / "clean",
+        logger=JsonlLogger(tmp_path / "clean.jsonl"),
+    )
+    run = tmp_path / "killed"
+    run.mkdir()
+    (run / "trajectories.jsonl").write_text('{"left": "by the killed run"}\n' * 64)
+    (tmp_path / "killed.jsonl").write_text('{"step": 64, "train/return": 0.5}\n')
+    state = train(
+        env, PuppeteerPolicy(env.pool, FAST, seed=0), cfg, run, logger=JsonlLogger(tmp_path / "killed.jsonl")
+    )
+    assert state.episodes == clean.episodes == 128
+    assert (run / "trajectories.jsonl").read_text() == (tmp_path / "clean" / "trajectories.jsonl").read_text()
+    assert (tmp_path / "killed.jsonl").read_text() == (tmp_path / "clean.jsonl").read_text()

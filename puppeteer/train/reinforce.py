@@ -215,11 +215,21 @@ def _check_resumable(
         log.warning("%s has no run fingerprint; resuming without checking the configuration", where)
         return
     differs = sorted(k for k in fingerprint if saved.get(k) != fingerprint[k])
-    done = int(ck["state"]["episodes"])
-    if differs or done > config.episodes:
-        why = f"different {', '.join(differs)}" if differs else f"{done} episodes, {config.episodes} asked"
+    if differs:
         raise ResumeMismatch(
-            f"{where} is the checkpoint of another run ({why}); use a new run directory or delete it"
+            f"{where} is the checkpoint of another run (different {', '.join(differs)}); use a new run "
+            "directory or delete it"
+        )
+    done = int(ck["state"]["episodes"])
+    # a finished run has done == asked; older versions overshot by less than their last batch
+    if done >= config.episodes + config.batch_episodes:
+        raise ResumeMismatch(
+            f"{where} is the checkpoint of another run ({done} episodes, {config.episodes} asked); use a "
+            "new run directory or delete it"
+        )
+    if done >= config.episodes:
+        log.info(
+            "%s: already trained %d episodes (%d asked): nothing left to train", where, done, config.episodes
         )
 
 
@@ -269,6 +279,13 @@ def train(
         raise KeyError(f"unknown baseline {config.baseline!r}; known: {', '.join(BASELINES)}")
     if config.batch_episodes % config.group_size:
         raise ValueError("batch_episodes must be a multiple of group_size")
+    if config.episodes % config.group_size:
+        log.warning(
+            "trainer.episodes=%d is not a multiple of group_size=%d: training runs %d episodes",
+            config.episodes,
+            config.group_size,
+            -(-config.episodes // config.group_size) * config.group_size,
+        )
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     ckpt_path, traj_path = run / "checkpoint.pt", run / "trajectories.jsonl"
@@ -291,6 +308,11 @@ def train(
         if isinstance(logger, Rewindable):
             logger.rewind(state.episodes)  # metrics logged after the checkpoint are logged again
         log.info("resumed from update %d (%d episodes)", state.update, state.episodes)
+    else:  # a fresh start: lines left by a run killed before its first checkpoint are not kept
+        if traj_path.exists():
+            traj_path.write_bytes(b"")
+        if isinstance(logger, Rewindable):
+            logger.rewind(0)
     saved_update = state.update
 
     def checkpoint(numpy_rng: dict[str, Any], torch_rng: torch.Tensor) -> None:
@@ -331,7 +353,9 @@ def train(
     while state.episodes < config.episodes:
         rng_before, gen_before = rng.bit_generator.state, gen.get_state()
         specs: list[tuple[int, int | None]] = []
-        for _ in range(n_groups):
+        # the last batch is cut to what is left (whole groups), so a run trains ``episodes`` episodes
+        left = -(-(config.episodes - state.episodes) // config.group_size)
+        for _ in range(min(n_groups, left)):
             task_index = int(rng.integers(len(env.tasks)))
             specs += [(int(rng.integers(2**31)), task_index) for _ in range(config.group_size)]
         flat = run_lockstep(envs, policy, specs, generator=gen, on_episode=on_episode)
@@ -361,7 +385,7 @@ def train(
         # still send 0 * inf = nan through the untaken branch in backward)
         entropy = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1).mean()
         adv = torch.as_tensor(advs, dtype=torch.float32)
-        loss = -(adv * logp).sum() / config.batch_episodes - config.entropy_coef * entropy
+        loss = -(adv * logp).sum() / len(flat) - config.entropy_coef * entropy
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
         for group in opt.param_groups:
             group["lr"] = config.lr * (1.0 - (1.0 - config.lr_final_fraction) * frac)
