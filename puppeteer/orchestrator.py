@@ -38,6 +38,7 @@ from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.rollout import run_step_episode, run_workflow_episode
 from puppeteer.tasks import load_suite
+from puppeteer.textsafe import encodable
 from puppeteer.types import Step, Task, Trajectory
 
 FREE_SUITE = "free"
@@ -202,6 +203,7 @@ class Orchestrator:
         """Run the policy on one question; exceptions from backends propagate unchanged."""
         if not question.strip():
             raise ValueError("the question is empty")
+        question = encodable(question)  # lone surrogates would fail every UTF-8 encoder downstream
         return self.run_task(self.task_for(question, grader, gold), seed=seed)
 
     def run_task(self, task: Task, *, seed: int | None = None) -> OrchestratorResult:

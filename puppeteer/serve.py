@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from puppeteer.orchestrator import Orchestrator, OrchestratorResult
+from puppeteer.textsafe import encodable
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -196,7 +197,7 @@ def create_app(
     slots = asyncio.Semaphore(max_concurrency)
 
     def error(status: int, kind: str, message: str) -> JSONResponse:
-        body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+        body = {"error": {"message": encodable(message), "type": kind, "param": None, "code": None}}
         return JSONResponse(status_code=status, content=body)
 
     @app.exception_handler(RequestValidationError)
@@ -220,6 +221,13 @@ def create_app(
         }
 
     async def route(body: ChatRequest) -> OrchestratorResult:
+        if body.model != model_name:
+            raise ServeError(
+                404,
+                "model_not_found",
+                f"the model {encodable(body.model)!r} does not exist here; this server routes as "
+                f"{model_name!r} (GET /v1/models)",
+            )
         try:
             question = body.question()
         except ValueError as e:

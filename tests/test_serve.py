@@ -118,8 +118,8 @@ def client(server: str, openai):
 def test_chat_completion_answers_with_usage_and_cost(client) -> None:
     task = ITEMS[0]
     messages = [{"role": "user", "content": task.question}]
-    reply = client.chat.completions.create(model="router", messages=messages)
-    assert reply.object == "chat.completion" and reply.model == "router"
+    reply = client.chat.completions.create(model="puppeteer", messages=messages)
+    assert reply.object == "chat.completion" and reply.model == "puppeteer"
     assert reply.choices[0].message.role == "assistant" and reply.choices[0].finish_reason == "stop"
     details = reply.model_extra["puppeteer"]
     assert reply.choices[0].message.content == details["final_answer"]
@@ -132,9 +132,11 @@ def test_chat_completion_answers_with_usage_and_cost(client) -> None:
 
 def test_streaming_delivers_the_final_answer_in_chunks(client) -> None:
     task = ITEMS[1]
-    plain = client.chat.completions.create(model="m", messages=[{"role": "user", "content": task.question}])
+    plain = client.chat.completions.create(
+        model="puppeteer", messages=[{"role": "user", "content": task.question}]
+    )
     stream = client.chat.completions.create(
-        model="m",
+        model="puppeteer",
         messages=[{"role": "user", "content": task.question}],
         stream=True,
         stream_options={"include_usage": True},
@@ -150,7 +152,7 @@ def test_streaming_delivers_the_final_answer_in_chunks(client) -> None:
 def test_concurrent_requests_each_get_their_own_answer(client) -> None:
     def ask(task):
         messages = [{"role": "user", "content": task.question}]
-        reply = client.chat.completions.create(model="m", messages=messages)
+        reply = client.chat.completions.create(model="puppeteer", messages=messages)
         return reply.model_extra["puppeteer"]["task_id"]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -161,11 +163,11 @@ def test_concurrent_requests_each_get_their_own_answer(client) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        {"model": "m", "messages": []},
-        {"model": "m"},
-        {"model": "m", "messages": [{"role": "wizard", "content": "hi"}]},
-        {"model": "m", "messages": [{"role": "system", "content": "only a system prompt"}]},
-        {"model": "m", "messages": [{"role": "user", "content": "2+2?"}], "grader": "astrology"},
+        {"model": "puppeteer", "messages": []},
+        {"model": "puppeteer"},
+        {"model": "puppeteer", "messages": [{"role": "wizard", "content": "hi"}]},
+        {"model": "puppeteer", "messages": [{"role": "system", "content": "only a system prompt"}]},
+        {"model": "puppeteer", "messages": [{"role": "user", "content": "2+2?"}], "grader": "astrology"},
     ],
 )
 def test_a_malformed_request_is_a_clear_400_and_the_server_stays_up(client, openai, body) -> None:
@@ -173,18 +175,26 @@ def test_a_malformed_request_is_a_clear_400_and_the_server_stays_up(client, open
         client.post("/chat/completions", body=body, cast_to=object)
     assert err.value.status_code == 400
     assert err.value.body["type"] == "invalid_request_error" and err.value.body["message"]
-    ok = client.chat.completions.create(model="m", messages=[{"role": "user", "content": ITEMS[2].question}])
+    ok = client.chat.completions.create(
+        model="puppeteer", messages=[{"role": "user", "content": ITEMS[2].question}]
+    )
     assert ok.choices[0].message.content
 
 
 def test_a_backend_failure_is_a_clear_502_and_the_server_stays_up(client, openai) -> None:
     with pytest.raises(openai.APIStatusError) as err:
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "FAIL please"}])
+        client.chat.completions.create(
+            model="puppeteer", messages=[{"role": "user", "content": "FAIL please"}]
+        )
     assert err.value.status_code == 502
     assert "provider unreachable" in err.value.body["message"] and err.value.body["type"] == "backend_error"
     with pytest.raises(openai.APIStatusError):
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "FAIL"}], stream=True)
-    ok = client.chat.completions.create(model="m", messages=[{"role": "user", "content": ITEMS[3].question}])
+        client.chat.completions.create(
+            model="puppeteer", messages=[{"role": "user", "content": "FAIL"}], stream=True
+        )
+    ok = client.chat.completions.create(
+        model="puppeteer", messages=[{"role": "user", "content": ITEMS[3].question}]
+    )
     assert ok.choices[0].message.content
 
 
@@ -218,9 +228,29 @@ def test_a_saturated_server_answers_503_and_recovers() -> None:
     base = Orchestrator.load("single:0", "sim-paper", suite="arith")
     orch = Orchestrator.load("single:0", "sim-paper", suite="arith", backend=_Slow(base.backend()))
     app = create_app(orch, max_concurrency=1, queue_timeout_s=0.05)
-    body = {"model": "m", "messages": [{"role": "user", "content": ITEMS[0].question}]}
+    body = {"model": "puppeteer", "messages": [{"role": "user", "content": ITEMS[0].question}]}
     with TestClient(app) as http, ThreadPoolExecutor(max_workers=2) as pool:
         futures = [pool.submit(http.post, "/v1/chat/completions", json=body) for _ in range(2)]
         codes = sorted(f.result().status_code for f in futures)
         assert codes == [200, 503]
         assert http.post("/v1/chat/completions", json=body).status_code == 200
+
+
+def test_lone_surrogates_and_unknown_models_get_openai_shaped_answers(server) -> None:
+    """Issue 33: a lone surrogate in the question gave a 502, one in the model name a plain-text 500;
+    an unknown model was served anyway."""
+    import httpx
+
+    url = server + "/chat/completions"
+
+    def post(model: str, content: str) -> httpx.Response:
+        body = f'{{"model": "{model}", "messages": [{{"role": "user", "content": "{content}"}}]}}'
+        return httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=60)
+
+    ok = post("puppeteer", "What is 2+2? \\udcff")  # a JSON escape of a lone surrogate
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"]
+    for model in ("gpt-4o", "bad \\ud800 name"):
+        missing = post(model, "What is 2+2?")
+        assert missing.status_code == 404
+        err = missing.json()["error"]
+        assert err["type"] == "model_not_found" and "puppeteer" in err["message"]
