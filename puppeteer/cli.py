@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from puppeteer.errors import UserError
-from puppeteer.eval_cli import configure_eval, eval_command
+from puppeteer.eval_cli import apply_replay_flag, configure_eval, eval_command
 from puppeteer.serve_cli import configure_serve, serve_command
 
 if TYPE_CHECKING:
@@ -225,6 +225,7 @@ def _configure_quickstart(p: argparse.ArgumentParser) -> None:
 def _quickstart(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
 
+    apply_replay_flag(args)
     cfg = QuickstartConfig(
         n_train=args.n_train,
         n_eval=args.n_eval,

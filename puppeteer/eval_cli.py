@@ -7,6 +7,7 @@ The evaluation itself is :func:`puppeteer.evaluation.evaluate_policy`; the table
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,25 @@ from puppeteer.pool import load_pool
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+
+def add_replay_flag(p: argparse.ArgumentParser) -> None:
+    """``--replay on|strict|off``: how a pool's shipped outcome table is used (``PUPPETEER_REPLAY``)."""
+    from puppeteer.backends import REPLAY_ENV, REPLAY_MODES
+
+    p.add_argument(
+        "--replay",
+        choices=REPLAY_MODES,
+        default=os.environ.get(REPLAY_ENV, "on"),
+        help="serve the calls that the pool's shipped outcome table holds from it (on, the default), "
+        "refuse any other call (strict: nothing loads a model), or call the models again (off)",
+    )
+
+
+def apply_replay_flag(args: argparse.Namespace) -> None:
+    from puppeteer.backends import REPLAY_ENV
+
+    os.environ[REPLAY_ENV] = args.replay  # this process and the workers it starts
 
 
 def configure_eval(p: argparse.ArgumentParser) -> None:
@@ -39,6 +59,7 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         "or ~/.cache/puppeteer/responses.sqlite)",
     )
     p.add_argument("--no-cache", action="store_true", help="call the models every time")
+    add_replay_flag(p)
     p.add_argument(
         "--out",
         default=None,
@@ -87,6 +108,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
 
     from puppeteer.analytics.tables import summary_rows
 
+    apply_replay_flag(args)
     pool = load_pool(args.pool)
     cache = resolve_cache(
         pool, args.cache, args.no_cache, model_policy=args.policy.strip().lower().startswith("conductor")

@@ -22,6 +22,7 @@ from puppeteer.replay import (
     read_responses,
     write_outcomes,
 )
+from puppeteer.trajectories import read_trajectories
 from tests.test_cache import CountingBackend, req
 
 
@@ -118,3 +119,33 @@ def test_a_pool_finds_its_table_beside_its_yaml(tmp_path: Path) -> None:
     assert pool_from_dict({**raw, "replay": "t"}, base=tmp_path).replay == tmp_path / "t"
     with pytest.raises(ValueError, match="replay must be a folder name"):
         pool_from_dict({**raw, "replay": 3})
+
+
+def test_the_shipped_local_mix_table_replays_every_agent_exactly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each agent of `local-mix`, run alone through the env on the items the shipped table holds, with
+    strict replay (no model may load): the same grade on every item as the table records. Fails when a
+    prompt, pattern or grader changes under the table (rebuild it with `puppeteer outcomes build`)."""
+    from collections import defaultdict
+
+    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.tasks import load_suite
+
+    monkeypatch.setenv("PUPPETEER_REPLAY", "strict")
+    pool = load_pool("local-mix")
+    rows = [o for o in read_outcomes(pool.replay) if o.split == "test" and o.suite == "mix-local"]
+    by_agent: dict[str, dict[str, bool]] = defaultdict(dict)
+    for o in rows:
+        by_agent[o.agent][o.task_id] = o.correct
+    assert by_agent, "the shipped table has no test outcomes"
+    tasks = {t.id: t for t in load_suite("mix-local", "test", n=320)}
+    for agent, graded in sorted(by_agent.items()):
+        items = [tasks[t] for t in sorted(graded)]
+        out = tmp_path / agent
+        res = evaluate_policy(
+            f"single:{agent}", pool, "mix-local", tasks=items, max_steps=1, progress=False, out_dir=out
+        )
+        assert res.n == len(items) and res.cache_misses == 0
+        replayed = {t.task_id: t.correct for t in read_trajectories(out / "trajectories.jsonl")}
+        assert replayed == graded, agent
