@@ -241,6 +241,31 @@ def _quickstart(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- suite
+def _configure_suite(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="suite_cmd", required=True)
+    sub.add_parser("list", help="the shipped suites with their items per split")
+
+
+def _suite(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.tasks.packages import MissingDataPackage
+    from puppeteer.tasks.spec import suite_names
+    from puppeteer.tasks.suites import split_sizes, suite_spec
+
+    table = Table(title="suites (envs/*.yaml)")
+    for col in ("name", "items per split", "description"):
+        table.add_column(col)
+    for name in suite_names():
+        spec = suite_spec(name)
+        try:
+            sizes = ", ".join(f"{k} {v}" for k, v in split_sizes(name).items())
+        except MissingDataPackage as e:
+            sizes = f"[dim]needs {escape(str(e).split(';')[0])}[/dim]"
+        table.add_row(name, sizes, escape(" ".join(spec.description.split())))
+    console.print(table)
+    return 0
+
+
 # ----------------------------------------------------------------------------- outcomes
 def _configure_outcomes(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="outcomes_cmd", required=True)
@@ -299,6 +324,7 @@ def _outcomes(args: argparse.Namespace, console: Console) -> int:
 def commands() -> tuple[Command, ...]:
     return (
         Command("pool", "inspect agent pools", _configure_pool, _pool),
+        Command("suite", "list the task suites", _configure_suite, _suite),
         Command("run", "run one question through a workflow or a chain of agents", _configure_run, _run),
         Command(
             "eval",
@@ -360,9 +386,19 @@ def analytics_commands() -> tuple[Command, ...]:
     )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("puppeteer-orchestra")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser(cmds: Sequence[Command]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="puppeteer", description="Learned orchestration of LLM agents.")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for cmd in cmds:
         cmd.configure(sub.add_parser(cmd.name, help=cmd.help))

@@ -7,7 +7,9 @@ The evaluation itself is :func:`puppeteer.evaluation.evaluate_policy`; the table
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +69,9 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         "(default: runs/eval/<pool>_<suite>_<split>_<policy>)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON object (no table, no progress bar)"
+    )
     p.add_argument(
         "--ray",
         nargs="?",
@@ -143,12 +148,15 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
             pool,
             args.suite,
             **common,
-            progress=not args.quiet,
+            progress=not (args.quiet or args.json),
             available=available,
             k_available=args.k_available,
             max_depth=args.max_depth,
             concurrency=args.concurrency,
         )
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), default=str) + "\n")
+        return 0
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")

@@ -71,3 +71,25 @@ def test_train_entry_point_writes_results(tmp_path) -> None:
     assert results["episodes"] == 64 and results["backend"] == "sim" and results["n_eval"] == 10
     assert (out / "learning_curve.png").stat().st_size > 1000
     assert (out / "final" / "policy.pt").exists()
+
+
+def test_version_json_summary_suite_list_and_module_entry(
+    tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30's CLI habits: --version, eval --json (one JSON object), suite list, python -m puppeteer."""
+    import subprocess
+    import sys
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("puppeteer ")
+    args = ["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "single:gpt5-cot", "--n", "5"]
+    assert main([*args, "--json", "--out", str(tmp_path / "e")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n"] == 5 and 0.0 <= summary["accuracy"] <= 1.0 and summary["policy"] == "single:gpt5-cot"
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["suite", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "mix-local" in listed and "train 256, validation 80, test 320" in listed
+    proc = subprocess.run([sys.executable, "-m", "puppeteer", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("puppeteer ")
