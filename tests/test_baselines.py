@@ -218,3 +218,24 @@ def test_learned_policy_runs_in_step_mode(tmp_path, pool: Pool, arith: tuple[Tas
     assert result.mean_calls <= 3.0  # the env stops the episode at max_steps
     again = evaluate_policy(policy, pool, "arith", tasks=arith[:10], max_steps=3, progress=False)
     assert (again.correct, again.mean_calls) == (result.correct, result.mean_calls)  # greedy: deterministic
+
+
+def test_bykind_routes_each_kind_of_task_to_its_agent() -> None:
+    from puppeteer.policies.baselines import SpecError, make_policy
+    from puppeteer.pool import load_pool
+    from puppeteer.tasks import load_suite
+
+    pool = load_pool("sim-paper")
+    policy = make_policy("bykind:mmlu=gpt5-cot,*=qwen3-32b-cot", pool)
+    rng = np.random.default_rng(0)
+    for task in load_suite("mix-paper", "test", n=12):
+        want = "gpt5-cot" if task.domain == "mmlu" else "qwen3-32b-cot"
+        plan = policy.plan(task, pool, rng)
+        assert plan.model_id == (pool.index(want),) and plan.subtasks == (task.question,)
+    for bad in ("bykind:", "bykind:mmlu", "bykind:mmlu=nobody", "bykind:a=gpt5-cot,a=gpt5-cot"):
+        with pytest.raises(SpecError):
+            make_policy(bad, pool)
+    only = make_policy("bykind:mmlu=gpt5-cot", pool)
+    other = next(t for t in load_suite("mix-paper", "test", n=12) if t.domain != "mmlu")
+    with pytest.raises(ValueError, match="names no agent"):
+        only.plan(other, pool, rng)

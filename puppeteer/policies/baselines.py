@@ -111,6 +111,27 @@ def _workflow(
 
 
 @dataclass(frozen=True)
+class ByKind:
+    """One call of the agent named for the task's kind (its domain: ``gsm8k``, ``mmlu`` ...), ``*`` for
+    any other kind: the fixed router that a learned one is measured by on mixed traffic. It reads the
+    kind from the task's label, which a learned router has to infer from the question text."""
+
+    routes: tuple[tuple[str, str], ...]  # (kind, agent name)
+    aggregate: str = "last"
+
+    @property
+    def name(self) -> str:
+        return "bykind:" + ",".join(f"{k}={a}" for k, a in self.routes)
+
+    def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
+        table = dict(self.routes)
+        agent = table.get(task.domain, table.get("*"))
+        if agent is None:
+            raise ValueError(f"{self.name} names no agent for kind {task.domain!r} (add *=AGENT)")
+        return _workflow([pool.index(agent)], [task.question], [()])
+
+
+@dataclass(frozen=True)
 class SingleAgent:
     """One call of one agent."""
 
@@ -379,6 +400,7 @@ Parser = Callable[[str, Pool, int], Policy]
 
 SPEC_FORMS: tuple[str, ...] = (
     "single:AGENT          one agent (name or id), e.g. single:qwen1.5b-cot or single:0",
+    "bykind:K=A,...,*=B    one agent per kind of task (its domain label), e.g. bykind:mmlu=a,*=b",
     "random                random workflow: random agents, length 1..max_steps, each sees all earlier",
     "chain | chain:A,B,C   agents in order, each sees all earlier (bare: strongest solver -> a verifier)",
     "vote:K | vote:A,B,C   independent answers, majority vote (K: the K strongest solvers)",
@@ -413,6 +435,18 @@ def _single(arg: str, pool: Pool, max_steps: int) -> Policy:
     if not arg:
         raise SpecError("single needs an agent: single:NAME or single:ID")
     return SingleAgent(_canon(pool, [arg])[0])
+
+
+def _bykind(arg: str, pool: Pool, max_steps: int) -> Policy:
+    routes = []
+    for part in _split_list(arg, "bykind"):
+        kind, eq, agent = part.partition("=")
+        if not eq or not kind.strip() or not agent.strip():
+            raise SpecError(f"bykind takes KIND=AGENT pairs (e.g. bykind:mmlu=a,*=b), got {part!r}")
+        routes.append((kind.strip(), _canon(pool, [agent.strip()])[0]))
+    if len({k for k, _ in routes}) != len(routes):
+        raise SpecError("bykind names a kind twice")
+    return ByKind(tuple(routes))
 
 
 def _random(arg: str, pool: Pool, max_steps: int) -> Policy:
@@ -492,6 +526,7 @@ def _conductor(arg: str, pool: Pool, max_steps: int) -> Policy:
 PARSERS: Mapping[str, Parser] = MappingProxyType(
     {
         "single": _single,
+        "bykind": _bykind,
         "random": _random,
         "chain": _chain,
         "vote": _vote,
