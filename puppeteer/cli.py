@@ -95,7 +95,9 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
     if args.suite:
         tasks = load_suite(args.suite, args.split)
-        task = tasks[args.index % len(tasks)]
+        if not 0 <= args.index < len(tasks):
+            raise UserError(f"--index {args.index}: {args.suite}/{args.split} has items 0..{len(tasks) - 1}")
+        task = tasks[args.index]
     elif args.question:
         task = Task(
             id="cli/0",
@@ -144,7 +146,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     else:
         traj = run_actions(env, [*chain, pool.terminator_id], seed=0, options={"task": task}).trajectory
     _print_trajectory(console, task, traj)
-    return 0
+    return 2 if traj.parse_error else 0  # a rejected workflow ran nothing: not a success
 
 
 def _print_trajectory(console: Console, task: Task, traj: Trajectory) -> None:

@@ -397,6 +397,10 @@ def evaluate_policy(
             spec_or_policy, pool, suite, split, n, seed, out_dir, overwrite=overwrite, available=available
         )
     pool = pool if isinstance(pool, Pool) else load_pool(pool)
+    if available:
+        from puppeteer.availability import resolve_available
+
+        resolve_available(pool, available)  # an unknown agent fails here, not as an error on every item
     if isinstance(spec_or_policy, str):
         spec, policy = spec_or_policy, make_policy(spec_or_policy, pool, max_steps)
     else:

@@ -232,11 +232,11 @@ def create_app(
             question = body.question()
         except ValueError as e:
             raise ServeError(400, "invalid_request_error", str(e)) from None
-        if body.grader is not None and body.grader not in _graders():
+        if body.grader is not None and body.grader not in known_graders():
             raise ServeError(
                 400,
                 "invalid_request_error",
-                f"unknown grader {body.grader!r}; known: {', '.join(sorted(_graders()))}",
+                f"unknown grader {body.grader!r}; known: {', '.join(sorted(known_graders()))}",
             )
         try:
             await asyncio.wait_for(slots.acquire(), timeout=queue_timeout_s)
@@ -269,7 +269,7 @@ def create_app(
     return app
 
 
-def _graders() -> set[str]:
+def known_graders() -> set[str]:
     from puppeteer.tasks import default_graders
 
     return set(default_graders())

@@ -6,6 +6,8 @@ import argparse
 import importlib.util
 from typing import TYPE_CHECKING
 
+from puppeteer.errors import UserError
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -44,8 +46,16 @@ def serve_command(args: argparse.Namespace, console: Console) -> int:
         raise ImportError(
             f"`puppeteer serve` needs {', '.join(missing)}: pip install 'puppeteer-orchestra[serve]'"
         )
-    from puppeteer.serve import serve
+    from puppeteer.serve import known_graders, serve
 
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port {args.port}: a TCP port is 1..65535")
+    if args.max_concurrency < 1:
+        raise UserError(
+            f"--max-concurrency {args.max_concurrency}: at least 1 request must be routed at once"
+        )
+    if args.grader is not None and args.grader not in known_graders():
+        raise UserError(f"--grader {args.grader!r}: unknown; known: {', '.join(sorted(known_graders()))}")
     pool = load_pool(args.pool)
     cache = resolve_cache(pool, args.cache, args.no_cache)
     orch = Orchestrator.load(

@@ -44,7 +44,7 @@ def test_run_chain_prints_steps_tokens_cost_and_answer(capsys: pytest.CaptureFix
 
 def test_run_workflow_rejects_hostile_text_without_running_it(capsys: pytest.CaptureFixture[str]) -> None:
     hostile = "model_id = [__import__('os').system('echo pwned')]\nsubtasks = ['x']\naccess_list = [[]]"
-    assert main(["run", "--pool", "sim-paper", "--suite", "arith", "--workflow", hostile]) == 0
+    assert main(["run", "--pool", "sim-paper", "--suite", "arith", "--workflow", hostile]) == 2  # rejected: nothing ran
     out = capsys.readouterr().out
     assert "workflow rejected" in out and "pwned" not in out.replace(hostile, "")
 
@@ -93,3 +93,30 @@ def test_version_json_summary_suite_list_and_module_entry(
     assert "mix-local" in listed and "train 256, validation 80, test 320" in listed
     proc = subprocess.run([sys.executable, "-m", "puppeteer", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("puppeteer ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "chain:", "--n", "2"],
+        ["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "single:0", "--available", "nobody"],
+        ["run", "--pool", "sim-paper", "--suite", "arith", "--index", "999999", "--chain", "gpt5-cot"],
+        ["run", "--pool", "sim-paper", "--workflow", "garbage", "What is 2+2?"],
+        ["serve", "--policy", "vote:3", "--pool", "sim-paper", "--port", "99999"],
+        ["serve", "--policy", "vote:3", "--pool", "sim-paper", "--max-concurrency", "0"],
+        ["serve", "--policy", "vote:3", "--pool", "sim-paper", "--grader", "nope"],
+    ],
+)
+def test_rejected_input_exits_non_zero_and_writes_nothing(
+    argv: list[str], tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 section 2: each of these used to exit 0 (or start a server, or print a traceback)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "300")
+    out = ["--out", str(tmp_path / "out")] if argv[0] == "eval" else []
+    assert main([*argv, *out]) == 2
+    printed = capsys.readouterr().out
+    assert "Traceback" not in printed
+    if argv[0] != "run" or "--workflow" not in argv:  # a rejected workflow shows what it rejected
+        assert len(printed.strip().splitlines()) == 1 and printed.startswith("error:")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()

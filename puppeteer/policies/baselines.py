@@ -548,8 +548,12 @@ def make_policy(spec: str, pool: Pool, max_steps: int = 5) -> Policy:
     Agent names and ids are checked against ``pool`` now; ``max_steps`` bounds ``random``
     and sets the Terminator rate of ``random-step``.
     """
-    kind, _, arg = spec.strip().partition(":")
+    kind, colon, arg = spec.strip().partition(":")
     parser = PARSERS.get(kind.strip().lower())
+    if parser is not None and colon and not arg.strip():  # "chain:" silently ran the default chain
+        raise SpecError(
+            f"policy spec {spec!r} has nothing after ':'; write {kind.strip()!r} alone for its default"
+        )
     if parser is None:
         raise SpecError(f"unknown policy spec {spec!r}; the forms are:\n  " + "\n  ".join(SPEC_FORMS))
     try:
