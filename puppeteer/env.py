@@ -360,7 +360,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise InvalidAction(
                 f"action {a} out of range 0..{self.pool.terminator_id} (the last is the Terminator)"
             )
-        if not self._current_mask()[a]:
+        mask = self._current_mask()
+        if not mask[a] and self.config.invalid_action == "remap":
+            a = next(b for k in range(1, len(mask)) if mask[b := (a + k) % len(mask)])
+        if not mask[a]:
             if a == self.pool.terminator_id:
                 raise InvalidAction(f"the Terminator is masked until {self.config.min_steps} agent(s) acted")
             raise InvalidAction(f"agent {a} ({self.pool.agent(a).name}) is not available")

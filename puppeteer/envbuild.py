@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from puppeteer.env import ConductorEnv
 
 MODES = ("step", "workflow")
+INVALID_ACTIONS = ("raise", "remap")
 DEFAULT_POOL = "sim-paper"
 DEFAULT_SUITE = "arith"
 
@@ -60,6 +61,9 @@ class EnvConfig:
     max_depth: int = 0
     prompt: str = DEFAULT_PROMPT
     unavailable: tuple[int, ...] = ()  # agent ids never offered in this env
+    # step mode, an in-range action that the mask forbids: "raise" (InvalidAction), or "remap" it to the
+    # next allowed action (cyclically) so RL algorithms that ignore masks (PPO, DQN, SB3's check_env) run
+    invalid_action: str = "raise"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -79,6 +83,10 @@ class EnvConfig:
         if self.max_depth < 0 or (self.max_depth and self.mode != "workflow"):
             raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
         object.__setattr__(self, "unavailable", tuple(int(i) for i in self.unavailable))
+        if self.invalid_action not in INVALID_ACTIONS:
+            raise ValueError(
+                f"invalid_action must be one of {', '.join(INVALID_ACTIONS)}, got {self.invalid_action!r}"
+            )
 
 
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(EnvConfig))

@@ -44,7 +44,9 @@ def test_run_chain_prints_steps_tokens_cost_and_answer(capsys: pytest.CaptureFix
 
 def test_run_workflow_rejects_hostile_text_without_running_it(capsys: pytest.CaptureFixture[str]) -> None:
     hostile = "model_id = [__import__('os').system('echo pwned')]\nsubtasks = ['x']\naccess_list = [[]]"
-    assert main(["run", "--pool", "sim-paper", "--suite", "arith", "--workflow", hostile]) == 2  # rejected: nothing ran
+    assert (
+        main(["run", "--pool", "sim-paper", "--suite", "arith", "--workflow", hostile]) == 2
+    )  # rejected: nothing ran
     out = capsys.readouterr().out
     assert "workflow rejected" in out and "pwned" not in out.replace(hostile, "")
 

@@ -358,3 +358,29 @@ def test_an_sb3_policy_loads_without_unpickling_and_predicts_like_the_model(tmp_
     with pytest.raises(ValueError, match="never unpickles"):
         load_sb3(evil, pool)
     assert not (tmp_path / "pwned").exists()
+
+
+def test_algorithms_that_ignore_masks_run_with_remapped_invalid_actions() -> None:
+    """Issue 33: plain PPO, DQN and SB3's check_env died on InvalidAction whenever min_steps >= 1 (the
+    Terminator is masked at step 0). ``invalid_action="remap"`` sends a forbidden action to the next
+    allowed one; the default still raises."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_checker import check_env
+
+    from puppeteer.env import InvalidAction
+
+    kw = dict(pool="sim-paper", suite="arith", max_steps=3, min_steps=1)
+    strict = make_encoded_env("hashing", **kw)
+    strict.reset(seed=0)
+    terminator = strict.unwrapped.pool.terminator_id
+    with pytest.raises(InvalidAction):
+        strict.step(terminator)
+    env = make_encoded_env("hashing", invalid_action="remap", **kw)
+    check_env(env, warn=False)
+    env.reset(seed=0)
+    _, _, done, _, _ = env.step(terminator)  # remapped to agent 0: it acts, the episode goes on
+    assert not done and [s.agent_id for s in env.unwrapped._steps] == [0]
+    PPO("MlpPolicy", env, n_steps=32, batch_size=16, seed=0, device="cpu").learn(64)
+    with pytest.raises(ValueError, match="invalid_action"):
+        make_encoded_env("hashing", invalid_action="ignore", **kw)
