@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from puppeteer.analytics.stats import wilson_interval  # re-exported: older imports
 from puppeteer.errors import UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
@@ -46,15 +47,6 @@ if TYPE_CHECKING:
     from puppeteer.env import ConductorEnv
 
 log = logging.getLogger(__name__)
-
-Z95 = 1.959963984540054
-
-
-def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion; ``(0, 1)`` when ``n == 0`` (scipy underneath)."""
-    from puppeteer.analytics.stats import wilson_interval as _wilson
-
-    return _wilson(successes, n, z)
 
 
 @dataclass(frozen=True)

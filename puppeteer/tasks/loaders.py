@@ -20,11 +20,10 @@ from typing import Any
 
 from puppeteer.tasks.arith import arith_problem
 from puppeteer.tasks.extract import normalize_math
+from puppeteer.tasks.graders import LETTERS
 from puppeteer.tasks.packages import import_rg
 from puppeteer.tasks.spec import SuiteSpec
 from puppeteer.types import Task
-
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 @dataclass(frozen=True)
@@ -183,7 +182,7 @@ def load_mmlu(spec: SuiteSpec) -> ItemSource:
     return ItemSource.of(tuple(tasks), tuple(groups))
 
 
-def item_seed(*parts: object) -> int:
+def shuffle_seed(*parts: object) -> int:
     """A 64-bit seed derived from the parts (stable across processes and Python versions)."""
     digest = hashlib.sha256(":".join(str(p) for p in parts).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big")
@@ -204,7 +203,7 @@ def load_gpqa(spec: SuiteSpec) -> ItemSource:
             record = row["Record ID"].strip()
             correct = row["Correct Answer"].strip()
             incorrect = tuple(row[f"Incorrect Answer {k}"].strip() for k in (1, 2, 3))
-            choices, gold = shuffled_choices(correct, incorrect, item_seed(spec.seed, record))
+            choices, gold = shuffled_choices(correct, incorrect, shuffle_seed(spec.seed, record))
             tasks.append(
                 _task(
                     spec,

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.evaluation import wilson_interval
+from puppeteer.analytics.stats import wilson_interval
 from puppeteer.integrations.trl import WorkflowOutcome, WorkflowScorer, conductor_rows, prefixed_rows
 from puppeteer.train.conductor_generation import access_list_stop_kwargs
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model

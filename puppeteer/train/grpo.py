@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.analytics.stats import wilson_interval
 from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import wilson_interval
 from puppeteer.integrations.trl import (
     ConductorReward,
     WorkflowOutcome,
