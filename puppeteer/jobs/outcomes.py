@@ -131,13 +131,13 @@ def build(
             total = write_outcomes(table, outcomes_of_run(run_dir, pool, agent, shard.split))
             calls = export_responses(cache, table)
             log.info(
-                "%s %s:%d %s: accuracy %.3f, %s single-stream s/item; table %d outcomes, %d calls",
+                "%s %s:%d %s: accuracy %.3f, %.1f single-stream s/item; table %d outcomes, %d calls",
                 suite,
                 shard.split,
                 shard.n,
                 agent,
                 res.accuracy,
-                res.mean_model_s,
+                res.mean_model_s or 0.0,
                 total,
                 calls,
             )
