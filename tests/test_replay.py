@@ -149,3 +149,27 @@ def test_the_shipped_local_mix_table_replays_every_agent_exactly(
         assert res.n == len(items) and res.cache_misses == 0
         replayed = {t.task_id: t.correct for t in read_trajectories(out / "trajectories.jsonl")}
         assert replayed == graded, agent
+
+
+def test_outcomes_build_fills_a_table_by_shards_and_skips_finished_agents(tmp_path: Path) -> None:
+    """The build job on the simulator (no model): one row per agent and item, agents cheapest first,
+    a second run of the same shard evaluates nothing, a larger shard adds only the new items."""
+    from puppeteer.jobs.outcomes import Shard, build
+
+    table, work = tmp_path / "table", tmp_path / "work"
+    done: list[tuple[str, str]] = []
+    agents = ["gpt5-cot", "gemma3-27b-cot"]
+
+    def note(shard: Shard, agent: str) -> None:
+        done.append((f"{shard.split}:{shard.n}", agent))
+
+    build("sim-paper", "arith", [Shard.parse("test:4")], table, work, agents=agents, on_agent_done=note)
+    rows = read_outcomes(table)
+    assert len(rows) == 8 and {o.agent for o in rows} == set(agents)
+    assert all(o.split == "test" and o.domain == "arith" and o.prompt_tokens > 0 for o in rows)
+    build("sim-paper", "arith", [Shard.parse("test:4")], table, work, agents=agents, on_agent_done=note)
+    assert len(done) == 2  # nothing left to do the second time
+    build("sim-paper", "arith", [Shard.parse("test:6")], table, work, agents=agents, on_agent_done=note)
+    assert len(read_outcomes(table)) == 12 and len(done) == 4
+    with pytest.raises(ValueError, match="SPLIT:N"):
+        Shard.parse("test")
