@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from puppeteer.errors import UserError
-from puppeteer.eval_cli import apply_replay_flag, configure_eval, eval_command
+from puppeteer.eval_cli import add_replay_flag, apply_replay_flag, configure_eval, eval_command
 from puppeteer.serve_cli import configure_serve, serve_command
 
 if TYPE_CHECKING:
@@ -222,6 +222,7 @@ def _configure_quickstart(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="decode one model call at a time (the path before batched decoding; for benchmarks)",
     )
+    add_replay_flag(p)
 
 
 def _quickstart(args: argparse.Namespace, console: Console) -> int:
