@@ -142,11 +142,8 @@ def test_training_approaches_the_best_single_agent(tmp_path: Path) -> None:
     cfg = ReinforceConfig(episodes=1536, batch_episodes=64, group_size=4, lr=0.01, eval_every=1000, seed=0)
     train(env, policy, cfg, tmp_path)
     after = evaluate(test_env, policy)
-    # the untrained greedy policy calls max_steps agents; how well that does depends on the init
-    # (0.65-0.72 over seeds 0-2 since the state reads the availability mask), so learning is measured
-    # against the best single agent's return as well as against the start
-    assert after["return"] > before["return"] + 0.05
-    assert after["return"] >= 0.85 * best.ret
+    assert after["return"] > before["return"] + 0.3
+    assert after["return"] >= 0.8 * best.ret
     assert after["accuracy"] >= 0.85
     lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 1536 and json.loads(lines[0])["mode"] == "step"
@@ -257,3 +254,24 @@ def test_a_run_killed_before_its_first_checkpoint_starts_clean(tmp_path: Path) -
     assert state.episodes == clean.episodes == 128
     assert (run / "trajectories.jsonl").read_text() == (tmp_path / "clean" / "trajectories.jsonl").read_text()
     assert (tmp_path / "killed.jsonl").read_text() == (tmp_path / "clean.jsonl").read_text()
+
+
+def test_the_state_reads_who_is_on_offer() -> None:
+    """Issue 29: the mask used to only block logits, so "stop or call again" could not depend on who is
+    available. It now enters the state through weights of its own, zero at the start (an untrained
+    scorer is unchanged) and trainable: then the Terminator's logit moves with the offer."""
+    env = _env()
+    policy = PuppeteerPolicy(env.pool, FAST, seed=0)
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+    narrower = {**obs, "mask": np.array(obs["mask"]).copy()}
+    narrower["mask"][[1, 2, 3]] = 0
+    term = env.pool.terminator_id
+
+    def terminator_logit(o: dict) -> float:
+        return float(policy.logits([policy.features(o)])[0, term])
+
+    assert terminator_logit(obs) == terminator_logit(narrower)  # zero weights: no effect yet
+    with torch.no_grad():
+        policy.scorer.mask_in.weight.normal_()
+    assert terminator_logit(obs) != terminator_logit(narrower)
+    assert policy.scorer.mask_in.weight.requires_grad

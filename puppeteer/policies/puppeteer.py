@@ -77,7 +77,7 @@ class Scorer(nn.Module):
         self.max_steps = max_steps
         self.n_signals = n_signals
         self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
-        state_in = 2 * dim + (max_steps + 1) + 2 * n_actions + n_signals  # ... counts, mask, signals
+        state_in = 2 * dim + (max_steps + 1) + n_actions + n_signals
         self.state_net = nn.Sequential(nn.Linear(state_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
         self.agent_net = nn.Linear(dim, hidden)
         self.head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
@@ -86,6 +86,11 @@ class Scorer(nn.Module):
             # that differ only in a few signal inputs saturate its tanh units before they separate
             self.signal_logits = nn.Linear(n_signals, n_actions, bias=False)
             nn.init.zeros_(self.signal_logits.weight)
+        # who is on offer enters the state's first layer through weights of its own, zero at the start:
+        # an untrained scorer (and the random draws of every other layer) is what it was before the
+        # state read the mask, and the mask's effect is learned from nothing
+        self.mask_in = nn.Linear(n_actions, hidden, bias=False)
+        nn.init.zeros_(self.mask_in.weight)
 
     def forward(
         self,
@@ -98,13 +103,14 @@ class Scorer(nn.Module):
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
-        parts = [task, state, onehot, counts.float() / self.max_steps, mask.float()]
+        parts = [task, state, onehot, counts.float() / self.max_steps]
         if self.n_signals:
             if signals is None:
                 raise ValueError(f"this scorer reads {self.n_signals} answer signals; none given")
             signals = signals.float()
             parts.append(signals)
-        h = self.state_net(torch.cat(parts, dim=-1))
+        first, act, second = self.state_net
+        h = second(act(first(torch.cat(parts, dim=-1)) + self.mask_in(mask.float())))
         g = self.agent_net(self.agent_emb)  # (A, hidden)
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
