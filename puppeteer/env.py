@@ -413,6 +413,11 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             cost=f,
         )
 
+    def _answer_so_far(self) -> str | None:
+        """What grading would take if the episode ended now (the aggregate, not the last step's answer:
+        a last step that extracted nothing leaves the earlier answer standing)."""
+        return self._aggregate([s.answer for s in self._steps])
+
     def _round(self, text: str | None, **fields: Any) -> dict[str, Any]:
         record = {
             "depth": self._depth,
@@ -465,7 +470,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                 depth=self._depth,
             )
         if workflow is None:  # an inner round kept its parent's answer
-            self._round(text, answer=self._steps[-1].answer if self._steps else None)
+            self._round(text, answer=self._answer_so_far())
             return self._end_workflow(self._workflow)
         self._workflow = workflow
         recurse = self.self_id is not None and workflow.model_id[-1] == self.self_id
@@ -482,7 +487,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             text,
             workflow=format_workflow(workflow),
             steps=[s.index for s in steps],
-            answer=last.answer if last else None,
+            answer=self._answer_so_far(),
             recurse=recurse,
         )
         if not recurse:

@@ -231,3 +231,23 @@ def test_a_router_with_signals_learns_to_escalate_when_the_cheap_agent_is_silent
     policy, env = _trained(tmp_path, signals=True, episodes=1024)
     terminator = env.pool.terminator_id
     assert [_after_cheap(policy, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]
+
+
+def test_a_planning_round_records_the_answer_that_grading_takes() -> None:
+    """Issue 31: a round stored its last step's answer (None when that step extracted nothing) while
+    grading takes the aggregate over the steps, so per-depth accuracy disagreed with the graded one."""
+    tasks = (Task("t/0", "What is the number?", "4", "t", "math", "numeric"),)
+    env = ConductorEnv(
+        mode="workflow",
+        pool=_pool(True),
+        tasks=tasks,
+        backend=Scripted({"t/0": "No idea."}, tasks),
+        aggregate="last",
+    )
+    env.reset(seed=0, options={"task_index": 0})
+    # the strong agent answers 4, then the cheap one extracts nothing
+    _, _, done, _, info = env.step(
+        'model_id = [1, 0]\nsubtasks = ["Solve.", "Check."]\naccess_list = [[], "all"]'
+    )
+    assert done and info["correct"] and info["final_answer"] == "4"
+    assert info["rounds"][0]["answer"] == "4"
