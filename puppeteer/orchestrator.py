@@ -21,6 +21,7 @@ format the agents are asked for); it has no gold answer, so ``correct`` is ``Non
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -35,8 +36,9 @@ from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, build_backend
 from puppeteer.evaluation import item_seed
 from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
+from puppeteer.policies.conductor import is_conductor_policy
 from puppeteer.pool import Pool, load_pool
-from puppeteer.rollout import run_step_episode, run_workflow_episode
+from puppeteer.rollout import run_conductor_episode, run_step_episode, run_workflow_episode
 from puppeteer.tasks import load_suite
 from puppeteer.textsafe import encodable
 from puppeteer.types import Step, Task, Trajectory
@@ -211,7 +213,15 @@ class Orchestrator:
         question = task.question
         run_seed = item_seed(self.seed if seed is None else seed, task.id)
         kwargs: dict[str, Any] = dict(pool=self.pool, tasks=[task], lam=self.lam, backend=self.backend())
-        if is_workflow_policy(self.policy):
+        if is_conductor_policy(self.policy):
+            # per request: its own record of the conductor's calls; the model backend stays shared
+            conductor = dataclasses.replace(self.policy, calls=[])
+            conductor.bind(self._cache, shared=kwargs["backend"])
+            env = ConductorEnv(
+                mode="workflow", aggregate="last", workflow_lam=self.lam, max_steps=self.max_steps, **kwargs
+            )
+            traj, _ = run_conductor_episode(env, conductor, seed=run_seed, index=0)
+        elif is_workflow_policy(self.policy):
             plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))
             env = ConductorEnv(
                 mode="workflow",

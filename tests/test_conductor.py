@@ -365,3 +365,23 @@ def test_training_config_turns_on_k_of_n_for_the_training_env_only() -> None:
     assert env.config.k_available == 3 and eval_env.config.k_available is None
     obs, _ = env.reset(seed=0)
     assert obs["mask"][: len(env.pool)].sum() == 3
+
+
+def test_the_orchestrator_runs_a_conductor_for_run_and_serve() -> None:
+    """Issue 31 section 5: `puppeteer run` / `serve` with a conductor crashed in Orchestrator (it handed
+    the conductor a numpy Generator where it reads an info dict). Each request gets its own record of
+    the conductor's calls; the conductor's backend is shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from puppeteer.orchestrator import Orchestrator
+
+    policy, fake = _policy([RIGHT])
+    tasks = load_suite("arith", "test", n=4)
+    orch = Orchestrator(policy, _pool(), "conductor:scripted", tasks=tasks, grader="numeric")
+    result = orch.answer(tasks[0].question)
+    assert result.parse_error is None and result.correct and [s.agent_name for s in result.steps] == ["ace"]
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(lambda t: orch.answer(t.question), tasks))
+    assert all(r.correct for r in results) and len(fake.requests) == 5
+    assert policy.calls == []  # the shared policy object keeps no request's state
+    orch.close()
