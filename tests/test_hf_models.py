@@ -54,3 +54,24 @@ def test_cache_root_follows_puppeteer_cache(tmp_path: Path, monkeypatch) -> None
     monkeypatch.setenv("PUPPETEER_CACHE", str(tmp_path))
     assert hf_models.hf_cache_root() == tmp_path / "hf"
     assert hf_models.hf_cache_root(tmp_path / "x") == tmp_path / "x"
+
+
+def test_a_model_directory_with_pickled_weights_is_refused_without_running_them(tmp_path) -> None:
+    """Issue 33's audit of loaders of user-supplied files: `conductor:hf:DIR` and GRPO `final/` load
+    weights only from safetensors (a pytorch_model.bin is a pickle that can run code) and never remote
+    code."""
+    import pickle
+
+    from transformers import GPT2Config
+
+    from puppeteer.backends.hf_models import load_causal_lm
+
+    class Planted:
+        def __reduce__(self):
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=16, n_positions=8).save_pretrained(tmp_path)
+    (tmp_path / "pytorch_model.bin").write_bytes(pickle.dumps(Planted()))
+    with pytest.raises(OSError, match="safetensors"):  # refused before any unpickling is tried
+        load_causal_lm(tmp_path)
+    assert not (tmp_path / "pwned").exists()

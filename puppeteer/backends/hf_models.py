@@ -40,11 +40,15 @@ def forget_gguf_quantizer(model: Any) -> None:
         del model.config.quantization_config
 
 
-def _from_dir(path: str | Path, dtype: Any, **kwargs: Any) -> tuple[Any, Any]:
+def load_causal_lm(path: str | Path, dtype: Any = None, **kwargs: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a directory (or a hub id), without running code from it: no remote
+    code, and weights only from safetensors files (a ``pytorch_model.bin`` is a pickle), except for
+    the GGUF conversion (``gguf_file=``), which reads the GGUF tensors."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path), **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
+    safe = {"trust_remote_code": False, **({} if "gguf_file" in kwargs else {"use_safetensors": True})}
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **safe, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, **kwargs)
     return model, tokenizer
 
 
@@ -55,10 +59,10 @@ def load_embedded_hf(key: str, dtype: Any = None, cache_dir: str | Path | None =
     get_model(key)  # a clear error for an unknown key
     cached = hf_cache_root(cache_dir) / key
     if (cached / "config.json").is_file():
-        return _from_dir(cached, dtype)
+        return load_causal_lm(cached, dtype)
     gguf = model_path(key)
     log.warning("converting %s from GGUF for transformers (once; cached in %s)", key, cached)
-    model, tokenizer = _from_dir(gguf.parent, dtype, gguf_file=gguf.name)
+    model, tokenizer = load_causal_lm(gguf.parent, dtype, gguf_file=gguf.name)
     forget_gguf_quantizer(model)
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cached.parent))

@@ -13,6 +13,7 @@ max-token budgets and llama.cpp's KV-cache reuse of shared prompt prefixes.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -20,14 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, agent_usage, learning_curve
+from puppeteer.backends import REPLAY_ENV
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.envbuild import BackendSpec, EnvConfig
 from puppeteer.evaluation import EvalResult, evaluate_policy
 from puppeteer.jobs.builder import StepJob
 from puppeteer.policies.puppeteer import PolicyConfig
-from puppeteer.pool import load_pool
+from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
+from puppeteer.replay import load_table
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import Episode, ReinforceConfig, train
 from puppeteer.trajectories import read_trajectories
@@ -38,22 +41,29 @@ UNITS = {"model_s": "model s", "tokens": "tokens"}  # the short name of each cos
 
 @dataclass(frozen=True)
 class QuickstartConfig:
-    # `local-v2` (issue 14): the agents of the real-model experiment (docs/local-experiment.md) that
-    # trade accuracy for model time. On its per-agent table CoT is the most accurate, PoT has 88% of
-    # its GSM8K accuracy at a third of its time, the 0.5B's quick answer 60% of its MMLU accuracy at 6%.
-    pool: str = "local-v2"
-    agents: tuple[str, ...] = ("qwen1.5b-cot", "qwen1.5b-pot", "qwen0.5b-direct", "smollm2-direct")
-    suite: str = "mix-math-mmlu"
-    # The budget (20 min on 2 cores) is set by distinct model calls, since the response cache replays
-    # repeats. With max_steps=1 the policy routes each item to one agent: at most n_train x agents
-    # distinct training calls however many episodes run, and the baselines' calls on held-out items
-    # are shared with the trained policy's. max_steps=2 lets it chain but multiplies distinct calls
-    # by up to 1 + agents (measured on `local`: 37 calls in the first 11 min).
-    n_train: int = 12
-    n_eval: int = 12
-    episodes: int = 128
-    batch_episodes: int = 16
+    # `local-mix` (issue 32): mixed traffic (GSM8K, MMLU, integer arithmetic, HumanEval) on eight agents of
+    # the two Qwen2.5-Coder models. Every agent's response on the items below ships with the package
+    # (agents/local-mix.replay/), so the run replays real-model outputs without loading a model;
+    # `--replay off` calls the models again (about 1.5 h on 2 cores for these items).
+    pool: str = "local-mix"
+    agents: tuple[str, ...] = (
+        "qwen1.5b-cot",
+        "qwen1.5b-pot",
+        "qwen1.5b-direct",
+        "qwen1.5b-code",
+        "qwen0.5b-pot",
+        "qwen0.5b-direct",
+        "qwen0.5b-calc",
+        "qwen0.5b-code",
+    )
+    suite: str = "mix-local"
+    # the shipped table's shards: the first 40 training and 60 held-out items (a quarter of each kind)
+    n_train: int = 40
+    n_eval: int = 60
+    episodes: int = 2048
+    batch_episodes: int = 64
     group_size: int = 4
+    # max_steps=1: the policy routes each item to one agent
     max_steps: int = 1
     # Call at least one agent. With the Terminator open at step 0, short noisy real-model runs can
     # learn to stop at once (return 0 beats the cost of failed calls on hard items): measured, 0/10.
@@ -64,8 +74,9 @@ class QuickstartConfig:
     cost_model: str = "minutes"
     encoder: str = "minilm"
     baselines: tuple[str, ...] = (
-        "single:qwen1.5b-cot",
         "single:qwen1.5b-pot",
+        "single:qwen1.5b-cot",
+        "single:qwen0.5b-code",
         "single:qwen0.5b-direct",
         "random",
     )
@@ -77,6 +88,18 @@ class QuickstartConfig:
     # episodes stepped together: a whole training batch, so its distinct calls are pending at once
     # and batch per model (with 4, one group's episodes ran alone and mostly shared one call)
     parallel_envs: int = 16
+
+
+def replay_note(pool: Pool) -> str | None:
+    """One sentence on the pool's shipped outcome table as this run uses it (None without one)."""
+    mode = os.environ.get(REPLAY_ENV, "on")
+    if pool.replay is None or mode == "off":
+        return None
+    calls = len(load_table(pool.replay))
+    return (
+        f"Model calls are replayed from the shipped outcome table {pool.replay.name}/ ({calls} real-model "
+        f"calls, replay {mode}): cache hits count them; `--replay off` calls the models again."
+    )
 
 
 def _row(name: str, r: EvalResult) -> dict[str, Any]:
@@ -167,9 +190,11 @@ def run_quickstart(
     backend = env.executor.backend  # one set of loaded models for training, evaluation and baselines
     backend_name = ", ".join(pool.backends())  # every figure and table says which backend made it
     eval_backend = None if pool.needs_answer_key else backend  # held-out items need their own
+    replay = replay_note(pool)
     console.print(
         f"[bold]puppeteer quickstart[/bold]: pool {escape(pool.name)} (backend {backend_name}), "
         f"{len(train_tasks)} train / {len(eval_tasks)} held-out items of {cfg.suite}; cache {cache}"
+        + (f"\n{escape(replay)}" if replay else "")
     )
     policy, tcfg = job.policy(), job.trainer
     with ProgressReporter(f"train ({backend_name})", cfg.episodes, console=console) as bar:
@@ -224,6 +249,7 @@ def run_quickstart(
     summary = {
         "config": asdict(cfg),
         "backend": backend_name,
+        "replay": replay,
         "pool": pool.name,
         "suite": cfg.suite,
         "n_train": len(train_tasks),
@@ -276,7 +302,7 @@ def _report(s: dict[str, Any]) -> str:
         f"Backend **{s['backend']}**, pool `{s['pool']}`, suite `{s['suite']}`: "
         f"{s['n_train']} training items, {s['n_eval']} held-out items, {s['episodes']} REINFORCE episodes, "
         f"{s['wall_s'] / 60:.1f} min in all.",
-        "",
+        *([f"{s['replay']}", ""] if s.get("replay") else [""]),
         "| policy | accuracy | 95% CI | calls | tokens | model s | wall s | cache hits / misses |",
         "|---|---|---|---|---|---|---|---|",
     ]

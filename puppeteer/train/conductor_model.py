@@ -57,11 +57,9 @@ def _dtype(name: str) -> Any:
 
 
 def _from_dir(path: str | Path, spec: ModelSpec, **kwargs: Any) -> Loaded:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from puppeteer.backends.hf_models import load_causal_lm
 
-    tokenizer = AutoTokenizer.from_pretrained(str(path), **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=_dtype(spec.dtype), **kwargs)
-    return model, tokenizer
+    return load_causal_lm(path, _dtype(spec.dtype), **kwargs)
 
 
 def load_hf(spec: ModelSpec) -> Loaded:
