@@ -223,7 +223,13 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
-        r"--pool (local|api-example)\b|pool=(local|api-example)\b|--policy conductor\b",
+        r"^outcomes build\b",
+        RealModels("runs every agent on real models to extend a shipped outcome table (hours)", slow=False),
+    ),
+    (
+        # `local-mix` is not here: its calls replay from the shipped outcome table, so its commands run
+        r"--pool (local|local-v2|local-v2-cascade|api-example)(\s|$)|pool=(local|local-v2|local-v2-cascade"
+        r"|api-example)(\s|$)|--policy conductor\b",
         RealModels("calls real models (local llama.cpp or a provider's API)", slow=False),
     ),
 )
