@@ -92,7 +92,7 @@ class Routing:
         return {o.agents[a]: counts[a] / len(self.choice) for a in np.argsort(-counts) if counts[a]}
 
 
-def _best(utility: np.ndarray, model_s: np.ndarray) -> int:
+def best_index(utility: np.ndarray, model_s: np.ndarray) -> int:
     """The agent of highest utility, the cheaper one on a tie (an exact tie of 0/1 counts is common)."""
     order = np.lexsort((model_s, -utility))
     return int(order[0])
@@ -106,7 +106,7 @@ def oracle_route(o: Outcomes, penalty: np.ndarray | float = 0.0) -> Routing:
     """Per item, the agent maximising ``correct - penalty`` (``penalty``: scalar, per agent or per item
     and agent)."""
     utility = o.correct.astype(float) - np.broadcast_to(penalty, o.correct.shape)
-    choice = np.array([_best(utility[i], o.model_s[i]) for i in range(len(o.task_ids))])
+    choice = np.array([best_index(utility[i], o.model_s[i]) for i in range(len(o.task_ids))])
     return Routing("oracle (per item)", choice)
 
 
@@ -116,7 +116,7 @@ def domain_route(train: Outcomes, test: Outcomes, penalty: np.ndarray | float = 
     pen = np.broadcast_to(penalty, train.correct.shape)
 
     def pick(rows: np.ndarray) -> int:
-        return _best((train.correct[rows] - pen[rows]).mean(axis=0), train.model_s[rows].mean(axis=0))
+        return best_index((train.correct[rows] - pen[rows]).mean(axis=0), train.model_s[rows].mean(axis=0))
 
     overall = pick(np.ones(len(train.task_ids), dtype=bool))
     by_domain = {d: pick(train.domains == d) for d in set(train.domains)}
@@ -162,7 +162,7 @@ def probe_route(
         raise ValueError(f"{len(x_test)} test feature rows for {len(test.task_ids)} items")
     utility = probe_probabilities(x_train, train, x_test, c=c) - np.broadcast_to(penalty, test.correct.shape)
     cost = train.model_s.mean(axis=0)
-    choice = np.array([_best(utility[i], cost) for i in range(len(test.task_ids))])
+    choice = np.array([best_index(utility[i], cost) for i in range(len(test.task_ids))])
     return Routing(f"supervised probe (logistic, C={c:g})", choice)
 
 

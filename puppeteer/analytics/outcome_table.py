@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from puppeteer.analytics.headroom import Outcomes, domain_route, oracle_route, single_route
+from puppeteer.analytics.headroom import Outcomes, best_index, domain_route, oracle_route, single_route
 from puppeteer.analytics.stats import wilson_interval
 from puppeteer.replay import Outcome
 
@@ -118,8 +118,11 @@ def markdown(
         out += ["", f"Best alone: `{top.agent}`, {top.accuracy:.3f} at {top.model_s:.1f} s per item.", ""]
     test = matrix(outcomes, split, agents)
     refs = [single_route(test, best(rows).agent), oracle_route(test)]
+    spec = None
     if complete_items(outcomes, train_split, agents):
-        refs.insert(1, domain_route(matrix(outcomes, train_split, agents), test))
+        train = matrix(outcomes, train_split, agents)
+        refs.insert(1, domain_route(train, test))
+        spec = bykind_spec(train)
     out += [
         "### Reference routers (one agent per item)",
         "",
@@ -129,4 +132,17 @@ def markdown(
     for r in refs:
         shares = ", ".join(f"`{a}` {s:.0%}" for a, s in r.shares(test).items())
         out.append(f"| {r.name} | {r.accuracy(test):.3f} | {r.model_s(test):.1f} | {shares} |")
+    if spec:
+        out += ["", f"The best agent per kind as a policy spec (for `eval`, `ab`): `{spec}`"]
     return "\n".join(out) + "\n"
+
+
+def bykind_spec(train: Outcomes) -> str:
+    """``bykind:KIND=AGENT,...`` of the most accurate agent per kind on ``train`` (the cheaper on a tie):
+    the same choice as :func:`~puppeteer.analytics.headroom.domain_route` at no penalty."""
+    pairs = []
+    for kind in sorted(set(train.domains)):
+        rows = train.domains == kind
+        acc, cost = train.correct[rows].mean(axis=0), train.model_s[rows].mean(axis=0)
+        pairs.append(f"{kind}={train.agents[best_index(acc, cost)]}")
+    return "bykind:" + ",".join(pairs)
