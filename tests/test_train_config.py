@@ -200,3 +200,16 @@ def test_a_training_that_learns_to_call_nobody_fails_in_one_line(
     assert degenerate == 2 and "degenerate policy: it calls no agent" in err
     assert len(err.strip().splitlines()) == 1
     assert main(["train", *common, "lam=50", f"out={tmp_path / 'b'}"]) == 0  # min_steps defaults to 1
+
+
+def test_train_into_a_file_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33: `train out=<a file>` showed a FileExistsError traceback."""
+    target = tmp_path / "a-file"
+    target.write_text("not a directory")
+    argv = ["train", f"out={target}", "policy.encoder=hashing", "trainer.episodes=8", "wandb.enabled=false"]
+    assert main(argv) == 2
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and out.startswith("error:") and "a-file" in out
+    assert target.read_text() == "not a directory"

@@ -67,6 +67,7 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
     from puppeteer.jobs.train import run_training
     from puppeteer.redaction import redact
     from puppeteer.train.config_schema import check_overrides, register_configs
+    from puppeteer.train.reinforce import TrainingStopped
 
     register_configs()
     split = split_secret_overrides(sys.argv[1:] if overrides is None else overrides)
@@ -97,7 +98,7 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
         console = Console()
         try:
             results = run_training(OmegaConf.to_container(cfg, resolve=True), out, console=console)  # type: ignore[arg-type]
-        except (UserError, ValueError, KeyError, FileNotFoundError) as exc:
+        except (UserError, ValueError, KeyError, OSError, TrainingStopped) as exc:  # one line, no traceback
             failures.append(f"{out}: {exc}")  # reported once by the caller; other sweep jobs still run
             return float("nan")
         h = results["heldout"]
