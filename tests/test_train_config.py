@@ -213,3 +213,25 @@ def test_train_into_a_file_is_one_line_not_a_traceback(
     out = capsys.readouterr().out
     assert "Traceback" not in out and out.startswith("error:") and "a-file" in out
     assert target.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer.batch_episodes=7",
+        "trainer.baseline=nope",
+        "policy.encoder=nope",
+        "cost_model=nope",
+        "k_available=0",
+    ],
+)
+def test_a_bad_value_fails_before_anything_is_written(
+    override: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: these were checked only once training started, after config.json, wandb/ or Hydra's
+    .hydra/ had been written."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", override, f"out={tmp_path / 'run'}"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("error:") and len(out.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []

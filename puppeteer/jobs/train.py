@@ -11,6 +11,7 @@ from typing import Any
 
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.checks import check_env_settings, integer
+from puppeteer.encoders import ENCODERS
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, EnvConfig
 from puppeteer.errors import UserError
@@ -18,6 +19,7 @@ from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.redaction import redact
+from puppeteer.reward import COST_MODELS
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, train
@@ -56,6 +58,14 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
     if unknown:
         raise ValueError(f"trainer.{unknown[0]}: unknown setting; known: {', '.join(sorted(known))}")
     ReinforceConfig(**{**dict(trainer), "seed": int(cfg["seed"])})  # checks each value
+    if cfg["cost_model"] not in COST_MODELS:
+        raise ValueError(f"cost_model: unknown {cfg['cost_model']!r}; known: {', '.join(COST_MODELS)}")
+    encoder = (cfg.get("policy") or {}).get("encoder")
+    if encoder is not None and encoder not in ENCODERS:
+        raise ValueError(f"policy.encoder: unknown {encoder!r}; known: {', '.join(ENCODERS)}")
+    k = cfg.get("k_available")
+    if k is not None and integer("k_available", k) < 1:
+        raise ValueError(f"k_available={k}: at least one agent must be offered")
 
 
 def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:

@@ -73,6 +73,13 @@ class ReinforceConfig:
         number("trainer.lr_final_fraction", self.lr_final_fraction, low=0.0, high=1.0)
         integer("trainer.rollout_workers", self.rollout_workers, low=0)
         number("trainer.max_failed_fraction", self.max_failed_fraction, low=0.0, high=1.0)
+        if self.baseline not in BASELINES:
+            raise ValueError(f"trainer.baseline: unknown {self.baseline!r}; known: {', '.join(BASELINES)}")
+        if self.batch_episodes % self.group_size:
+            raise ValueError(
+                f"trainer.batch_episodes={self.batch_episodes} must be a multiple of "
+                f"trainer.group_size={self.group_size}"
+            )
 
 
 class TrainingStopped(RuntimeError):
