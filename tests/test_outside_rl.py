@@ -384,3 +384,28 @@ def test_algorithms_that_ignore_masks_run_with_remapped_invalid_actions() -> Non
     PPO("MlpPolicy", env, n_steps=32, batch_size=16, seed=0, device="cpu").learn(64)
     with pytest.raises(ValueError, match="invalid_action"):
         make_encoded_env("hashing", invalid_action="ignore", **kw)
+
+
+def test_a_saved_sb3_policy_keeps_the_min_steps_it_was_trained_with(tmp_path) -> None:
+    """A MaskablePPO trained with min_steps=1 never saw the Terminator offered at step 0; evaluated in an
+    env that offers it, it stopped at once on every item (accuracy 0). The saved policy masks it itself."""
+    from puppeteer.policies.external import MaskableModelPolicy
+
+    class Records:
+        def __init__(self) -> None:
+            self.masks: list[np.ndarray] = []
+
+        def predict(self, observation, deterministic=True, action_masks=None):
+            self.masks.append(action_masks)
+            return np.int64(len(action_masks) - 1), None  # always wants the Terminator
+
+    env = make_encoded_env("hashing", pool="sim-paper", suite="arith", max_steps=3)
+    raw = env.unwrapped
+    obs, _ = raw.reset(seed=0)
+    model = Records()
+    policy = MaskableModelPolicy(model, env.encoder, min_steps=1)
+    policy.act(obs, np.random.default_rng(0))
+    assert not model.masks[-1][-1] and model.masks[-1][:-1].all()
+    assert (
+        MaskableModelPolicy(model, env.encoder).act(obs, np.random.default_rng(0)) == raw.pool.terminator_id
+    )

@@ -47,6 +47,7 @@ class SB3Meta:
     agents: tuple[str, ...]
     encoder_options: dict[str, Any] = field(default_factory=dict)
     signals: bool = False  # the observation ends in the answer signals (absent in older files: False)
+    min_steps: int = 0  # the Terminator was masked until this many agents acted (absent in older files: 0)
 
 
 class MaskableModelPolicy:
@@ -59,9 +60,10 @@ class MaskableModelPolicy:
         name: str = "sb3",
         deterministic: bool = True,
         masked: bool = True,
+        min_steps: int = 0,
     ) -> None:
         self.model, self.encoder, self.name = model, encoder, name
-        self.deterministic, self.masked = deterministic, masked
+        self.deterministic, self.masked, self.min_steps = deterministic, masked, min_steps
 
     def reset(self, task_id: str) -> None:
         return None
@@ -69,7 +71,10 @@ class MaskableModelPolicy:
     def act(self, obs: dict[str, Any], rng: np.random.Generator) -> int:
         kwargs: dict[str, Any] = {"deterministic": self.deterministic}
         if self.masked:
-            kwargs["action_masks"] = np.asarray(obs["mask"], dtype=bool)
+            mask = np.array(obs["mask"], dtype=bool)
+            if int(obs["step"]) < self.min_steps and mask[:-1].any():
+                mask[-1] = False  # as in training: the Terminator waits for min_steps agents
+            kwargs["action_masks"] = mask
         action, _ = self.model.predict(self.encoder(obs), **kwargs)
         return int(np.asarray(action).reshape(()))
 
@@ -82,6 +87,7 @@ def save_sb3(
     max_steps: int,
     encoder_options: dict[str, Any] | None = None,
     signals: bool = False,
+    min_steps: int = 0,
 ) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -93,6 +99,7 @@ def save_sb3(
         tuple(a.name for a in pool.agents),
         dict(encoder_options or {}),
         signals,
+        min_steps,
     )
     (d / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n")
     return d
@@ -180,7 +187,9 @@ def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
             f"{d / MODEL_FILE}: the weights do not fit a {meta.algorithm} network ({first})"
         ) from None
     network.set_training_mode(False)
-    return MaskableModelPolicy(network, encoder, name=f"sb3:{d}", masked=meta.algorithm == "MaskablePPO")
+    return MaskableModelPolicy(
+        network, encoder, name=f"sb3:{d}", masked=meta.algorithm == "MaskablePPO", min_steps=meta.min_steps
+    )
 
 
 __all__ = ["ALGORITHMS", "MaskableModelPolicy", "SB3Meta", "UnsafePolicyFile", "load_sb3", "save_sb3"]

@@ -86,8 +86,10 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
         len(tasks),
     )
     model.learn(total_timesteps=cfg.steps)
-    save_sb3(model, out / "model", pool, cfg.encoder, cfg.max_steps, signals=cfg.signals)
-    policy = MaskableModelPolicy(model, env.encoder, name=f"sb3:{out / 'model'}")
+    save_sb3(
+        model, out / "model", pool, cfg.encoder, cfg.max_steps, signals=cfg.signals, min_steps=cfg.min_steps
+    )
+    policy = MaskableModelPolicy(model, env.encoder, name=f"sb3:{out / 'model'}", min_steps=cfg.min_steps)
     common: dict[str, Any] = dict(
         pool=pool,
         suite=cfg.suite,
