@@ -105,13 +105,12 @@ def build(
     for shard in shards:
         items = load_suite(suite, shard.split, n=shard.n)
         ids = {t.id for t in items}
+        finished: dict[str, set[str]] = {}  # read once a shard: each agent's run adds only its own rows
+        for o in read_outcomes(table):
+            if o.split == shard.split and o.suite == suite and o.error is None:
+                finished.setdefault(o.agent, set()).add(o.task_id)
         for agent in cost_order(pool, names):
-            have = {
-                o.task_id
-                for o in read_outcomes(table)
-                if o.agent == agent and o.split == shard.split and o.suite == suite and o.error is None
-            }
-            if ids <= have:
+            if ids <= finished.get(agent, set()):
                 log.info("%s %s:%d %s: done", suite, shard.split, shard.n, agent)
                 continue
             run_dir = work / f"{shard.split}-{shard.n}" / agent
@@ -120,7 +119,7 @@ def build(
                 pool,
                 suite,
                 split=shard.split,
-                n=shard.n,
+                tasks=items,  # the shard's items, loaded once above
                 max_steps=1,
                 cache=cache,
                 out_dir=run_dir,
