@@ -195,6 +195,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
     def _grader(self) -> Grader:
         return self.graders[self.task.grader]
 
+    def _grade(self, answer: str | None) -> bool:
+        """The task's grader on ``answer``, memoised across this env and its clones."""
+        return self.parts.grades.grade(self.task, answer, self._grader().grade)
+
     def _context(self) -> EpisodeContext:
         task, grader = self.task, self._grader()
         return EpisodeContext(
@@ -388,7 +392,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         """
         answer = self._aggregate([s.answer for s in self._steps])
         if answer not in self._grades:  # the majority answer rarely changes from step to step
-            self._grades[answer] = self._grader().grade(answer, self.task)
+            self._grades[answer] = self._grade(answer)
         correct = self._grades[answer]
         returns = discounted_returns(self._rewards, self.config.gamma)
         return {
@@ -399,7 +403,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     def _end_episode(self, f: float, t: int, terminated_by: str):
         answer = self._aggregate([s.answer for s in self._steps])
-        correct = self._grader().grade(answer, self.task)
+        correct = self._grade(answer)
         reward = self._reward.final_reward(correct, f, max(t, 1))
         returns = discounted_returns([*self._rewards, reward], self.config.gamma)
         traj = self._trajectory(answer, correct, returns[0] if returns else reward)
@@ -515,7 +519,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     def _end_workflow(self, workflow: Workflow | None):
         answer = self._aggregate([s.answer for s in self._steps])
-        correct = self._grader().grade(answer, self.task)
+        correct = self._grade(answer)
         cost = sum(self._step_cost(s) for s in self._steps)
         reward = conductor_reward(True, correct, cost, self.config.workflow_lam)
         traj = self._trajectory(answer, correct, reward, workflow=workflow)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -117,11 +118,40 @@ class EnvParts:
     tasks: tuple[Task, ...]
     backend: Backend
     backend_spec: BackendSpec | None
+    # grades of (task, answer) pairs, shared by an env and its clones: the simulator answers an item
+    # with one of a few texts, so a sandbox-graded code item is run once per distinct answer
+    grades: GradeMemo = field(default_factory=lambda: GradeMemo())
+
+
+class GradeMemo:
+    """A bounded, thread-safe memo of graders' verdicts keyed by (task id, grader, answer)."""
+
+    def __init__(self, max_items: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._verdicts: dict[tuple[str, str, str | None], bool] = {}
+        self._max = max_items
+
+    def grade(self, task: Task, answer: str | None, grade: Callable[[str | None, Task], bool]) -> bool:
+        key = (task.id, task.grader, answer)
+        with self._lock:
+            hit = self._verdicts.get(key)
+        if hit is not None:
+            return hit
+        verdict = bool(grade(answer, task))
+        with self._lock:
+            if len(self._verdicts) >= self._max:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
 
 
 def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:
     """What the simulator needs to know about each item (never shown to real backends)."""
     from puppeteer.backends.sim import SimItem
+    from puppeteer.backends.sim_difficulty import visible_feature
 
     kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
     return {
@@ -130,6 +160,7 @@ def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:
             domain=t.domain,
             kind=kinds.get(t.grader, "text"),
             choices=tuple(t.meta.get("choices", ())),
+            visible_x=visible_feature(t.question),
         )
         for t in tasks
     }
@@ -211,6 +242,7 @@ __all__ = [
     "BackendSpec",
     "EnvConfig",
     "EnvParts",
+    "GradeMemo",
     "backend_options",
     "build_backend",
     "build_env",
