@@ -34,6 +34,7 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any
 
+from puppeteer.backends.sim_difficulty import DifficultyModel, conditional_accuracy
 from puppeteer.types import Agent, Completion, CompletionRequest, ModelSpec
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class SimItem:
     domain: str
     kind: str = "numeric"  # numeric | letter | math | code | text
     choices: tuple[str, ...] = ()
+    visible_x: float | None = None  # the question's visible difficulty feature (sim_difficulty)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class SimParams:
     follow_prob: float = 0.85
     tokens_sigma: float = 0.35
     distractor_weights: tuple[float, ...] = (0.7, 0.2, 0.1)
+    difficulty: DifficultyModel | None = None  # the part of the item latent that the question shows
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rho < 1.0:
@@ -293,8 +296,8 @@ def normalize_answer(answer: str, kind: str = "text") -> str:
 
 def display_answer(answer: str, kind: str = "text") -> str:
     """How the simulator writes an answer: canonical where that is safe, else the original text."""
-    if kind == "code":
-        return str(answer).strip()
+    if kind == "code":  # keep the first line's indentation: a function body is indented
+        return "\n".join(line.rstrip() for line in str(answer).splitlines()).strip("\n")
     if kind in ("letter", "numeric"):
         return normalize_answer(answer, kind)
     s = _unbox(str(answer).strip()).strip().strip("$").strip()
@@ -549,6 +552,7 @@ class SimBackend:
         follow_prob: float = 0.85,
         tokens_sigma: float = 0.35,
         distractor_weights: Sequence[float] = (0.7, 0.2, 0.1),
+        difficulty: Mapping[str, Any] | DifficultyModel | None = None,
     ) -> None:
         self.answer_key: dict[str, SimItem] = dict(answer_key or {})
         self.columns: dict[str, str] = dict(columns or {})
@@ -567,6 +571,9 @@ class SimBackend:
             follow_prob=float(follow_prob),
             tokens_sigma=float(tokens_sigma),
             distractor_weights=tuple(float(w) for w in distractor_weights),
+            difficulty=difficulty
+            if isinstance(difficulty, DifficultyModel) or difficulty is None
+            else DifficultyModel.from_options(difficulty),
         )
         self._prepared: dict[str, _Prepared] = {}
 
@@ -596,10 +603,13 @@ class SimBackend:
                 display_answer(d, item.kind)
                 for d in distractors(item, self.seed, len(self.params.distractor_weights))
             )
+            z = _STD_NORMAL.inv_cdf(u)
+            if self.params.difficulty is not None:
+                z, _ = self.params.difficulty.latent(item.domain, item.visible_x, z)
             prepared = _Prepared(
                 item,
                 self.column_for(item.domain),
-                _STD_NORMAL.inv_cdf(u),
+                z,
                 gold,
                 normalize_answer(gold, item.kind),
                 wrong,
@@ -616,6 +626,32 @@ class SimBackend:
             if u < acc:
                 return answer
         return prepared.wrong[-1]
+
+    def visible_score(self, key: str) -> float | None:
+        """The item's visible difficulty score ``d`` (None: no difficulty model or no feature)."""
+        item = self.answer_key.get(key)
+        if item is None or self.params.difficulty is None:
+            return None
+        return self.params.difficulty.score(item.domain, item.visible_x)
+
+    def accuracy_given_visible(self, agent: Agent, key: str) -> float:
+        """P(correct) of the agent's own first attempt on item ``key`` given what the question shows.
+
+        Without a difficulty model this is the agent's marginal accuracy on the item's column.
+        """
+        item = self.answer_key[key]
+        p = expected_accuracy(agent, self.column_for(item.domain), self.params, item.kind)
+        difficulty = self.params.difficulty
+        if difficulty is None:
+            return p
+        w = difficulty.share(item.domain)
+        rho = self.rho_for(item.domain)
+        return conditional_accuracy(p, rho, w, difficulty.score(item.domain, item.visible_x))
+
+    def rho_for(self, domain: str) -> float:
+        """The share of the correctness latent that is item difficulty, for an item of ``domain``."""
+        difficulty = self.params.difficulty
+        return self.params.rho if difficulty is None else difficulty.rho_for(domain, self.params.rho)
 
     def decide(self, request: CompletionRequest) -> SimOutcome:
         """What the call answers and whether that is correct (no text, no tokens)."""
@@ -643,7 +679,7 @@ class SimBackend:
             skill(request.model, item.column),
             self.params.pattern_shift(pattern) + self.params.tool_shift(ctx.tools, kind),
         )
-        rho = self.params.rho
+        rho = self.rho_for(item.item.domain)
         latent = math.sqrt(rho) * item.z + math.sqrt(1.0 - rho) * _STD_NORMAL.inv_cdf(u_e)
         own_correct = p >= 1.0 or (p > 0.0 and latent < _STD_NORMAL.inv_cdf(p))
         own_answer = item.gold if own_correct else self._pick_wrong(item, u_wrong)

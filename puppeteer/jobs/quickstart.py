@@ -174,7 +174,7 @@ def run_quickstart(
             episodes=cfg.episodes,
             batch_episodes=batch,
             group_size=cfg.group_size,
-            lr=0.01,
+            lr=0.003,
             eval_every=10**9,
             parallel_envs=cfg.parallel_envs,
             seed=cfg.seed,

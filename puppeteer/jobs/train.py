@@ -114,6 +114,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             max_steps=int(cfg["max_steps"]),
             min_steps=int(_get(cfg, "min_steps", 0)),
             signals=bool(_get(pc, "signals", False)),
+            surface=bool(_get(pc, "surface", False)),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),
         suite=cfg["suite"]["name"],

@@ -4,8 +4,10 @@ logit(s, a) = MLP([h(s), g(e_a), h(s) * g(e_a)]) where h encodes the task text, 
 transcript so far, the step number, who has acted and who is on offer (the availability mask:
 whether to stop or call again can depend on it), and e_a is a trainable embedding of agent a
 initialised from its description. Unavailable agents are also masked out of the logits.
-With ``PolicyConfig.signals``, h(s) also reads the answer signals z(s) of the steps so far
-(:mod:`puppeteer.signals`), and the logit gains a linear term w_a . z(s): what a cascade needs.
+With ``PolicyConfig.surface``, h(s) also reads the question's length and number count
+(:mod:`puppeteer.surface`). With ``PolicyConfig.signals``, h(s) also reads the answer signals
+z(s) of the steps so far (:mod:`puppeteer.signals`), and the logit gains a linear term
+w_a . z(s): what a cascade needs.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from puppeteer.encoders import CachedEncoder, make_encoder
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
 from puppeteer.signals import N_SIGNALS
+from puppeteer.surface import N_SURFACE, surface_features
 
 TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority answer."
+_NO_SURFACE = np.zeros(0, dtype=np.float32)
+SCORER_LAYERS = ("norm", "tanh")
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
 
 
@@ -43,6 +48,14 @@ class PolicyConfig:
     min_steps: int = 0  # the Terminator is never chosen before this many agents acted
     greedy: bool = False
     signals: bool = False  # also read obs["signals"] (puppeteer.signals: answered, whole number, agreement)
+    surface: bool = False  # also read the question's surface features (puppeteer.surface: length, numbers)
+    # the scorer's layers: "norm" (LayerNorm + GELU) or "tanh" (the first design; its head saturates
+    # under REINFORCE's steps and then scores every task alike: docs/sim-routing.md)
+    layers: str = "norm"
+
+    def __post_init__(self) -> None:
+        if self.layers not in SCORER_LAYERS:
+            raise ValueError(f"policy.layers: unknown {self.layers!r}; known: {', '.join(SCORER_LAYERS)}")
 
 
 def agent_text(pool: Pool, i: int) -> str:
@@ -61,6 +74,7 @@ class Features:
     counts: np.ndarray
     mask: np.ndarray
     signals: np.ndarray  # puppeteer.signals.answer_signals of the steps so far (zeros if not read)
+    surface: np.ndarray  # puppeteer.surface.surface_features of the question (empty if not read)
 
 
 class Scorer(nn.Module):
@@ -72,15 +86,30 @@ class Scorer(nn.Module):
         hidden: int,
         agent_init: np.ndarray,
         n_signals: int = 0,
+        n_surface: int = 0,
+        layers: str = "norm",
     ) -> None:
         super().__init__()
         self.max_steps = max_steps
         self.n_signals = n_signals
+        self.n_surface = n_surface
         self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
-        state_in = 2 * dim + (max_steps + 1) + n_actions + n_signals
-        self.state_net = nn.Sequential(nn.Linear(state_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
+        state_in = 2 * dim + (max_steps + 1) + n_actions + n_signals + n_surface
+        if layers == "tanh":
+            self.state_net = nn.Sequential(nn.Linear(state_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
+            self.head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        else:
+            # normalised inputs to each nonlinearity: the agent terms of the head cannot grow until
+            # they drown the state's (the tanh design's failure), and GELU does not saturate
+            self.state_net = nn.Sequential(
+                nn.Linear(state_in, hidden),
+                nn.Sequential(nn.LayerNorm(hidden), nn.GELU()),
+                nn.Linear(hidden, hidden),
+            )
+            self.head = nn.Sequential(
+                nn.LayerNorm(3 * hidden), nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)
+            )
         self.agent_net = nn.Linear(dim, hidden)
-        self.head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         if n_signals:
             # the signals also move each action's logit directly: through the MLP alone, two states
             # that differ only in a few signal inputs saturate its tanh units before they separate
@@ -100,6 +129,7 @@ class Scorer(nn.Module):
         counts: torch.Tensor,
         mask: torch.Tensor,
         signals: torch.Tensor | None = None,
+        surface: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
@@ -109,6 +139,10 @@ class Scorer(nn.Module):
                 raise ValueError(f"this scorer reads {self.n_signals} answer signals; none given")
             signals = signals.float()
             parts.append(signals)
+        if self.n_surface:
+            if surface is None:
+                raise ValueError(f"this scorer reads {self.n_surface} surface features; none given")
+            parts.append(surface.float())
         first, act, second = self.state_net
         h = second(act(first(torch.cat(parts, dim=-1)) + self.mask_in(mask.float())))
         g = self.agent_net(self.agent_emb)  # (A, hidden)
@@ -144,6 +178,8 @@ class PuppeteerPolicy:
             config.hidden,
             self.encoder.encode(texts),
             n_signals=N_SIGNALS if config.signals else 0,
+            n_surface=N_SURFACE if config.surface else 0,
+            layers=config.layers,
         )
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PuppeteerPolicy:
@@ -174,6 +210,7 @@ class PuppeteerPolicy:
                 counts=np.asarray(o["counts"], dtype=np.int64),
                 mask=self._mask(o),
                 signals=self._signals(o),
+                surface=surface_features(o["task"]) if self.config.surface else _NO_SURFACE,
             )
             for i, o in enumerate(observations)
         ]
@@ -200,6 +237,7 @@ class PuppeteerPolicy:
             torch.as_tensor(np.stack([f.counts for f in feats])),
             torch.as_tensor(np.stack([f.mask for f in feats])),
             torch.as_tensor(np.stack([f.signals for f in feats])),
+            torch.as_tensor(np.stack([f.surface for f in feats])),
         )
 
     def logits(self, feats: Sequence[Features]) -> torch.Tensor:
@@ -249,6 +287,7 @@ class PuppeteerPolicy:
             raise ValueError(f"policy was trained on agents {meta['agents']}, pool {pool.name!r} differs")
         raw = meta["config"]
         raw["encoder_options"] = tuple(tuple(x) for x in raw.get("encoder_options", ()))
+        raw.setdefault("layers", "tanh")  # saved before the scorer's layers were a choice
         policy = cls(pool, PolicyConfig(**raw), encoder=encoder)
         policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
         return policy

@@ -71,6 +71,7 @@ class PolicyNode:
     encoder_options: dict[str, Any] = field(default_factory=dict)
     hidden: int = 128
     signals: bool = False  # read obs["signals"] (answered / whole number / agreement): learns cascades
+    surface: bool = False  # read the question's length and number count (puppeteer.surface)
 
 
 @dataclass

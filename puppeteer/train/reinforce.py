@@ -41,7 +41,7 @@ class ReinforceConfig:
     episodes: int = 2000
     batch_episodes: int = 64
     group_size: int = 4
-    lr: float = 1e-2
+    lr: float = 3e-3  # 1e-2 made Adam collapse every router onto one agent within a few updates
     weight_decay: float = 1e-4
     baseline: str = "group"  # none | ema | group | prefix
     ema_decay: float = 0.9

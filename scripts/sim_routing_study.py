@@ -1,0 +1,216 @@
+"""The routing world's study (issue 29, docs/sim-routing.md): REINFORCE routers on `sim-routing`.
+
+For each lambda: the optimum given what the question shows and every single agent on the held-out
+items (:mod:`puppeteer.analytics.optimum`), then one router per seed trained on the training items
+(one call per item, cost model ``usd``: US cents) and evaluated greedily on the same held-out items.
+Every run writes ``runs/lam{L}-s{S}/result.json`` and is skipped when that exists (resumable);
+``report.md``, ``results.json`` and ``front.png`` are drawn from them.
+
+    python scripts/sim_routing_study.py --out docs/sim-routing/study            # the committed run
+    python scripts/sim_routing_study.py --out runs/srs --lam 0.05 --seeds 1      # one quick point
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from puppeteer.analytics.optimum import visible_optimum
+from puppeteer.analytics.stats import mcnemar_exact
+from puppeteer.encoders import make_encoder
+from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.jobs.builder import env_copies
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.pool import load_pool
+from puppeteer.rollout import run_lockstep, summarize
+from puppeteer.train.reinforce import ReinforceConfig, top_share, train
+
+log = logging.getLogger("sim_routing_study")
+POOL, SUITE = "sim-routing", "mix-routing"
+
+
+def _settings(lam: float) -> EnvConfig:
+    return EnvConfig(mode="step", lam=lam, max_steps=1, min_steps=1, cost_model="usd")
+
+
+def _tercile(scores: list[float | None]) -> list[str]:
+    xs = np.array([np.nan if s is None else s for s in scores])
+    lo, hi = np.nanquantile(xs, [1 / 3, 2 / 3])
+    return ["easy" if x <= lo else "hard" if x > hi else "mid" for x in xs]
+
+
+def references(out: Path, lam: float, n_eval: int) -> dict[str, Any]:
+    path = out / f"optimum-lam{lam:g}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    pool = load_pool(POOL)
+    env = build_env(_settings(lam), pool=pool, suite=SUITE, split="test", n_tasks=n_eval)
+    opt = visible_optimum(env)
+    names = [a.name for a in pool.agents]
+    ref = {
+        "lam": lam,
+        "optimum": vars(opt.optimum),
+        "optimum_expected_return": opt.expected_return,
+        "hindsight": vars(opt.hindsight),
+        "singles": [vars(s) for s in opt.singles],
+        "optimum_shares": opt.shares(names),
+        "choices": [
+            {"task_id": c.task_id, "domain": c.domain, "score": c.score, "agent": names[c.agent]}
+            for c in opt.choices
+        ],
+    }
+    path.write_text(json.dumps(ref, indent=1))
+    return ref
+
+
+def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder: Any) -> dict[str, Any]:
+    run = out / "runs" / f"lam{lam:g}-s{seed}"
+    path = run / "result.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    start = time.perf_counter()
+    pool = load_pool(POOL)
+    env = build_env(_settings(lam), pool=pool, suite=SUITE, split="train", n_tasks=args.n_train)
+    test = build_env(_settings(lam), pool=pool, suite=SUITE, split="test", n_tasks=args.n_eval)
+    config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
+    policy = PuppeteerPolicy(pool, config, encoder=encoder, seed=seed)
+    trainer = ReinforceConfig(
+        episodes=args.episodes, batch_episodes=64, group_size=4, lr=args.lr, eval_every=10**9, seed=seed
+    )
+    state = train(env, policy, trainer, run / "train")
+    policy.config = replace(config, greedy=True)
+    eps = run_lockstep(
+        env_copies(test, 32), policy, [(10_000 + i, i) for i in range(len(test.tasks))], greedy=True
+    )
+    names = [a.name for a in pool.agents]
+    result = {
+        "lam": lam,
+        "seed": seed,
+        **summarize(eps),
+        "top_first_share": top_share([e.actions[0] for e in eps]),
+        "routes": [names[e.actions[0]] for e in eps],
+        "correct": [bool(e.correct) for e in eps],
+        "task_ids": [t.id for t in test.tasks],
+        "curve": [
+            {"episodes": h["episodes"], "return": h["train/return"], "entropy": h["train/entropy"]}
+            for h in state.history
+        ],
+        "wall_s": time.perf_counter() - start,
+    }
+    path.write_text(json.dumps(result))
+    log.info("lam %g seed %d: accuracy %.3f return %.3f", lam, seed, result["accuracy"], result["return"])
+    return result
+
+
+def _episodes_correct(env: Any, agent: int) -> list[bool]:
+    from puppeteer.rollout import run_actions
+
+    stop = env.pool.terminator_id
+    return [
+        bool(run_actions(env, [agent, stop], seed=10_000 + i, options={"task_index": i}).correct)
+        for i in range(len(env.tasks))
+    ]
+
+
+def report(out: Path, lams: list[float], seeds: int, n_eval: int) -> str:
+    lines = [
+        "# sim-routing study [backend: sim]",
+        "",
+        "REINFORCE routers (one call per item, cost in US cents) on `sim-routing` / `mix-routing`, "
+        f"greedy on {n_eval} held-out items; {seeds} seeds per lambda.",
+        "",
+        "| lambda | router accuracy (mean, min-max) | router return | % of optimum (mean, min) | "
+        "optimum acc / return | best single (return) | McNemar p vs best single (pooled) | "
+        "agents on >=10% |",
+        "|---:|---|---:|---|---|---|---:|---|",
+    ]
+    summary = []
+    for lam in lams:
+        ref = json.loads((out / f"optimum-lam{lam:g}.json").read_text())
+        runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob(f"lam{lam:g}-s*/result.json"))]
+        if not runs:
+            continue
+        best = max(ref["singles"], key=lambda s: s["ret"])
+        pool = load_pool(POOL)
+        env = build_env(_settings(lam), pool=pool, suite=SUITE, split="test", n_tasks=n_eval)
+        best_correct = _episodes_correct(env, [a.name for a in pool.agents].index(best["name"]))
+        routed = np.concatenate([r["correct"] for r in runs])
+        p = mcnemar_exact(routed, np.tile(best_correct, len(runs))).p_value
+        pct = [r["return"] / ref["optimum"]["ret"] for r in runs]
+        shares = Counter(a for r in runs for a in r["routes"])
+        used = [
+            f"`{a}` {c / sum(shares.values()):.0%}"
+            for a, c in shares.most_common()
+            if c / sum(shares.values()) >= 0.1
+        ]
+        acc = [r["accuracy"] for r in runs]
+        lines.append(
+            f"| {lam:g} | {np.mean(acc):.3f} ({min(acc):.3f}-{max(acc):.3f}) | "
+            f"{np.mean([r['return'] for r in runs]):.3f} | {np.mean(pct):.1%} ({min(pct):.1%}) | "
+            f"{ref['optimum']['accuracy']:.3f} / {ref['optimum']['ret']:.3f} | `{best['name']}` "
+            f"{best['accuracy']:.3f} ({best['ret']:.3f}) | {p:.2g} | {', '.join(used)} |"
+        )
+        summary.append(
+            {"lam": lam, "runs": len(runs), "pct_of_optimum": pct, "mcnemar_p": p, "best_single": best}
+        )
+        # routes by domain and difficulty tercile (pooled over seeds)
+        choices = ref["choices"]
+        bins = _tercile([c["score"] for c in choices])
+        table: dict[tuple[str, str], Counter[str]] = {}
+        for r in runs:
+            for c, b, a in zip(choices, bins, r["routes"], strict=True):
+                table.setdefault((c["domain"], b), Counter())[a] += 1
+        opt = {}
+        for c, b in zip(choices, bins, strict=True):
+            opt.setdefault((c["domain"], b), Counter())[c["agent"]] += 1
+        lines += [
+            "",
+            f"Routes at lambda {lam:g} (router: pooled seeds; optimum), by domain and length tercile:",
+            "",
+        ]
+        lines += ["| domain | tercile | router's top routes | optimum's top routes |", "|---|---|---|---|"]
+        for key in sorted(table):
+            top = ", ".join(f"`{a}` {n / sum(table[key].values()):.0%}" for a, n in table[key].most_common(2))
+            otop = ", ".join(f"`{a}` {n / sum(opt[key].values()):.0%}" for a, n in opt[key].most_common(2))
+            lines.append(f"| {key[0]} | {key[1]} | {top} | {otop} |")
+        lines.append("")
+    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="docs/sim-routing/study")
+    p.add_argument("--lam", default="0,0.05,0.3")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--n-train", type=int, default=256)
+    p.add_argument("--n-eval", type=int, default=160)
+    p.add_argument("--episodes", type=int, default=4096)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--encoder", default="minilm")
+    p.add_argument("--surface", action=argparse.BooleanOptionalAction, default=True)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    out = Path(args.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    lams = [float(x) for x in args.lam.split(",")]
+    encoder = make_encoder(args.encoder)
+    for lam in lams:
+        references(out, lam, args.n_eval)
+        for seed in range(args.seeds):
+            run_one(out, lam, seed, args, encoder)
+    text = report(out, lams, args.seeds, args.n_eval)
+    (out / "report.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

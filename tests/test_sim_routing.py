@@ -1,0 +1,200 @@
+"""The routing world (issue 29): visible difficulty, its calibration, the optimum, a learner that routes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from puppeteer.analytics.optimum import sim_backend, visible_optimum
+from puppeteer.analytics.sim_calibration import DomainOutcomes, fit_domain, statistics
+from puppeteer.backends.sim import SimBackend, SimItem
+from puppeteer.backends.sim_difficulty import DifficultyModel, conditional_accuracy, visible_feature
+from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.pool import load_pool
+from puppeteer.surface import N_SURFACE, surface_features
+from puppeteer.tasks import load_suite
+from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
+from puppeteer.types import CallContext, CompletionRequest, Message, ModelSpec
+
+QUANTILES = tuple(float(x) for x in np.linspace(3.0, 7.0, 21))  # ln(chars) from 20 to ~1100 characters
+
+
+def _model(p: float) -> ModelSpec:
+    return ModelSpec(name="m", backend="sim", target="m", params_b=1.0, options={"skills": {"X": p}})
+
+
+def _request(model: ModelSpec, key: str) -> CompletionRequest:
+    ctx = CallContext(item_key=key, pattern="cot")
+    return CompletionRequest(model=model, messages=(Message("user", "q"),), context=ctx)
+
+
+def _backend(w: float, rho: float = 0.5, n: int = 4000, seed: int = 0) -> tuple[SimBackend, list[str]]:
+    rng = np.random.default_rng(seed)
+    xs = rng.uniform(3.0, 7.0, size=n)  # uniform on the quantiles' range: d is standard normal
+    items = {f"i{k}": SimItem(gold="7", domain="dom", visible_x=float(x)) for k, x in enumerate(xs)}
+    difficulty = DifficultyModel({"dom": QUANTILES}, {"dom": w})
+    return SimBackend(items, columns={"dom": "X"}, rho=rho, difficulty=difficulty, seed=seed), list(items)
+
+
+def test_visible_difficulty_keeps_each_workers_marginal_accuracy() -> None:
+    for p in (0.3, 0.8):
+        for w in (0.0, 0.6):
+            sim, keys = _backend(w)
+            acc = np.mean([sim.decide(_request(_model(p), k)).correct for k in keys])
+            assert abs(acc - p) < 0.03, (p, w, acc)
+
+
+def test_the_visible_score_moves_accuracy_as_the_model_says() -> None:
+    sim, keys = _backend(w=0.8, rho=0.6)
+    model = _model(0.7)
+    d = np.array([sim.visible_score(k) for k in keys])
+    correct = np.array([sim.decide(_request(model, k)).correct for k in keys])
+    easy, hard = d < -0.5, d > 0.5
+    assert correct[easy].mean() > correct[hard].mean() + 0.25
+    for mask in (easy, hard):
+        predicted = np.mean([conditional_accuracy(0.7, 0.6, 0.8, x) for x in d[mask]])
+        assert abs(correct[mask].mean() - predicted) < 0.04
+    # and without a visible share the question's length says nothing
+    flat, keys = _backend(w=0.0, rho=0.6)
+    d0 = np.array([flat.visible_score(k) for k in keys])
+    c0 = np.array([flat.decide(_request(model, k)).correct for k in keys])
+    assert abs(c0[d0 < -0.5].mean() - c0[d0 > 0.5].mean()) < 0.06
+
+
+def test_difficulty_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="visible share but no quantiles"):
+        DifficultyModel.from_options({"visible": {"a": 0.3}})
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\)"):
+        DifficultyModel.from_options({"quantiles": {"a": [1, 2]}, "visible": {"a": 1.0}})
+    with pytest.raises(ValueError, match="unknown difficulty option"):
+        DifficultyModel.from_options({"quantiles": {}, "slope": 1})
+    model = DifficultyModel({"a": (1.0, 2.0, 3.0)}, {"a": 0.5})
+    assert model.score("a", 2.0) == pytest.approx(0.0)
+    assert model.score("a", 0.0) < -0.9 < 0.9 < model.score("a", 9.0)  # clipped at half a quantile step
+    assert model.score("b", 2.0) is None and model.share("b") == 0.0
+    assert visible_feature("x" * 100) == pytest.approx(math.log(100))
+
+
+def test_the_calibration_fit_recovers_the_parameters_it_was_drawn_with() -> None:
+    rng = np.random.default_rng(3)
+    n, rho, w = 400, 0.6, 0.5
+    d = rng.standard_normal(n)
+    z = np.sqrt(w) * d + np.sqrt(1 - w) * rng.standard_normal(n)
+    tau = np.array([-0.5, 0.0, 0.4, 0.9, 1.3])
+    correct = np.sqrt(rho) * z[:, None] + np.sqrt(1 - rho) * rng.standard_normal((n, 5)) < tau
+    data = DomainOutcomes("x", tuple("abcde"), tuple(map(str, range(n))), d, correct)
+    fit = fit_domain(data)
+    assert abs(fit.rho - rho) <= 0.15 and abs(fit.w - w) <= 0.2
+    stats = statistics(data)
+    assert stats["acc_easy_third"] > stats["acc_hard_third"]
+    assert stats["oracle"] >= stats["best_agent"]
+
+
+def _toy_pool(tmp_path: Path) -> Path:
+    """Two models, each strong on one domain and weak on the other, at different prices."""
+    spec = {
+        "name": "toy-routing",
+        "backend_options": {"sim": {"seed": 0, "rho": 0.5, "columns": {"gsm8k": "G", "mmlu": "M"}}},
+        "models": {
+            "mathy": {"backend": "sim", "target": "mathy", "price_in": 1.0, "price_out": 4.0, "params_b": 70,
+                      "options": {"skills": {"G": 95, "M": 35}, "tokens_mean": 300}},
+            "wordy": {"backend": "sim", "target": "wordy", "price_in": 0.1, "price_out": 0.4, "params_b": 8,
+                      "options": {"skills": {"G": 35, "M": 90}, "tokens_mean": 300}},
+        },
+        "agents": [
+            {"name": "mathy-cot", "model": "mathy", "pattern": "cot", "description": "math"},
+            {"name": "wordy-cot", "model": "wordy", "pattern": "cot", "description": "knowledge"},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "toy-routing.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_the_optimum_equals_brute_force_over_every_assignment(tmp_path: Path) -> None:
+    pool = load_pool(_toy_pool(tmp_path))
+    tasks = load_suite("mix-math-mmlu", "test", n=6)
+    env = build_env(
+        EnvConfig(mode="step", lam=0.5, max_steps=1, min_steps=1, cost_model="usd"), pool=pool, tasks=tasks
+    )
+    opt = visible_optimum(env)
+    sim = sim_backend(env)
+    ends = {a: [visible_optimum(env, available=[a]).choices[i].expected for i in range(6)] for a in (0, 1)}
+    brute = max(
+        np.mean([ends[a][i] for i, a in enumerate(assign)]) for assign in itertools.product((0, 1), repeat=6)
+    )
+    assert opt.expected_return == pytest.approx(brute)
+    for c, t in zip(opt.choices, tasks, strict=True):  # and it reads the domain: each to its specialist
+        assert c.agent == (0 if t.domain == "gsm8k" else 1)
+        assert sim.accuracy_given_visible(pool.agent(c.agent), t.id) > 0.85
+    assert opt.optimum.accuracy >= max(s.accuracy for s in opt.singles)
+    only_wordy = visible_optimum(env, available=[1])  # the optimum respects who is on offer
+    assert {c.agent for c in only_wordy.choices} == {1}
+
+
+def test_reinforce_learns_routes_that_depend_on_the_item(tmp_path: Path) -> None:
+    """The scorer's first design (tanh) saturated under REINFORCE and then scored every task alike, so
+    every trained router sent everything to one agent. Here the best agent depends on the domain: the
+    trained greedy router must send each domain to its specialist."""
+    pool = load_pool(_toy_pool(tmp_path))
+    settings = EnvConfig(mode="step", lam=0.1, max_steps=1, min_steps=1, cost_model="usd")
+    env = build_env(settings, pool=pool, suite="mix-math-mmlu", split="train", n_tasks=64)
+    test_env = build_env(settings, pool=pool, suite="mix-math-mmlu", split="test", n_tasks=40)
+    policy = PuppeteerPolicy(
+        pool, PolicyConfig(encoder="hashing", hidden=32, max_steps=1, min_steps=1), seed=0
+    )
+    cfg = ReinforceConfig(episodes=2048, batch_episodes=64, group_size=4, lr=0.003, eval_every=1000, seed=0)
+    train(env, policy, cfg, tmp_path / "run")
+    policy.config = PolicyConfig(encoder="hashing", hidden=32, max_steps=1, min_steps=1, greedy=True)
+    result = evaluate(test_env, policy)
+    assert result["top_first_share"] <= 0.6  # both agents used
+    assert result["accuracy"] >= 0.8  # each specialist alone: about 0.65
+    routed = []
+    for i, task in enumerate(test_env.tasks):
+        obs, _ = test_env.reset(seed=i, options={"task_index": i})
+        action = policy.choose(policy.features(obs), greedy=True)
+        routed.append(action == (0 if task.domain == "gsm8k" else 1))
+    assert np.mean(routed) >= 0.9  # held-out items, read through a hashing encoder
+
+
+def test_surface_features_and_a_policy_that_reads_them() -> None:
+    short, long = surface_features("What is 2 + 3?"), surface_features("word " * 300 + "\n1 2 3 4 5")
+    assert short.shape == (N_SURFACE,) and long[0] > short[0] and long[1] > short[1]
+    env = ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="test", n_tasks=2, max_steps=2)
+    policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=2, surface=True))
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+    other = {**obs, "task": obs["task"] + " " * 400}  # same words, longer text
+    a, b = (policy.logits([policy.features(o)]) for o in (obs, other))
+    assert not np.allclose(a.detach().numpy(), b.detach().numpy())
+
+
+def test_code_items_are_graded_once_per_distinct_answer_and_the_simulators_gold_passes() -> None:
+    env = ConductorEnv(mode="step", pool="sim-paper", suite="humaneval", split="test", n_tasks=3, max_steps=1)
+    best = max(range(len(env.pool)), key=lambda a: env.pool.agent(a).model.options["skills"]["LiveCodeBench"])
+    twin = env.clone()
+    right = 0
+    for e in (env, twin, env):
+        for i in range(3):
+            e.reset(seed=i, options={"task_index": i})
+            _, _, _, _, info = e.step(best)
+            right += info["correct"]
+    assert right >= 6  # the best coder (0.83) is right on most; before the fix, code gold never passed
+    assert len(env.parts.grades) <= 6  # three items, at most two distinct answers each, graded once
+
+
+def test_the_routing_pool_and_suite_load_with_cited_skills() -> None:
+    pool = load_pool("sim-routing")
+    assert len(pool) == 6
+    prices = [a.model.price_out for a in pool.agents]
+    assert max(prices) / min(prices) >= 20
+    tasks = load_suite("mix-routing", "test")
+    assert {t.domain for t in tasks} == {"gsm8k", "math500", "mmlu", "humaneval"}
+    opts = pool.backend_options["sim"]["difficulty"]
+    assert set(opts["quantiles"]) == {"gsm8k", "math500", "mmlu", "humaneval"}
