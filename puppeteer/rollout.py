@@ -253,8 +253,11 @@ def run_lockstep(
     generator: torch.Generator | None = None,
     greedy: bool = False,
     on_episode: Callable[[Episode], None] | None = None,
+    first_actions: Sequence[int | None] | None = None,
 ) -> list[Episode]:
     """Run one episode per (reset seed, task index) spec, ``len(envs)`` at a time in lockstep.
+
+    ``first_actions`` (one per spec, None: the policy's choice) forces an episode's first action.
 
     Lockstep lets the policy encode all current observations in one batch. ``envs`` may be an
     :class:`~puppeteer.envgroup.EnvGroup` (e.g. envs on Ray workers): the results are the same.
@@ -274,9 +277,16 @@ def run_lockstep(
             obs[k] = first
             eps[k] = Episode(task_id=info["task_id"], feats=[], actions=[], rewards=[])
         active = list(eps)
+        forced = (
+            list(first_actions[lo : lo + len(group)]) if first_actions is not None else [None] * len(chunk)
+        )
         while active:
             feats = policy.features_batch([obs[k] for k in active])
             actions = policy.choose_batch(feats, generator, greedy=greedy)
+            actions = [
+                forced[k] if not eps[k].actions and forced[k] is not None else a
+                for k, a in zip(active, actions, strict=True)
+            ]
             still = []
             results = group.step_many(list(zip(active, actions, strict=True)))
             for k, f, a, result in zip(active, feats, actions, results, strict=True):

@@ -83,7 +83,14 @@ def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder:
     config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
     policy = PuppeteerPolicy(pool, config, encoder=encoder, seed=seed)
     trainer = ReinforceConfig(
-        episodes=args.episodes, batch_episodes=64, group_size=4, lr=args.lr, eval_every=10**9, seed=seed
+        episodes=args.episodes,
+        batch_episodes=64,
+        group_size=args.group_size,
+        lr=args.lr,
+        entropy_coef=args.entropy,
+        first_step=args.first_step,
+        eval_every=10**9,
+        seed=seed,
     )
     state = train(env, policy, trainer, run / "train")
     policy.config = replace(config, greedy=True)
@@ -195,6 +202,9 @@ def main() -> None:
     p.add_argument("--n-eval", type=int, default=160)
     p.add_argument("--episodes", type=int, default=4096)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--entropy", type=float, default=0.01)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--first-step", default="all", help="sample | all (trainer.first_step)")
     p.add_argument("--encoder", default="minilm")
     p.add_argument("--surface", action=argparse.BooleanOptionalAction, default=True)
     args = p.parse_args()

@@ -179,7 +179,9 @@ def test_the_cascade_escalates_only_when_the_first_agent_gave_no_answer() -> Non
 FILLER = "\n" + " ".join(["then we think about it some more"] * 25)  # longer than the state window
 
 
-def _trained(tmp_path: Path, signals: bool, episodes: int) -> tuple[PuppeteerPolicy, ConductorEnv]:
+def _trained(
+    tmp_path: Path, signals: bool, episodes: int, seed: int = 1, lr: float = 3e-2
+) -> tuple[PuppeteerPolicy, ConductorEnv]:
     """Four items whose questions are the same text: the cheap agent is silent on two and right on
     the other two, and its reply ends in the same long text either way, so only the answer signals
     tell the router, after the cheap agent, whether to pay for the strong one (a hundred times the
@@ -199,9 +201,9 @@ def _trained(tmp_path: Path, signals: bool, episodes: int) -> tuple[PuppeteerPol
         cost_model="tokens",
     )
     config = PolicyConfig(encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=signals)
-    policy = PuppeteerPolicy(env.pool, config, seed=1)
+    policy = PuppeteerPolicy(env.pool, config, seed=seed)
     if episodes:
-        train(env, policy, ReinforceConfig(episodes=episodes, batch_episodes=32, lr=3e-2, seed=1), tmp_path)
+        train(env, policy, ReinforceConfig(episodes=episodes, batch_episodes=32, lr=lr, seed=seed), tmp_path)
     return policy, env
 
 
@@ -224,11 +226,11 @@ def test_only_the_signals_tell_the_two_kinds_of_item_apart(tmp_path: Path) -> No
 
 
 def test_a_router_with_signals_learns_to_escalate_when_the_cheap_agent_is_silent(tmp_path: Path) -> None:
-    """Seed 1. Not every seed finds it at this budget: of seeds 0-5, four learn to escalate after
-    silence (one of them calls the nearly free cheap agent again after an answer instead of
-    stopping), one always escalates and one never does (REINFORCE's exploration, see
-    docs/local-experiment.md)."""
-    policy, env = _trained(tmp_path, signals=True, episodes=1024)
+    """Seed 0, lr 1e-2. Not every seed finds it at this budget: with the normalised scorer (policy
+    layers "norm"), of seeds 0-3 all four escalate after silence, and two of them call the nearly free
+    cheap agent again after an answer instead of stopping (REINFORCE's exploration; the tanh scorer at
+    lr 3e-2 learned it on four of seeds 0-5, see docs/local-experiment.md)."""
+    policy, env = _trained(tmp_path, signals=True, episodes=1024, seed=0, lr=1e-2)
     terminator = env.pool.terminator_id
     assert [_after_cheap(policy, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]
 

@@ -198,3 +198,42 @@ def test_the_routing_pool_and_suite_load_with_cited_skills() -> None:
     assert {t.domain for t in tasks} == {"gsm8k", "math500", "mmlu", "humaneval"}
     opts = pool.backend_options["sim"]["difficulty"]
     assert set(opts["quantiles"]) == {"gsm8k", "math500", "mmlu", "humaneval"}
+
+
+def test_trying_every_first_agent_routes_where_sampling_commits_to_one(tmp_path: Path) -> None:
+    """At lr 1e-2 the sampled policy gradient commits to one agent on the two-specialist toy (share 1.0,
+    measured); with ``first_step=all`` each group tries both agents and the first decision's gradient
+    is exact, and the router sends each domain to its specialist."""
+    pool = load_pool(_toy_pool(tmp_path))
+    settings = EnvConfig(mode="step", lam=0.1, max_steps=1, min_steps=1, cost_model="usd")
+    env = build_env(settings, pool=pool, suite="mix-math-mmlu", split="train", n_tasks=64)
+    test_env = build_env(settings, pool=pool, suite="mix-math-mmlu", split="test", n_tasks=40)
+    config = PolicyConfig(encoder="hashing", hidden=32, max_steps=1, min_steps=1)
+    policy = PuppeteerPolicy(pool, config, seed=0)
+    cfg = ReinforceConfig(
+        episodes=1024, batch_episodes=64, lr=0.01, first_step="all", eval_every=1000, seed=0
+    )
+    state = train(env, policy, cfg, tmp_path / "run")
+    assert state.episodes == 1024  # groups of two (every agent once), 32 per update
+    policy.config = PolicyConfig(encoder="hashing", hidden=32, max_steps=1, min_steps=1, greedy=True)
+    result = evaluate(test_env, policy)
+    assert result["accuracy"] >= 0.8 and result["top_first_share"] <= 0.6
+
+
+def test_first_step_all_with_later_steps_and_its_limits(tmp_path: Path) -> None:
+    env = ConductorEnv(mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=8, max_steps=2)
+    policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=2), seed=0)
+    cfg = ReinforceConfig(episodes=88, batch_episodes=44, group_size=4, first_step="all", seed=0)
+    state = train(env, policy, cfg, tmp_path / "run")
+    n_first = len(env.pool) + 1  # every agent and, with min_steps 0, the Terminator
+    assert state.episodes == 88 and 88 % n_first == 0
+    assert all(np.isfinite(h["train/loss"]) for h in state.history)
+    lines = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 88
+    subsets = ConductorEnv(
+        mode="step", pool="sim-paper", suite="arith", n_tasks=4, max_steps=2, k_available=3
+    )
+    with pytest.raises(ValueError, match="k_available"):
+        train(subsets, policy, cfg, tmp_path / "other")
+    with pytest.raises(ValueError, match="first_step"):
+        ReinforceConfig(first_step="some")

@@ -44,6 +44,11 @@ class ReinforceConfig:
     lr: float = 3e-3  # 1e-2 made Adam collapse every router onto one agent within a few updates
     weight_decay: float = 1e-4
     baseline: str = "group"  # none | ema | group | prefix
+    # "sample": each group's episodes draw their first action from the policy; "all": a group tries
+    # every available agent first on its task and the first decision's gradient is the exact
+    # expectation over them (all-action policy gradient; later steps stay REINFORCE), which does not
+    # commit to whichever agent was lucky early when agents differ by a few points
+    first_step: str = "sample"
     ema_decay: float = 0.9
     entropy_coef: float = 0.01
     max_grad_norm: float = 1.0
@@ -73,6 +78,10 @@ class ReinforceConfig:
         number("trainer.lr_final_fraction", self.lr_final_fraction, low=0.0, high=1.0)
         integer("trainer.rollout_workers", self.rollout_workers, low=0)
         number("trainer.max_failed_fraction", self.max_failed_fraction, low=0.0, high=1.0)
+        if self.first_step not in FIRST_STEPS:
+            raise ValueError(
+                f"trainer.first_step: unknown {self.first_step!r}; known: {', '.join(FIRST_STEPS)}"
+            )
         if self.baseline not in BASELINES:
             raise ValueError(f"trainer.baseline: unknown {self.baseline!r}; known: {', '.join(BASELINES)}")
         if self.batch_episodes % self.group_size:
@@ -80,6 +89,9 @@ class ReinforceConfig:
                 f"trainer.batch_episodes={self.batch_episodes} must be a multiple of "
                 f"trainer.group_size={self.group_size}"
             )
+
+
+FIRST_STEPS = ("sample", "all")
 
 
 class TrainingStopped(RuntimeError):
@@ -203,6 +215,15 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         if k not in ("episodes", "rollout_workers", "ray_address", "max_failed_fraction")
     }
     pol = {k: v for k, v in asdict(policy.config).items() if k != "greedy"}
+    # settings that joined later are left out at the value older runs had, so those runs still resume
+    # (with policy.layers=tanh for a run saved before the scorer's layers were a choice)
+    for settings, key, old in (
+        (trainer, "first_step", "sample"),
+        (pol, "layers", "tanh"),
+        (pol, "surface", False),
+    ):
+        if settings.get(key) == old:
+            settings.pop(key)
     # ``unavailable`` joined the env config later: left out while empty, so older checkpoints resume
     env_settings = {k: v for k, v in asdict(env.config).items() if k != "unavailable" or v}
     return {
@@ -264,6 +285,74 @@ def _append_lines(path: Path, lines: Sequence[str], offset: int) -> int:
             f.truncate(offset)
         raise
     return path.stat().st_size
+
+
+def first_actions(env: ConductorEnv, policy: PuppeteerPolicy) -> list[int]:
+    """The actions open at an episode's first step (``first_step: all`` tries each): the available
+    agents, and the Terminator where neither the env nor the policy forbids stopping at once."""
+    if env.config.k_available is not None:
+        raise ValueError(
+            "trainer.first_step=all tries every available agent; it does not combine with k_available"
+        )
+    mask = env.pool.availability(env.config.unavailable)
+    out = [a for a in range(len(env.pool)) if mask[a]]
+    if env.config.min_steps == 0 and policy.config.min_steps == 0:
+        out.append(env.pool.terminator_id)
+    return out
+
+
+def _entropy(logp_all: torch.Tensor) -> torch.Tensor:
+    probs = logp_all.exp()
+    # masked actions have logp -inf and p 0: zero them before the product (torch.where would
+    # still send 0 * inf = nan through the untaken branch in backward)
+    return -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1).mean()
+
+
+def _sampled_loss(
+    policy: PuppeteerPolicy, groups: Groups, baselines: StepBaselines
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """REINFORCE: sum over steps of -(G_t - b_t) log pi(a_t | s_t), per episode."""
+    feats, actions, advs = [], [], []
+    for g, bs in zip(groups, baselines, strict=True):
+        for ep, b in zip(g, bs, strict=True):
+            feats += ep.feats
+            actions += ep.actions
+            advs += [ret - bt for ret, bt in zip(ep.returns, b, strict=True)]
+    logp_all = torch.log_softmax(policy.logits(feats), dim=-1)
+    logp = logp_all.gather(1, torch.as_tensor(actions)[:, None]).squeeze(1)
+    adv = torch.as_tensor(advs, dtype=torch.float32)
+    n = sum(len(g) for g in groups)
+    return -(adv * logp).sum() / n, _entropy(logp_all), []
+
+
+def _all_first_loss(
+    policy: PuppeteerPolicy, groups: Groups, firsts: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Each group tried every first action on one task. The first decision's loss is the exact
+    expectation -sum_a pi(a) (G_a - V) log pi(a) with V = sum_a pi(a) G_a (pi's weights held fixed);
+    a later step t of the episode that opened with a0 adds -pi(a0) (G_t - V) log pi(a_t | s_t)."""
+    first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
+    index = torch.as_tensor(list(firsts))
+    pi = first_logp[:, index].exp().detach()  # (groups, len(firsts)): the policy over what was tried
+    pi = pi / pi.sum(dim=1, keepdim=True).clamp_min(1e-12)
+    returns = torch.as_tensor([[e.returns[0] for e in g] for g in groups], dtype=torch.float32)
+    baseline = (pi * returns).sum(dim=1, keepdim=True)
+    loss = -(pi * (returns - baseline) * first_logp[:, index]).sum()
+    later_feats, later_actions, later_weights = [], [], []
+    for gi, g in enumerate(groups):
+        for ai, e in enumerate(g):
+            for t in range(1, len(e.actions)):
+                later_feats.append(e.feats[t])
+                later_actions.append(e.actions[t])
+                later_weights.append(float(pi[gi, ai]) * (e.returns[t] - float(baseline[gi, 0])))
+    rows = [first_logp]
+    if later_feats:
+        later_logp = torch.log_softmax(policy.logits(later_feats), dim=-1)
+        taken = later_logp.gather(1, torch.as_tensor(later_actions)[:, None]).squeeze(1)
+        loss = loss - (torch.as_tensor(later_weights, dtype=torch.float32) * taken).sum()
+        rows.append(later_logp)
+    greedy = [firsts[int(i)] for i in torch.argmax(first_logp[:, index], dim=1)]
+    return loss / len(groups), _entropy(torch.cat(rows)), greedy
 
 
 def train(
@@ -355,17 +444,24 @@ def train(
     eval_envs = (
         [] if eval_env is None else [eval_env, *(eval_env.clone() for _ in range(config.parallel_envs - 1))]
     )
-    n_groups = config.batch_episodes // config.group_size
+    firsts = first_actions(env, policy) if config.first_step == "all" else None
+    size = len(firsts) if firsts is not None else config.group_size
+    n_groups = max(1, config.batch_episodes // size)
 
     while state.episodes < config.episodes:
         rng_before, gen_before = rng.bit_generator.state, gen.get_state()
         specs: list[tuple[int, int | None]] = []
         # the last batch is cut to what is left (whole groups), so a run trains ``episodes`` episodes
-        left = -(-(config.episodes - state.episodes) // config.group_size)
+        left = -(-(config.episodes - state.episodes) // size)
         for _ in range(min(n_groups, left)):
             task_index = int(rng.integers(len(env.tasks)))
-            specs += [(int(rng.integers(2**31)), task_index) for _ in range(config.group_size)]
-        flat = run_lockstep(envs, policy, specs, generator=gen, on_episode=on_episode)
+            if firsts is None:
+                specs += [(int(rng.integers(2**31)), task_index) for _ in range(size)]
+            else:  # one reset seed per group: every first action sees the same first observation
+                seed = int(rng.integers(2**31))
+                specs += [(seed, task_index) for _ in range(size)]
+        forced = None if firsts is None else firsts * (len(specs) // size)
+        flat = run_lockstep(envs, policy, specs, generator=gen, on_episode=on_episode, first_actions=forced)
         failed = sum(e.error is not None for e in flat)
         seen = max(state.episodes + len(flat), MIN_EPISODES_FOR_FAILURE_RATE)
         if failed and (state.failed + failed) / seen > config.max_failed_fraction:
@@ -375,24 +471,14 @@ def train(
                 f"{state.failed + failed} of {state.episodes + len(flat)} episodes ended on a failed call "
                 f"(limit {config.max_failed_fraction:.0%}; last: {first})"
             )
-        groups = [flat[i : i + config.group_size] for i in range(0, len(flat), config.group_size)]
-        baselines = baseline_fn(groups, state.baseline, config)
-        feats, actions, advs = [], [], []
-        for g, bs in zip(groups, baselines, strict=True):
-            for ep, b in zip(g, bs, strict=True):
-                feats += ep.feats
-                actions += ep.actions
-                advs += [ret - bt for ret, bt in zip(ep.returns, b, strict=True)]
-        logits = policy.logits(feats)
-        logp_all = torch.log_softmax(logits, dim=-1)
-        act = torch.as_tensor(actions)
-        logp = logp_all.gather(1, act[:, None]).squeeze(1)
-        probs = logp_all.exp()
-        # masked actions have logp -inf and p 0: zero them before the product (torch.where would
-        # still send 0 * inf = nan through the untaken branch in backward)
-        entropy = -(probs * logp_all.masked_fill(probs == 0, 0.0)).sum(-1).mean()
-        adv = torch.as_tensor(advs, dtype=torch.float32)
-        loss = -(adv * logp).sum() / len(flat) - config.entropy_coef * entropy
+        groups = [flat[i : i + size] for i in range(0, len(flat), size)]
+        if firsts is None:
+            pg_loss, entropy, greedy_first = _sampled_loss(
+                policy, groups, baseline_fn(groups, state.baseline, config)
+            )
+        else:
+            pg_loss, entropy, greedy_first = _all_first_loss(policy, groups, firsts)
+        loss = pg_loss - config.entropy_coef * entropy
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
         for group in opt.param_groups:
             group["lr"] = config.lr * (1.0 - (1.0 - config.lr_final_fraction) * frac)
@@ -411,7 +497,9 @@ def train(
                 "train/loss": float(loss.detach()),
                 "train/entropy": float(entropy.detach()),
                 # collapse watch: the share of episodes that open with the most common first action
-                "train/top_first_share": top_share([e.actions[0] for e in batch if e.actions]),
+                "train/top_first_share": top_share(
+                    greedy_first if firsts is not None else [e.actions[0] for e in batch if e.actions]
+                ),
                 "train/failed": failed / len(batch),
                 "episodes": state.episodes,
             }
