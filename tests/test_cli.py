@@ -122,3 +122,15 @@ def test_rejected_input_exits_non_zero_and_writes_nothing(
     if argv[0] != "run" or "--workflow" not in argv:  # a rejected workflow shows what it rejected
         assert len(printed.strip().splitlines()) == 1 and printed.startswith("error:")
     assert not (tmp_path / "out").exists() and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("lam", ["-1", "0,nan", "0.1,abc", ","])
+def test_a_sweep_over_bad_cost_weights_launches_nothing(
+    lam: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 33: `sweep --lam -1` left `.hydra/` and a run folder behind before the job rejected it."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "--lam", lam, "--seeds", "1", "--out", str(tmp_path / "sweep")])
+    assert exit_info.value.code == 2
+    assert "--lam" in capsys.readouterr().err
+    assert not (tmp_path / "sweep").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,15 @@ if TYPE_CHECKING:
 
 
 def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+    """Comma-separated cost weights: each a finite number >= 0 (checked before any run is launched)."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    bad = [v for v in values if not math.isfinite(v) or v < 0]
+    if bad or not values:
+        raise argparse.ArgumentTypeError(f"cost weights must be finite numbers >= 0, got {text!r}")
+    return values
 
 
 # ----------------------------------------------------------------------------- ab
