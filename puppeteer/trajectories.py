@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from puppeteer.errors import UserError
 from puppeteer.types import Completion, Step, Trajectory, Workflow
 
 
@@ -46,8 +47,18 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
     )
 
 
+class MalformedTrajectory(UserError, ValueError):
+    """A line of a trajectories file that is not an episode record (named by file and line)."""
+
+
 def read_trajectories(path: str | Path) -> Iterator[Trajectory]:
     with Path(path).open() as f:
-        for line in f:
+        for number, line in enumerate(f, start=1):
             if line.strip():
-                yield trajectory_from_dict(json.loads(line))
+                try:
+                    record = json.loads(line)
+                    yield trajectory_from_dict(record)
+                except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                    raise MalformedTrajectory(
+                        f"{path}: line {number}: not an episode record ({exc})"
+                    ) from None

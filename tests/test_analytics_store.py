@@ -121,3 +121,21 @@ def test_a_killed_writer_loses_only_the_episode_in_flight(tmp_path: Path) -> Non
     assert list(eps["episode"]) == list(range(7))  # episode 7 (in flight) is gone, nothing earlier lost
     assert (steps.groupby("episode").size() == 3).all() and len(steps) == 21
     assert list(eps["correct"]) == [k % 2 == 0 for k in range(7)]
+
+
+@pytest.mark.parametrize("bad", [{"steps": "oops"}, {"steps": [1, 2]}, [1, 2], "text"])
+def test_a_malformed_record_is_named_by_file_and_record(tmp_path: Path, bad: object) -> None:
+    """Issue 33: a record whose steps is not a list crashed `ab` and `graph` with an AttributeError
+    naming neither the file nor the line."""
+    from puppeteer.analytics.store import MalformedRecord
+    from puppeteer.trajectories import MalformedTrajectory, read_trajectories
+
+    run = write_eval_run(tmp_path / "ev", [trajectory("t0", ["A"], True), trajectory("t1", ["A"], False)])
+    path = run / "trajectories.jsonl"
+    lines = path.read_text().splitlines()
+    record = {**json.loads(lines[1]), **bad} if isinstance(bad, dict) else bad
+    path.write_text("\n".join([lines[0], json.dumps(record)]) + "\n")
+    with pytest.raises(MalformedRecord, match=r"trajectories.jsonl: episode record 2"):
+        load(run)
+    with pytest.raises(MalformedTrajectory, match=r"trajectories.jsonl: line 2"):
+        list(read_trajectories(path))

@@ -28,6 +28,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.errors import UserError
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -140,6 +142,20 @@ def run_metadata(run_dir: str | Path) -> dict[str, Any]:
         "backend": ",".join(backends) if isinstance(backends, list) else backends,
         "batch_episodes": None,
     }
+
+
+class MalformedRecord(UserError, ValueError):
+    """A line of a ``trajectories.jsonl`` that is not an episode record (named by file and record)."""
+
+
+def checked_record(record: object) -> Mapping[str, Any]:
+    """``record`` if it has an episode record's shape: a JSON object whose ``steps`` is a list of objects."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"a JSON object was expected, got {type(record).__name__}")
+    steps = record.get("steps", [])
+    if steps is not None and (not isinstance(steps, list) or not all(isinstance(x, Mapping) for x in steps)):
+        raise ValueError("'steps' must be a list of objects")
+    return record
 
 
 def episode_rows(
@@ -295,10 +311,15 @@ class TrajectoryStore:
         added = 0
         for end, raw in complete_lines(path, offset):
             text = raw.strip()
-            record = json.loads(text) if text else None
+            rows = None
+            if text:
+                try:
+                    rows = episode_rows(run_id, n, checked_record(json.loads(text)), meta)
+                except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                    raise MalformedRecord(f"{path}: episode record {n + 1}: {exc}") from None
             with self._transaction():
-                if record is not None:
-                    self._insert(*episode_rows(run_id, n, record, meta))
+                if rows is not None:
+                    self._insert(*rows)
                     n += 1
                     added += 1
                 self.db.execute("UPDATE runs SET offset=?, n_lines=? WHERE run_id=?", (end, n, run_id))
