@@ -127,3 +127,13 @@ def test_html_report_renders_in_headless_chromium(step_run: Path, tmp_path: Path
     rgb = np.asarray(Image.open(shot).convert("RGB"), dtype=int)
     orange = (abs(rgb[..., 0] - 0xFB) < 30) & (abs(rgb[..., 1] - 0x85) < 40) & (rgb[..., 2] < 60)
     assert orange.sum() > 50
+
+
+def test_agent_names_with_dollar_signs_are_drawn_as_written(tmp_path: Path) -> None:
+    """Issue 33: an agent named with `$` started matplotlib's math mode and broke `graph` with a
+    multi-line parse error."""
+    trajs = [trajectory("t0", ["cheap$bot", "A"], True), trajectory("t1", ["$x$", "cheap$bot"], False)]
+    run = write_eval_run(tmp_path / "dollar", trajs)
+    report = build_report([run], tmp_path / "report")
+    assert all(p.stat().st_size > 2000 for p in report.images)
+    assert "cheap$bot" in report.html.read_text()

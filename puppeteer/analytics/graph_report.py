@@ -21,7 +21,7 @@ import networkx as nx
 import pandas as pd
 
 from puppeteer.analytics import graphs
-from puppeteer.analytics.plots import _title, save
+from puppeteer.analytics.plots import _title, plain, save
 from puppeteer.analytics.store import find_runs, load
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def draw_graph(g: nx.DiGraph, path: Path, title: str) -> Path:
             node_color="#8ecae6",
             edgecolors="#023047",
         )
-        nx.draw_networkx_labels(g, pos, ax=ax, font_size=8)
+        nx.draw_networkx_labels(g, pos, labels={n: plain(str(n)) for n in g}, ax=ax, font_size=8)
         weights = [d["weight"] for *_, d in g.edges(data=True)]
         wmax = max(weights, default=1)
         nx.draw_networkx_edges(
@@ -86,7 +86,9 @@ def draw_graph(g: nx.DiGraph, path: Path, title: str) -> Path:
 
 def plot_distribution(table: pd.DataFrame, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * max(len(table), 2)))
-    table.plot.barh(stacked=True, ax=ax, colormap="tab20")
+    table.rename(columns=lambda c: plain(str(c)), index=lambda i: plain(str(i))).plot.barh(
+        stacked=True, ax=ax, colormap="tab20"
+    )
     ax.set_xlabel("share of activations")
     ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.set_title(_title(title), fontsize=9)

@@ -17,9 +17,14 @@ from matplotlib.figure import Figure
 from puppeteer.types import Trajectory
 
 
+def plain(text: str) -> str:
+    """``text`` shown as written: a ``$`` (an agent named ``a$b``) would start matplotlib's math mode."""
+    return str(text).replace("$", r"\$")
+
+
 def _title(title: str) -> str:
     """Long titles (pool names list their agents) wrap instead of running off the figure."""
-    return textwrap.fill(title, 80)
+    return plain(textwrap.fill(title, 80))
 
 
 def save(fig: Figure, path: str | Path) -> Path:

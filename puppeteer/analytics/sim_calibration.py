@@ -81,9 +81,7 @@ def fit_domain(data: DomainOutcomes, grid: Sequence[float] = GRID) -> Fit:
 
 def fit_pooled(tables: Sequence[DomainOutcomes], grid: Sequence[float] = GRID) -> Fit:
     """One (rho, w) for several domains (each agent keeps its own threshold per domain)."""
-    best = max(
-        ((sum(loglik(r, w, t) for t in tables), r, w) for r in grid for w in grid), key=lambda t: t[0]
-    )
+    best = max(((sum(loglik(r, w, t) for t in tables), r, w) for r in grid for w in grid), key=lambda t: t[0])
     return Fit("pooled", best[1], best[2], best[0], sum(len(t.items) for t in tables))
 
 
