@@ -58,7 +58,7 @@ class QuickstartConfig:
     )
     suite: str = "mix-local"
     # the shipped table's shards: the first 40 training and 60 held-out items (a quarter of each kind)
-    n_train: int = 40
+    n_train: int = 60
     n_eval: int = 60
     episodes: int = 2048
     batch_episodes: int = 64
