@@ -156,7 +156,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         )
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), default=str) + "\n")
-        return 0
+        return 0 if not _all_failed(result) else 1
     table = Table(title="evaluation", show_header=False)
     table.add_column("", style="bold")
     table.add_column("")
@@ -164,4 +164,16 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         table.add_row(label, value)
     console.print(table)
     console.print(f"results: {out / 'results.json'}\ntrajectories: {out / 'trajectories.jsonl'}")
+    if _all_failed(result):  # not a result: say so and exit non-zero (the run is on disk to inspect)
+        console.print(
+            f"error: every one of the {result.n} items failed on a call (the warnings above name the "
+            "first; trajectories.jsonl has each); check the pool's backend",
+            markup=False,
+            soft_wrap=True,
+        )
+        return 1
     return 0
+
+
+def _all_failed(result: Any) -> bool:
+    return bool(result.n) and result.n_errors == result.n

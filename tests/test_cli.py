@@ -134,3 +134,37 @@ def test_a_sweep_over_bad_cost_weights_launches_nothing(
     assert exit_info.value.code == 2
     assert "--lam" in capsys.readouterr().err
     assert not (tmp_path / "sweep").exists()
+
+
+REFUSING_POOL = """
+name: refusing
+backend_options:
+  litellm: {num_retries: 0, timeout: 5}
+models:
+  m:
+    backend: litellm
+    target: openai/some-model
+    params_b: 1
+    price_in: 1
+    price_out: 1
+    options: {api_base: "http://127.0.0.1:9/v1", api_key: sk-not-a-key}
+agents:
+  - {name: a, model: m, pattern: cot, description: a model behind a server that refuses}
+"""
+
+
+def test_a_litellm_server_that_refuses_is_one_line_and_a_non_zero_exit(
+    tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: `run` showed a LiteLLMCallError traceback, and `eval` exited 0 after every item failed."""
+    monkeypatch.setenv("LITELLM_OFFLINE_MODE", "true")
+    monkeypatch.setenv("COLUMNS", "300")
+    pool = tmp_path / "refusing.yaml"
+    pool.write_text(REFUSING_POOL)
+    assert main(["run", "--pool", str(pool), "--chain", "a", "What is 2+2?"]) == 2
+    printed = capsys.readouterr().out
+    assert "Traceback" not in printed and printed.startswith("error: litellm call for model 'm'")
+    assert "sk-not-a-key" not in printed
+    argv = ["eval", "--pool", str(pool), "--suite", "arith", "--policy", "single:a", "--n", "1"]
+    assert main([*argv, "--no-cache", "--out", str(tmp_path / "e")]) == 1
+    assert "every one of the 1 items failed" in capsys.readouterr().out

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from puppeteer.errors import UserError
 from puppeteer.types import Completion, CompletionRequest
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,12 @@ _OWN_OPTIONS = frozenset({"api_key_env", "seed"})
 REDACTED = "***"
 
 
-class LiteLLMCallError(RuntimeError):
-    """A litellm call failed (after litellm's own retries); the message is redacted."""
+class LiteLLMCallError(UserError, RuntimeError):
+    """A litellm call failed (after litellm's own retries); the message is redacted.
+
+    A :class:`~puppeteer.errors.UserError`: a refused connection or a bad key is the user's to fix,
+    so the CLI prints it as one line (an episode that meets it in training or evaluation is still
+    recorded as failed, graded wrong)."""
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
