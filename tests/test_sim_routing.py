@@ -237,3 +237,21 @@ def test_first_step_all_with_later_steps_and_its_limits(tmp_path: Path) -> None:
         train(subsets, policy, cfg, tmp_path / "other")
     with pytest.raises(ValueError, match="first_step"):
         ReinforceConfig(first_step="some")
+
+
+def test_training_standardises_the_task_embedding_and_saving_keeps_it(tmp_path: Path) -> None:
+    """A frozen encoder's vectors share a common direction; the "norm" scorer standardises the task
+    embedding by the training tasks' statistics (set at a fresh start, kept in checkpoints)."""
+    env = ConductorEnv(
+        mode="step", pool="sim-paper", suite="mix-math-mmlu", split="train", n_tasks=16, max_steps=1
+    )
+    policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=1, min_steps=1))
+    assert float(policy.scorer.task_shift.abs().sum()) == 0.0  # identity before training
+    train(env, policy, ReinforceConfig(episodes=32, batch_episodes=32, seed=0), tmp_path / "run")
+    emb = policy.encoder.encode([t.question for t in env.tasks])
+    np.testing.assert_allclose(policy.scorer.task_shift.numpy(), emb.mean(axis=0), atol=1e-5)
+    assert float(policy.scorer.task_scale.min()) > 1.0  # hashing features vary by far less than 1
+    loaded = PuppeteerPolicy.load(tmp_path / "run" / "final", env.pool)
+    np.testing.assert_allclose(loaded.scorer.task_scale.numpy(), policy.scorer.task_scale.numpy())
+    legacy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, layers="tanh"))
+    assert not hasattr(legacy.scorer, "task_shift")

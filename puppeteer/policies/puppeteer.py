@@ -110,6 +110,14 @@ class Scorer(nn.Module):
                 nn.LayerNorm(3 * hidden), nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)
             )
         self.agent_net = nn.Linear(dim, hidden)
+        # "norm" also standardises the task embedding per dimension (statistics of the training tasks,
+        # set by PuppeteerPolicy.fit_inputs; identity until then): a frozen sentence encoder's vectors
+        # share a large common direction, and the differences between questions that a router must
+        # read were a few percent of the scorer's first layer
+        self.standardize = layers == "norm"
+        if self.standardize:
+            self.register_buffer("task_shift", torch.zeros(dim))
+            self.register_buffer("task_scale", torch.ones(dim))
         if n_signals:
             # the signals also move each action's logit directly: through the MLP alone, two states
             # that differ only in a few signal inputs saturate its tanh units before they separate
@@ -133,6 +141,8 @@ class Scorer(nn.Module):
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
+        if self.standardize:
+            task = (task - self.task_shift) * self.task_scale
         parts = [task, state, onehot, counts.float() / self.max_steps]
         if self.n_signals:
             if signals is None:
@@ -181,6 +191,16 @@ class PuppeteerPolicy:
             n_surface=N_SURFACE if config.surface else 0,
             layers=config.layers,
         )
+
+    def fit_inputs(self, texts: Sequence[str]) -> None:
+        """Standardise the task embedding per dimension by these (training) tasks' statistics."""
+        if not self.scorer.standardize or not texts:
+            return
+        emb = torch.as_tensor(self.encoder.encode(list(dict.fromkeys(texts))), dtype=torch.float32)
+        with torch.no_grad():
+            self.scorer.task_shift.copy_(emb.mean(dim=0))
+            std = emb.std(dim=0) if len(emb) > 1 else torch.ones(emb.shape[1])
+            self.scorer.task_scale.copy_(1.0 / (std + 1e-2 * float(std.mean()) + 1e-6))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PuppeteerPolicy:
         """A twin with its own scorer that shares the pool and the (frozen, cached) encoder.

@@ -405,6 +405,7 @@ def train(
             logger.rewind(state.episodes)  # metrics logged after the checkpoint are logged again
         log.info("resumed from update %d (%d episodes)", state.update, state.episodes)
     else:  # a fresh start: lines left by a run killed before its first checkpoint are not kept
+        policy.fit_inputs([t.question for t in env.tasks])
         if traj_path.exists():
             traj_path.write_bytes(b"")
         if isinstance(logger, Rewindable):
