@@ -182,9 +182,9 @@ def test_a_router_trained_on_the_shipped_table_learns_what_its_training_items_te
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The quickstart's path on real-model outcomes with no model loaded (strict replay): REINFORCE on the
-    table's 40 training items, evaluated on its first 60 held-out items. It learns at least what the
-    agent best on its training items (`qwen1.5b-cot`, 0.600 there) scores held out, and leaves random
-    routing far behind. It does not reach the best agent per kind (docs/local-mix.md, section 4); this
+    table's 60 training items, evaluated on its first 60 held-out items. It learns at least what
+    `qwen1.5b-cot` (the best agent on the first 40 training items) scores held out, and leaves random
+    routing far behind. It does not reach the best agent per kind (docs/local-mix.md, section 4a); this
     test does not claim it."""
     from dataclasses import replace
 
@@ -203,7 +203,7 @@ def test_a_router_trained_on_the_shipped_table_learns_what_its_training_items_te
         summary = run_quickstart(cfg, tmp_path / "qs", cache=tmp_path / "c.sqlite", console=Console(file=log))
     rows = {r["policy"]: r for r in summary["results"]}
     trained = rows["puppeteer (trained)"]
-    assert summary["n_train"] == 40 and summary["n_eval"] == 60 and summary["backend"] == "llamacpp"
+    assert summary["n_train"] == 60 and summary["n_eval"] == 60 and summary["backend"] == "llamacpp"
     assert all(r["cache_misses"] == 0 for r in summary["results"])  # every call came from the table
     assert rows["single:qwen1.5b-pot"]["accuracy"] == pytest.approx(38 / 60)  # the table (section 3)
     assert rows["single:qwen1.5b-cot"]["accuracy"] == pytest.approx(32 / 60)
