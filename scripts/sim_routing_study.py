@@ -62,6 +62,7 @@ def references(out: Path, lam: float, n_eval: int) -> dict[str, Any]:
         "hindsight": vars(opt.hindsight),
         "singles": [vars(s) for s in opt.singles],
         "optimum_shares": opt.shares(names),
+        "single_correct": {k: list(v) for k, v in opt.single_correct.items()},
         "choices": [
             {"task_id": c.task_id, "domain": c.domain, "score": c.score, "agent": names[c.agent]}
             for c in opt.choices
@@ -117,16 +118,6 @@ def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder:
     return result
 
 
-def _episodes_correct(env: Any, agent: int) -> list[bool]:
-    from puppeteer.rollout import run_actions
-
-    stop = env.pool.terminator_id
-    return [
-        bool(run_actions(env, [agent, stop], seed=10_000 + i, options={"task_index": i}).correct)
-        for i in range(len(env.tasks))
-    ]
-
-
 def report(out: Path, lams: list[float], seeds: int, n_eval: int) -> str:
     lines = [
         "# sim-routing study [backend: sim]",
@@ -146,9 +137,7 @@ def report(out: Path, lams: list[float], seeds: int, n_eval: int) -> str:
         if not runs:
             continue
         best = max(ref["singles"], key=lambda s: s["ret"])
-        pool = load_pool(POOL)
-        env = build_env(_settings(lam), pool=pool, suite=SUITE, split="test", n_tasks=n_eval)
-        best_correct = _episodes_correct(env, [a.name for a in pool.agents].index(best["name"]))
+        best_correct = ref["single_correct"][best["name"]]  # the same draws the optimum ran
         routed = np.concatenate([r["correct"] for r in runs])
         p = mcnemar_exact(routed, np.tile(best_correct, len(runs))).p_value
         pct = [r["return"] / ref["optimum"]["ret"] for r in runs]

@@ -18,7 +18,7 @@ item, unattainable) is reported beside it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +50,7 @@ class Optimum:
     singles: tuple[Reference, ...]
     choices: tuple[ItemChoice, ...]
     expected_return: float  # mean E[G] of the optimum's choices (its value without the draws' luck)
+    single_correct: Mapping[str, tuple[bool, ...]]  # per agent, its grade on each item (paired tests)
 
     @property
     def best_single(self) -> Reference:
@@ -90,8 +91,7 @@ def visible_optimum(env: ConductorEnv, available: Sequence[int] | None = None, s
         rows = []
         for a in agents:
             end = ends[a][i]
-            rewards = end.rewards
-            g = env.config.gamma ** (len(rewards) - 1)
+            g = env.config.gamma ** (len(end.rewards) - 1)
             p = sim.accuracy_given_visible(env.pool.agent(a), task.id)
             rows.append((end.info["returns"][0] + g * (p - float(end.correct)), a))
         best_e, best_a = max(rows, key=lambda r: (r[0], -r[1]))
@@ -111,6 +111,7 @@ def visible_optimum(env: ConductorEnv, available: Sequence[int] | None = None, s
         singles=singles,
         choices=tuple(choices),
         expected_return=float(np.mean(expected)),
+        single_correct={env.pool.agent(a).name: tuple(e.correct for e in ends[a]) for a in agents},
     )
 
 
