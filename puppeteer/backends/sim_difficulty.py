@@ -46,6 +46,7 @@ class DifficultyModel:
     quantiles: Mapping[str, tuple[float, ...]] = field(default_factory=lambda: MappingProxyType({}))
     visible: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     rho: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))  # per-domain rho
+    _grids: Mapping[str, tuple[np.ndarray, np.ndarray]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, values in (("visible", self.visible), ("rho", self.rho)):
@@ -55,6 +56,9 @@ class DifficultyModel:
         for domain, q in self.quantiles.items():
             if len(q) < 2 or any(b < a for a, b in itertools.pairwise(q)):
                 raise ValueError(f"difficulty.quantiles[{domain!r}] must be at least 2 non-decreasing values")
+        # each domain's CDF on its unique quantile values (ties take their mean probability), computed
+        # once: score() runs for every item and agent
+        object.__setattr__(self, "_grids", {d: _cdf_grid(q) for d, q in self.quantiles.items()})
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any] | None) -> DifficultyModel | None:
@@ -98,19 +102,14 @@ class DifficultyModel:
 
     def score(self, domain: str, x: float | None) -> float | None:
         """The visible score ``d`` (standard normal over the domain), None when it cannot be computed."""
-        q = self.quantiles.get(domain)
-        if q is None or x is None:
+        grid = self._grids.get(domain)
+        if grid is None or x is None:
             return None
-        n = len(q)
-        probs = np.linspace(0.0, 1.0, n)
-        lo, hi = q[0], q[-1]
-        if hi == lo:
+        xs, ps = grid
+        if len(xs) == 1:
             return 0.0
-        # ties in the quantiles: interpolate on the unique values (their mean probability)
-        xs, inverse = np.unique(np.asarray(q), return_inverse=True)
-        ps = np.array([probs[inverse == i].mean() for i in range(len(xs))])
         f = float(np.interp(x, xs, ps))
-        eps = 0.5 / n
+        eps = 0.5 / len(self.quantiles[domain])
         return _STD_NORMAL.inv_cdf(min(max(f, eps), 1.0 - eps))
 
     def latent(self, domain: str, x: float | None, hidden: float) -> tuple[float, float | None]:
@@ -120,6 +119,13 @@ class DifficultyModel:
         if d is None or w == 0.0:
             return hidden, d
         return math.sqrt(w) * d + math.sqrt(1.0 - w) * hidden, d
+
+
+def _cdf_grid(q: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The unique quantile values and the mean probability each stands for (equally spaced, 0 to 1)."""
+    probs = np.linspace(0.0, 1.0, len(q))
+    xs, inverse = np.unique(np.asarray(q, dtype=float), return_inverse=True)
+    return xs, np.array([probs[inverse == i].mean() for i in range(len(xs))])
 
 
 def conditional_accuracy(p: float, rho: float, w: float, d: float | None) -> float:
