@@ -311,7 +311,8 @@ def _entropy(logp_all: torch.Tensor) -> torch.Tensor:
 def _sampled_loss(
     policy: PuppeteerPolicy, groups: Groups, baselines: StepBaselines
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """REINFORCE: sum over steps of -(G_t - b_t) log pi(a_t | s_t), per episode."""
+    """REINFORCE: sum over steps of -(G_t - b_t) log pi(a_t | s_t), per episode. Also returns the first
+    actions taken (the collapse watch)."""
     feats, actions, advs = [], [], []
     for g, bs in zip(groups, baselines, strict=True):
         for ep, b in zip(g, bs, strict=True):
@@ -322,7 +323,8 @@ def _sampled_loss(
     logp = logp_all.gather(1, torch.as_tensor(actions)[:, None]).squeeze(1)
     adv = torch.as_tensor(advs, dtype=torch.float32)
     n = sum(len(g) for g in groups)
-    return -(adv * logp).sum() / n, _entropy(logp_all), []
+    firsts = [e.actions[0] for g in groups for e in g if e.actions]
+    return -(adv * logp).sum() / n, _entropy(logp_all), firsts
 
 
 def _all_first_loss(
@@ -474,11 +476,11 @@ def train(
             )
         groups = [flat[i : i + size] for i in range(0, len(flat), size)]
         if firsts is None:
-            pg_loss, entropy, greedy_first = _sampled_loss(
+            pg_loss, entropy, first_choices = _sampled_loss(
                 policy, groups, baseline_fn(groups, state.baseline, config)
             )
-        else:
-            pg_loss, entropy, greedy_first = _all_first_loss(policy, groups, firsts)
+        else:  # every first action was tried: the watch reads the policy's greedy first choice
+            pg_loss, entropy, first_choices = _all_first_loss(policy, groups, firsts)
         loss = pg_loss - config.entropy_coef * entropy
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
         for group in opt.param_groups:
@@ -498,9 +500,7 @@ def train(
                 "train/loss": float(loss.detach()),
                 "train/entropy": float(entropy.detach()),
                 # collapse watch: the share of episodes that open with the most common first action
-                "train/top_first_share": top_share(
-                    greedy_first if firsts is not None else [e.actions[0] for e in batch if e.actions]
-                ),
+                "train/top_first_share": top_share(first_choices),
                 "train/failed": failed / len(batch),
                 "episodes": state.episodes,
             }
