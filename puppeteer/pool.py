@@ -227,3 +227,11 @@ def load_pool(name_or_path: str | Path) -> Pool:
         raise PoolError(f"{path}: {e}") from None
     except (AttributeError, TypeError, ValueError) as e:
         raise PoolError(f"{path}: not a pool definition ({type(e).__name__}: {e})") from None
+
+
+def configured_pool(node: Mapping[str, Any]) -> Pool:
+    """The pool a config's ``pool`` node names (``{name: ..., agents: [...]}``): the whole pool, or the
+    subset ``agents`` when it lists some."""
+    pool = load_pool(node["name"])
+    agents = node.get("agents")
+    return pool.subset(list(agents)) if agents else pool

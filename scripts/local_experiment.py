@@ -36,11 +36,12 @@ import pandas as pd
 from puppeteer.analytics.headroom import Outcomes, domain_route, oracle_route, probe_cross_fit, probe_route
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.stats import mcnemar_exact, paired_bootstrap, wilson_interval
-from puppeteer.analytics.sweep import find_trained, run_sweep
+from puppeteer.analytics.sweep import find_trained
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.encoders import make_encoder
 from puppeteer.env import MAX_OBS_CHARS
 from puppeteer.evaluation import evaluate_policy, slug
+from puppeteer.jobs.sweep import run_sweep
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks.suites import load_suite
 from puppeteer.trajectories import read_trajectories

@@ -165,7 +165,7 @@ def test_a_litellm_server_that_refuses_is_one_line_and_a_non_zero_exit(
     printed = capsys.readouterr().out  # (litellm's own log lines may precede ours when a test set it up)
     ours = [line for line in printed.splitlines() if line.startswith("error:")]
     assert len(ours) == 1 and ours[0].startswith("error: litellm call for model 'm'")
-    assert "puppeteer/cli.py" not in printed and "sk-not-a-key" not in printed
+    assert "Traceback" not in printed and "puppeteer/cli/" not in printed and "sk-not-a-key" not in printed
     argv = ["eval", "--pool", str(pool), "--suite", "arith", "--policy", "single:a", "--n", "1"]
     assert main([*argv, "--no-cache", "--out", str(tmp_path / "e")]) == 1
     assert "every one of the 1 items failed" in capsys.readouterr().out

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 
 from puppeteer.analytics.sweep import (
-    TRACKS,
     ConductorTrack,
     PuppeteerTrack,
     gather,
@@ -17,9 +16,9 @@ from puppeteer.analytics.sweep import (
     pareto_labels,
     plot_sweep,
     summarize,
-    with_defaults,
 )
 from puppeteer.cli import main
+from puppeteer.jobs.sweep import ConductorSweep, with_defaults
 
 # (lambda, seed) -> (accuracy, mean tokens) of the fake trained policies
 FAKE = {(0.0, 0): (0.90, 900.0), (0.0, 1): (0.80, 1100.0), (0.5, 0): (0.60, 100.0), (0.5, 1): (0.70, 300.0)}
@@ -183,7 +182,7 @@ def test_conductor_track_rows_are_the_runs_heldout_after_numbers(tmp_path: Path)
         seen.update(kw)
         return _fake_evaluate("single:big", **{**kw, "n": 10, "split": "test", "pool": "sim-paper"})
 
-    df = gather(tmp_path, TRACKS["conductor"], ["single:big"], evaluate=evaluate)
+    df = gather(tmp_path, ConductorTrack(), ["single:big"], evaluate=evaluate)
     trained = df[df["kind"] == "trained"].set_index("lam")
     assert trained.loc[0.0, "accuracy"] == 0.8 and trained.loc[0.0, "mean_tokens"] == 1400.0
     assert trained.loc[0.0, "mean_usd"] == 0.002 and trained.loc[0.0, "parse_rate"] == 0.9
@@ -197,8 +196,8 @@ def test_conductor_track_rows_are_the_runs_heldout_after_numbers(tmp_path: Path)
 
 
 def test_conductor_sweep_defaults_leave_out_the_puppeteer_only_keys() -> None:
-    track = ConductorTrack()
-    assert track.param == "workflow_lam" and track.reevaluable
+    track = ConductorSweep()
+    assert track.param == "workflow_lam" and track.reevaluable and isinstance(track, ConductorTrack)
     # configs/conductor.yaml has no min_steps or progress key: overriding them would fail
     assert with_defaults([], track.defaults) == ["wandb.enabled=false"]
 

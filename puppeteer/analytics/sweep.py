@@ -1,11 +1,12 @@
-"""Cost-weight sweeps: train one policy per (lambda, seed) with Hydra multirun, gather, plot.
+"""Cost-weight sweeps, the analysis side: read the finished runs of a sweep, evaluate baselines beside
+them, and tabulate and plot cost against accuracy.
 
-A *track* (:class:`SweepTrack`) says how to train one configuration, where its held-out numbers
-are, and how its runs are evaluated. Two are registered in :data:`TRACKS`:
-
-- ``puppeteer``: the step-wise policy trained with REINFORCE (``puppeteer train``), swept over ``lam``;
-- ``conductor``: the plan-all-at-once conductor trained with GRPO (``puppeteer train track=conductor``),
-  swept over ``workflow_lam`` (the reward is ``base - workflow_lam * cost`` of the workflow).
+A *track* (:class:`SweepTrack`) says where one trained configuration's held-out numbers are and how
+its runs are evaluated. Two are defined here: :class:`PuppeteerTrack` (the step-wise policy trained
+with REINFORCE, ``puppeteer train``, swept over ``lam``) and :class:`ConductorTrack` (the
+plan-all-at-once conductor trained with GRPO, ``puppeteer train track=conductor``, swept over
+``workflow_lam``: the reward is ``base - workflow_lam * cost`` of the workflow). Training the runs
+(Hydra multirun) is the job :mod:`puppeteer.jobs.sweep`, which adds the launch to each track.
 
 Trained runs are scored by the held-out evaluation their training job wrote; every baseline is
 evaluated with :func:`puppeteer.evaluation.evaluate_policy` on the same split, pool and number of
@@ -17,9 +18,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Protocol
 
 import matplotlib
@@ -39,18 +39,11 @@ COST_COLUMNS = {"tokens": "mean_tokens", "usd": "mean_usd", "calls": "mean_calls
 
 
 class SweepTrack(Protocol):
-    """How one policy track is swept."""
+    """How the finished runs of one policy track are read and evaluated."""
 
     name: str
     param: str  # the Hydra key that carries the cost weight
-    defaults: Mapping[str, str]  # Hydra overrides a sweep adds unless the user gives the key
     reevaluable: bool  # whether evaluate_policy(policy_spec(run)) reproduces the run's own evaluation
-
-    def launch(
-        self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
-    ) -> None:
-        """Train every (value, seed) into ``out/<param><value>_seed<seed>/``."""
-        ...
 
     def policy_spec(self, run_dir: Path) -> str:
         """The policy spec that evaluates (where not reevaluable: names) the policy trained in ``run_dir``."""
@@ -65,21 +58,6 @@ class SweepTrack(Protocol):
         ...
 
 
-def _hydra_list(values: Sequence[Any]) -> str:
-    return ",".join(str(v) for v in values)
-
-
-def _multirun_args(param: str, values: Sequence[float], seeds: Sequence[int], out: Path) -> list[str]:
-    """A Hydra multirun over ``param`` x ``seed`` into ``out/<param><value>_seed<seed>``."""
-    return [
-        "-m",
-        f"{param}={_hydra_list(values)}",
-        f"seed={_hydra_list(seeds)}",
-        f"hydra.sweep.dir={out}",
-        f"hydra.sweep.subdir={param}${{{param}}}_seed${{seed}}",
-    ]
-
-
 @dataclass(frozen=True)
 class PuppeteerTrack:
     """The step-wise puppeteer trained with REINFORCE (``puppeteer train``), swept over ``lam``."""
@@ -87,36 +65,18 @@ class PuppeteerTrack:
     name: str = "puppeteer"
     param: str = "lam"
     checkpoint: str = "final"
-    # min_steps=1: a greedy policy cannot stop before anyone acts
-    defaults: Mapping[str, str] = field(
-        default_factory=lambda: MappingProxyType(
-            {"min_steps": "1", "wandb.enabled": "false", "progress": "false"}
-        )
-    )
     reevaluable: bool = True
-
-    def launch(
-        self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
-    ) -> None:
-        from puppeteer.train.hydra_entry import hydra_main
-
-        hydra_main(
-            [
-                *_multirun_args(self.param, values, seeds, out),
-                *overrides,
-            ]
-        )
 
     def policy_spec(self, run_dir: Path) -> str:
         return f"puppeteer:{run_dir / self.checkpoint}"
 
     def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        from puppeteer.jobs.train import pool_of
+        from puppeteer.pool import configured_pool
 
         suite, pool = cfg["suite"], cfg["pool"]
         return dict(
             # a name, or the subset of agents the policy was trained on (``pool.agents``)
-            pool=pool_of(pool) if pool.get("agents") else pool["name"],
+            pool=configured_pool(pool) if pool.get("agents") else pool["name"],
             suite=suite["name"],
             split=suite["eval_split"],
             n=suite.get("n_eval"),
@@ -163,21 +123,7 @@ class ConductorTrack:
     name: str = "conductor"
     param: str = "workflow_lam"
     checkpoint: str = "final"
-    defaults: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({"wandb.enabled": "false"}))
     reevaluable: bool = True
-
-    def launch(
-        self, values: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str]
-    ) -> None:
-        from puppeteer.train.conductor_entry import TRACK_OVERRIDE, conductor_main
-
-        conductor_main(
-            [
-                *_multirun_args(self.param, values, seeds, out),
-                TRACK_OVERRIDE,
-                *(o for o in overrides if o != TRACK_OVERRIDE),
-            ]
-        )
 
     def policy_spec(self, run_dir: Path) -> str:
         return f"conductor:grpo:{run_dir}"  # the run's final/ model with its run's settings
@@ -213,17 +159,6 @@ class ConductorTrack:
         if key and key not in h:
             row[f"mean_{key}"] = h["cost"] * scale
         return row
-
-
-TRACKS: dict[str, SweepTrack] = {"puppeteer": PuppeteerTrack(), "conductor": ConductorTrack()}
-
-# defaults the puppeteer track's sweep adds unless the user overrides them (key=value, Hydra syntax)
-SWEEP_DEFAULTS: Mapping[str, str] = TRACKS["puppeteer"].defaults
-
-
-def with_defaults(overrides: Sequence[str], defaults: Mapping[str, str] = SWEEP_DEFAULTS) -> list[str]:
-    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    return [*overrides, *(f"{k}={v}" for k, v in defaults.items() if k not in given)]
 
 
 @dataclass(frozen=True)
@@ -451,25 +386,8 @@ def markdown(df: pd.DataFrame, cost: str = "tokens") -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_sweep(
-    values: Sequence[float],
-    seeds: int | Sequence[int],
-    out: str | Path,
-    overrides: Sequence[str] = (),
-    baselines: Sequence[str] = (),
-    track: str = "puppeteer",
-    cost: str = "tokens",
-    n_eval: int | None = None,
-    train: bool = True,
-    reevaluate: bool = False,
-) -> pd.DataFrame:
-    """Train (unless ``train=False``: gather only), evaluate, and write sweep.csv/.md/.png under ``out``."""
-    tr = TRACKS[track]
-    out = Path(out).resolve()
-    seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    if train:
-        tr.launch(values, seed_list, out, with_defaults(overrides, tr.defaults))
-    df = gather(out, tr, baselines, n_eval, reevaluate=reevaluate)
+def write_report(df: pd.DataFrame, out: Path, track: SweepTrack, cost: str = "tokens") -> None:
+    """``sweep.png`` and ``sweep.md`` under ``out`` from the rows :func:`gather` made."""
     col = COST_COLUMNS[cost]
     if col not in df or df[col].isna().any():
         missing = df.loc[df[col].isna(), "policy"].tolist() if col in df else list(df["policy"])
@@ -482,11 +400,10 @@ def run_sweep(
     plot_sweep(
         df,
         out / "sweep.png",
-        f"{tr.name}: cost vs accuracy over {tr.param} on {suite} [backend: {backend}]",
+        f"{track.name}: cost vs accuracy over {track.param} on {suite} [backend: {backend}]",
         cost,
-        label=f"{tr.name} {tr.param}",
+        label=f"{track.name} {track.param}",
     )
     (out / "sweep.md").write_text(
         f"Backend: {backend}. Suite {suite} (held-out split).\n\n" + markdown(df, cost)
     )
-    return df

@@ -17,7 +17,7 @@ from puppeteer.envbuild import BackendSpec, EnvConfig
 from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import Pool, load_pool
+from puppeteer.pool import configured_pool
 from puppeteer.redaction import redact
 from puppeteer.reward import COST_MODELS
 from puppeteer.train.config_schema import fit_to_split
@@ -89,17 +89,10 @@ def _n(suite: Mapping[str, Any], part: str) -> int | None:
     return fit_to_split(suite["name"], suite[f"{part}_split"], suite.get(f"n_{part}"))
 
 
-def pool_of(node: Mapping[str, Any]) -> Pool:
-    """The pool a config's ``pool`` node names: the whole pool, or the subset ``pool.agents``."""
-    pool = load_pool(node["name"])
-    agents = node.get("agents")
-    return pool.subset(list(agents)) if agents else pool
-
-
 def job_of(cfg: Mapping[str, Any]) -> StepJob:
     """The job a composed training config describes."""
     pc = cfg["policy"]
-    pool = pool_of(cfg["pool"])
+    pool = configured_pool(cfg["pool"])
     # like `puppeteer eval`: pools that call models share the user's response cache unless told
     # otherwise (cache=off), so training replays every call an evaluation or earlier run made
     given = cfg.get("cache")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends.cache import RESPONSE_CACHE_ENV, resolve_cache
+from puppeteer.cli.command import Command
 from puppeteer.errors import UserError
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.pool import load_pool
@@ -177,3 +178,13 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
 
 def _all_failed(result: Any) -> bool:
     return bool(result.n) and result.n_errors == result.n
+
+
+COMMANDS = (
+    Command(
+        "eval",
+        "evaluate a policy (baseline spec or trained puppeteer) on a suite",
+        configure_eval,
+        eval_command,
+    ),
+)

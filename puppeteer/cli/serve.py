@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 from typing import TYPE_CHECKING
 
+from puppeteer.cli.command import Command
 from puppeteer.errors import UserError
 
 if TYPE_CHECKING:
@@ -77,3 +78,8 @@ def serve_command(args: argparse.Namespace, console: Console) -> int:
     finally:
         orch.close()
     return 0
+
+
+COMMANDS = (
+    Command("serve", "serve a policy as an OpenAI-compatible endpoint", configure_serve, serve_command),
+)

@@ -1,4 +1,4 @@
-"""CLI sub-commands of the analytics layer: ``ab``, ``sweep``, ``graph`` and ``query``."""
+"""Analysis commands: ``ab``, ``sweep`` (trains with :mod:`puppeteer.jobs.sweep`), ``graph``, ``query``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from puppeteer.cli.command import Command
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -72,7 +74,7 @@ def ab_command(args: argparse.Namespace, console: Console) -> int:
 
 # ----------------------------------------------------------------------------- sweep
 def configure_sweep(p: argparse.ArgumentParser) -> None:
-    from puppeteer.analytics.sweep import TRACKS
+    from puppeteer.jobs.sweep import TRACKS
 
     p.add_argument(
         "overrides",
@@ -126,7 +128,8 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
 
 
 def sweep_command(args: argparse.Namespace, console: Console) -> int:
-    from puppeteer.analytics.sweep import markdown, run_sweep
+    from puppeteer.analytics.sweep import markdown
+    from puppeteer.jobs.sweep import run_sweep
 
     baselines = [s.strip() for s in args.baselines.split(";") if s.strip()]
     df = run_sweep(
@@ -184,3 +187,31 @@ def query_command(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{args.db}: {added} new episodes indexed")
         console.print(store.query(args.sql).to_string(index=False), markup=False, soft_wrap=True)
     return 0
+
+
+COMMANDS = (
+    Command(
+        "ab",
+        "paired A/B test of two policies (specs or run dirs) on the same items",
+        configure_ab,
+        ab_command,
+    ),
+    Command(
+        "sweep",
+        "train and evaluate one policy per (lambda, seed); cost-accuracy plot",
+        configure_sweep,
+        sweep_command,
+    ),
+    Command(
+        "graph",
+        "emergent collaboration graphs of runs: PNGs and an HTML report",
+        configure_graph,
+        graph_command,
+    ),
+    Command(
+        "query",
+        "index runs into the SQLite trajectory store and run SQL",
+        configure_query,
+        query_command,
+    ),
+)

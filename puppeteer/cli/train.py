@@ -1,0 +1,98 @@
+"""``puppeteer train`` (Hydra: the step-wise puppeteer, or the conductor with ``track=conductor``) and
+``puppeteer quickstart`` (train and evaluate on real local models)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from puppeteer.cli.command import Command
+from puppeteer.cli.eval import add_replay_flag, apply_replay_flag
+
+
+def configure_train(p: argparse.ArgumentParser) -> None:
+    # everything after ``train`` goes to Hydra untouched: overrides and its own flags
+    # (-m/--multirun for sweeps like lam=0,0.1,0.2, --cfg job, --info, --help) and ``+key=value``
+    # additions: no character that starts an override or a Hydra flag marks an option here
+    p.prefix_chars = "\x00"
+    p.add_argument(
+        "overrides", nargs=argparse.REMAINDER, help="Hydra overrides, e.g. pool=sim-paper suite=gsm8k lam=0.2"
+    )
+    p.set_defaults(multirun=False)
+
+
+def train_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.jobs.conductor_entry import conductor_main, is_conductor_track
+    from puppeteer.jobs.hydra_entry import hydra_main
+
+    if is_conductor_track(args.overrides):  # GRPO on the conductor: configs/conductor.yaml
+        conductor_main([*(["-m"] if args.multirun else []), *args.overrides])
+        return 0
+    hydra_main([*(["-m"] if args.multirun else []), *args.overrides])
+    return 0
+
+
+def configure_quickstart(p: argparse.ArgumentParser) -> None:
+    from puppeteer.jobs.quickstart import QuickstartConfig
+
+    d = QuickstartConfig()
+    p.add_argument("--out", default="runs/quickstart", help="run directory (report.md, results.json, plots)")
+    p.add_argument(
+        "--cache", default=None, help="SQLite response cache (default ~/.cache/puppeteer/responses.sqlite)"
+    )
+    p.add_argument("--n-train", type=int, default=d.n_train)
+    p.add_argument("--n-eval", type=int, default=d.n_eval)
+    p.add_argument("--episodes", type=int, default=d.episodes)
+    p.add_argument("--lam", type=float, default=d.lam)
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=d.max_steps,
+        help="agents per item (1: learned routing, bounded cost; 2+: chains, many more calls)",
+    )
+    p.add_argument("--encoder", default=d.encoder)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: every CPU)")
+    p.add_argument(
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="decode one model call at a time (the path before batched decoding; for benchmarks)",
+    )
+    add_replay_flag(p)
+
+
+def quickstart_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
+
+    apply_replay_flag(args)
+    cfg = QuickstartConfig(
+        n_train=args.n_train,
+        n_eval=args.n_eval,
+        episodes=args.episodes,
+        lam=args.lam,
+        max_steps=args.max_steps,
+        encoder=args.encoder,
+        seed=args.seed,
+        n_threads=args.threads,
+        batching=args.batching,
+    )
+    run_quickstart(cfg, args.out, cache=args.cache, console=console)
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "train",
+        "train the step-wise puppeteer, or the conductor with track=conductor (Hydra overrides)",
+        configure_train,
+        train_command,
+    ),
+    Command(
+        "quickstart",
+        "train and evaluate on real local models, write a report",
+        configure_quickstart,
+        quickstart_command,
+    ),
+)
