@@ -17,30 +17,14 @@ client to a remote cluster. Every node needs this package installed (or pass a
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-import tempfile
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from puppeteer.envgroup import ResetCall, StepCall, StepResult, step_or_abort
 from puppeteer.evaluation import (
-    EvalResult,
-    _Record,
-    _summary,
-    _write_results,
-    check_out_dir,
     evaluate_policy,
 )
-from puppeteer.pool import Pool, load_pool
-from puppeteer.tasks import load_suite
-from puppeteer.trajectories import trajectory_from_dict
-from puppeteer.types import Task
 
 log = logging.getLogger(__name__)
 
@@ -73,127 +57,45 @@ def init_ray(
 # --------------------------------------------------------------------------- evaluation
 
 
-def _eval_shard(
+def evaluate_policy_ray(  # TEMPORARY: callers move to evaluate_policy(..., ray=RayExecutor(...))
     spec: str,
-    pool: Pool,
-    suite: str,
-    split: str,
-    tasks: Sequence[Task],
-    seed: int,
-    cache: str | None,
-    max_steps: int,
-    lam: float,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One shard, run by a Ray worker: the evaluation's own loop on a few items."""
-    with tempfile.TemporaryDirectory(prefix="puppeteer-shard-") as tmp:
-        result = evaluate_policy(
-            spec,
-            pool,
-            suite,
-            split=split,
-            seed=seed,
-            out_dir=tmp,
-            cache=cache,
-            max_steps=max_steps,
-            lam=lam,
-            progress=False,
-            tasks=tasks,
-        )
-        lines = [json.loads(line) for line in (Path(tmp) / "trajectories.jsonl").read_text().splitlines()]
-    return result.to_dict(), lines
-
-
-def _record(line: dict[str, Any]) -> _Record:
-    if line.get("error") is not None:
-        return _Record(False, line["error"], None)
-    traj = trajectory_from_dict(line)
-    return _Record(traj.correct, None, traj)
-
-
-def evaluate_policy_ray(
-    spec: str,
-    pool: str | Path | Pool,
+    pool: Any,
     suite: str,
     split: str = "test",
     n: int | None = None,
     seed: int = 0,
-    out_dir: str | Path | None = None,
-    cache: str | Path | None = None,
+    out_dir: Any = None,
+    cache: Any = None,
     max_steps: int = 5,
     lam: float = 0.1,
     *,
     address: str | None = None,
     workers: int | None = None,
     num_cpus: int | None = 2,
-    tasks: Sequence[Task] | None = None,
+    tasks: Any = None,
     runtime_env: dict[str, Any] | None = None,
     worker_cpus: float = 1.0,
     overwrite: bool = False,
-) -> EvalResult:
-    """:func:`~puppeteer.evaluation.evaluate_policy` with the items spread over Ray workers.
+) -> Any:
+    from puppeteer.evaluation import RayExecutor
 
-    ``workers`` shards (default: the cluster's CPU count). The policy is a spec so each worker
-    builds its own; ``cache`` is a path on each node (nodes do not share a SQLite file).
-    ``worker_cpus`` is each shard's CPU request (below 1 for API-bound work that mostly waits).
-    """
-    pool = pool if isinstance(pool, Pool) else load_pool(pool)
-    items = tuple(tasks)[:n] if tasks is not None else load_suite(suite, split, n=n, seed=seed)
-    if not items:
-        raise ValueError(f"no items to evaluate in {suite}/{split}")
-    if out_dir is not None:
-        check_out_dir(Path(out_dir), overwrite)  # before any work: never replace a finished result
-    ray = init_ray(address, num_cpus, runtime_env)
-    k = max(1, min(len(items), workers or int(ray.cluster_resources().get("CPU", 1))))
-    bounds = np.linspace(0, len(items), k + 1).astype(int)
-    shards = [items[lo:hi] for lo, hi in itertools.pairwise(bounds)]
-    remote = ray.remote(num_cpus=worker_cpus, max_retries=0)(_eval_shard)
-    cache_arg = str(cache) if cache is not None else None
-    start = time.perf_counter()
-    futures = [
-        remote.remote(spec, pool, suite, split, shard, seed, cache_arg, max_steps, lam) for shard in shards
-    ]
-    parts = ray.get(futures)
-    wall = time.perf_counter() - start
-
-    lines: list[dict[str, Any]] = []
-    for (_, shard_lines), offset in zip(parts, bounds[:-1], strict=True):
-        for line in shard_lines:
-            lines.append({**line, "index": int(line["index"]) + int(offset)})
-    first = parts[0][0]
-    hits = [p[0]["cache_hits"] for p in parts if p[0]["cache_hits"] is not None]
-    misses = [p[0]["cache_misses"] for p in parts if p[0]["cache_misses"] is not None]
-    out = Path(out_dir) if out_dir is not None else None
-    fields: dict[str, Any] = dict(
-        policy=spec,
-        policy_name=first["policy_name"],
-        pool=pool.name,
-        suite=suite,
-        split=split,
-        seed=seed,
-        mode=first["mode"],
-        backends=tuple(first["backends"]),
-        lam=lam,
-        max_steps=max(int(p[0]["max_steps"]) for p in parts),  # workflow plans may raise the limit
-        cache_path=cache_arg,
-        out_dir=str(out) if out is not None else None,
-        cache_hits=sum(hits) if hits else None,
-        cache_misses=sum(misses) if misses else None,
+    ray = RayExecutor(address, workers, num_cpus, runtime_env, worker_cpus)
+    return evaluate_policy(
+        spec,
+        pool,
+        suite,
+        split,
+        n,
+        seed,
+        out_dir,
+        cache,
+        max_steps,
+        lam,
+        progress=False,
+        tasks=tasks,
+        overwrite=overwrite,
+        ray=ray,
     )
-    result = _summary(
-        [_record(line) for line in lines],
-        len(items),
-        speeds=pool,
-        wall_s=wall,
-        completed=len(lines) == len(items),
-        **fields,
-    )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / "trajectories.jsonl").open("w") as sink:
-            for line in lines:
-                sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-        _write_results(out, result)
-    return result
 
 
 # --------------------------------------------------------------------------- training envs

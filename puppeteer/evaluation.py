@@ -17,34 +17,35 @@ gets the same sample index under every policy and a response cache shares identi
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import itertools
 import json
 import logging
 import os
 import re
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from puppeteer.analytics.stats import wilson_interval  # re-exported: older imports
+from puppeteer.analytics.stats import wilson_interval
+from puppeteer.env import ConductorEnv
 from puppeteer.errors import UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
-from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
-from puppeteer.policies.conductor import GRPO_RUN_PREFIX, is_conductor_policy
+from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
+from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, load_pool
-from puppeteer.rollout import run_conductor_episode, run_step_episode, run_workflow_episode
+from puppeteer.seeding import item_seed
 from puppeteer.tasks import load_suite
-from puppeteer.trajectories import trajectory_to_dict
-from puppeteer.types import Task, Trajectory, Workflow
+from puppeteer.trajectories import trajectory_from_dict, trajectory_to_dict
+from puppeteer.types import Task, Trajectory
 
 if TYPE_CHECKING:
     from puppeteer.backends.base import Backend
-    from puppeteer.env import ConductorEnv
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +117,6 @@ class _Record:
 
 
 # --------------------------------------------------------------------------- running one item
-
-
-def item_seed(seed: int, task_id: str) -> int:
-    """The reset seed of one item: depends on the run seed and the task id only, not on order or n."""
-    digest = hashlib.blake2b(f"{seed}|{task_id}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "little")
 
 
 def _conductor_fields(records: Sequence[_Record], max_depth: int) -> dict[str, Any]:
@@ -228,19 +223,14 @@ def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
     return found
 
 
-def _workers(env: ConductorEnv, policy: Any, concurrency: int, n: int) -> list[tuple[ConductorEnv, Any]]:
-    """``(env, policy)`` per concurrent item: env clones; step policies are copied (per-episode state)."""
-    import copy
-
-    workers: list[tuple[ConductorEnv, Any]] = [(env, policy)]
+def _workers(
+    env: ConductorEnv, policy: Policy, concurrency: int, n: int
+) -> list[tuple[ConductorEnv, Policy]]:
+    """``(env, policy)`` per concurrent item: env clones and policy forks (their per-episode state)."""
+    workers: list[tuple[ConductorEnv, Policy]] = [(env, policy)]
     for _ in range(min(concurrency, n) - 1):
         try:
-            if is_workflow_policy(policy):
-                twin = policy  # plans were made up front
-            elif is_conductor_policy(policy):
-                twin = copy.copy(policy)  # its own per-episode record of calls, the same backend
-            else:
-                twin = copy.deepcopy(policy)
+            twin = policy.fork()
         except Exception as e:  # a policy that cannot be copied runs its items one at a time
             log.warning("policy %s cannot be copied (%s); items run one at a time", policy.name, e)
             return workers[:1]
@@ -335,12 +325,9 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
         )
 
 
-def _model_backends(pool: Pool, policy: Any) -> list[str]:
-    """Backends that generate during an episode: the pool's, and a conductor's own model's."""
-    backends = list(pool.backends())
-    if is_conductor_policy(policy):
-        backends.append(policy.model.backend)
-    return backends
+def _model_backends(pool: Pool, policy: Policy) -> list[str]:
+    """Backends that generate during an episode: the pool's, and a policy's own model's (a conductor's)."""
+    return [*pool.backends(), *getattr(policy, "model_backends", ())]
 
 
 def _write_results(out: Path | None, result: EvalResult) -> None:
@@ -348,124 +335,113 @@ def _write_results(out: Path | None, result: EvalResult) -> None:
         (out / "results.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
 
 
-def evaluate_policy(
-    spec_or_policy: str | Policy,
-    pool: str | Path | Pool,
-    suite: str,
-    split: str = "test",
-    n: int | None = None,
-    seed: int = 0,
-    out_dir: str | Path | None = None,
-    cache: str | Path | None = None,
-    max_steps: int = 5,
-    lam: float = 0.1,
-    progress: bool = True,
-    *,
-    tasks: Sequence[Task] | None = None,
-    backend: Backend | None = None,
-    overwrite: bool = False,
-    available: Sequence[str] | None = None,
-    k_available: int | None = None,
-    max_depth: int = 0,
-    concurrency: int | None = None,
-) -> EvalResult:
-    """Run every item of ``suite``/``split`` (first ``n``) once under a policy and summarise.
+@dataclass(frozen=True)
+class RayExecutor:
+    """Run the items on a Ray cluster (the ``ray`` extra), in contiguous shards, one task per shard.
 
-    ``tasks`` replaces the suite's items (``suite`` is then only a label); ``backend`` replaces
-    the pool's backends (a test double or a custom router). ``cache`` is a SQLite response
-    cache for model-calling backends. Workflow policies whose plans are longer than
-    ``max_steps`` raise the limit for this run (the result records the limit used).
-    A finished ``results.json`` in ``out_dir`` is never replaced unless ``overwrite``.
-    ``available`` (agent names) fixes the agents of every episode; ``k_available`` draws a random
-    k-of-n subset per item instead (seeded per item). ``max_depth`` lets a conductor policy recurse.
-    ``concurrency`` items run at once, each on its own environment clone (default: 16 for pools
-    that call models, so the local backend can batch their calls; 1 for the simulator). Results
-    do not depend on it: every item has its own reset seed.
+    ``workers`` shards (default: the cluster's CPU count). ``address=None`` starts a local Ray
+    instance with ``num_cpus`` CPUs; ``"auto"`` joins this machine's cluster; ``"ray://HEAD:10001"``
+    connects a client. ``worker_cpus`` is each shard's CPU request (below 1 for API-bound work).
+    Every item's reset seed depends only on ``(seed, task id)``, so the gathered files equal the
+    single-process run's (up to the wall-clock fields, :data:`puppeteer.distributed.WALL_FIELDS`).
     """
-    if isinstance(spec_or_policy, str) and spec_or_policy.strip().startswith(GRPO_RUN_PREFIX):
-        from puppeteer.train.grpo_eval import evaluate_spec  # needs the grpo extra (torch, peft)
 
-        return evaluate_spec(
-            spec_or_policy, pool, suite, split, n, seed, out_dir, overwrite=overwrite, available=available
-        )
-    pool = pool if isinstance(pool, Pool) else load_pool(pool)
-    if available:
+    address: str | None = None
+    workers: int | None = None
+    num_cpus: int | None = 2
+    runtime_env: Mapping[str, Any] | None = None
+    worker_cpus: float = 1.0
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Everything one evaluation needs besides the policy: where, what, how many, how.
+
+    ``tasks`` replaces the suite's items (``suite`` is then only a label); ``backend`` replaces the
+    pool's backends (a test double or a custom router); ``cache`` is a SQLite response cache for
+    model-calling backends. ``available`` (agent names) fixes the agents of every episode;
+    ``episode.k_available`` draws a random k-of-n subset per item instead (seeded per item).
+    ``concurrency`` items run at once in this process, each on its own env clone and policy fork
+    (default: 16 for pools that call models, so the local backend can batch their calls; 1 for the
+    simulator); ``ray`` runs them on Ray workers instead. Results do not depend on either.
+    A finished ``results.json`` in ``out_dir`` is never replaced unless ``overwrite``.
+    """
+
+    pool: str | Path | Pool
+    suite: str
+    split: str = "test"
+    n: int | None = None
+    seed: int = 0
+    out_dir: str | Path | None = None
+    cache: str | Path | None = None
+    episode: EpisodeSettings = field(default_factory=EpisodeSettings)
+    available: tuple[str, ...] | None = None
+    progress: bool = True
+    overwrite: bool = False
+    concurrency: int | None = None
+    tasks: tuple[Task, ...] | None = None
+    backend: Backend | None = None
+    ray: RayExecutor | None = None
+
+
+def evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
+    """Run every item of the settings' suite/split (first ``n``) once under a policy and summarise.
+
+    ``policy_or_spec``: a spec (see ``puppeteer eval --help``), a
+    :class:`~puppeteer.policies.protocol.Policy`, or a step / workflow policy object.
+    """
+    pool = settings.pool if isinstance(settings.pool, Pool) else load_pool(settings.pool)
+    settings = replace(settings, pool=pool)
+    if settings.available:
         from puppeteer.availability import resolve_available
 
-        resolve_available(pool, available)  # an unknown agent fails here, not as an error on every item
-    if isinstance(spec_or_policy, str):
-        spec, policy = spec_or_policy, make_policy(spec_or_policy, pool, max_steps)
-    else:
-        policy = spec_or_policy
-        spec = policy.name
-    items = tuple(tasks) if tasks is not None else load_suite(suite, split, n=n, seed=seed)
-    if tasks is not None and n is not None:
-        items = items[:n]
-    if not items:
-        raise ValueError(f"no items to evaluate in {suite}/{split}")
-    out = Path(out_dir) if out_dir is not None else None
+        resolve_available(pool, settings.available)  # an unknown agent fails here, not on every item
+    items = _items(settings)
+    out = Path(settings.out_dir) if settings.out_dir is not None else None
     if out is not None:
-        check_out_dir(out, overwrite)
-        out.mkdir(parents=True, exist_ok=True)
-
-    from puppeteer.env import ConductorEnv
-
-    seeds = [item_seed(seed, t.id) for t in items]
-    conductor = is_conductor_policy(policy)
-    workflow = is_workflow_policy(policy)
-    plans: list[Workflow | BaseException] = []
-    env_kwargs: dict[str, Any] = dict(
-        pool=pool, tasks=items, lam=lam, cache=cache, backend=backend, k_available=k_available
-    )
-    reset_options: dict[str, Any] = {"available": list(available)} if available else {}
-    if conductor:
-        env = ConductorEnv(
-            mode="workflow",
-            aggregate="last",
-            workflow_lam=lam,
-            max_steps=max_steps,
-            max_depth=max_depth,
-            **env_kwargs,
-        )
-        # one backend for the conductor and the workers (the same response cache)
-        policy.bind(cache, shared=env.executor.backend if backend is None else None)  # type: ignore[union-attr]
-    elif is_workflow_policy(policy):
-        for t, s in zip(items, seeds, strict=True):
-            try:
-                plans.append(policy.plan(t, pool, np.random.default_rng(s)))
-            except Exception as e:  # recorded per item below
-                plans.append(e)
-        longest = max((len(p) for p in plans if isinstance(p, Workflow)), default=1)
-        max_steps = max(max_steps, longest)
-        env = ConductorEnv(
-            mode="workflow", aggregate=policy.aggregate, workflow_lam=lam, max_steps=max_steps, **env_kwargs
-        )
+        check_out_dir(out, settings.overwrite)  # before any work: never replace a finished result
+    if settings.ray is not None:
+        if not isinstance(policy_or_spec, str):
+            raise TypeError("Ray workers build their own policy: pass a spec, not a policy object")
+        if settings.backend is not None:
+            raise ValueError("Ray workers build their own backends: evaluate on Ray without backend=")
+        return _evaluate_on_ray(policy_or_spec, items, settings, settings.ray)
+    if isinstance(policy_or_spec, str):
+        spec = policy_or_spec
+        policy = as_policy(make_policy(spec, pool, settings.episode.max_steps))
     else:
-        env = ConductorEnv(
-            mode="step", aggregate=getattr(policy, "aggregate", None), max_steps=max_steps, **env_kwargs
-        )
-    mode = env.config.mode
+        policy = as_policy(policy_or_spec)
+        spec = policy.name
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    seeds = [item_seed(settings.seed, t.id) for t in items]
+    config = policy.configure(settings.episode, items, seeds, pool)
+    env = ConductorEnv(config, pool=pool, tasks=items, cache=settings.cache, backend=settings.backend)
+    # one backend for the policy's own model and the workers (the same response cache)
+    policy.start(env, env.executor.backend if settings.backend is None else None, settings.cache)
+    reset_options: dict[str, Any] = {"available": list(settings.available)} if settings.available else {}
     fields: dict[str, Any] = dict(
         policy=spec,
         policy_name=policy.name,
         pool=pool.name,
-        suite=suite,
-        split=split,
-        seed=seed,
-        mode=mode,
-        backends=pool.backends(),
-        max_steps=max_steps,
-        lam=lam,
-        cache_path=str(cache) if cache is not None else None,
+        suite=settings.suite,
+        split=settings.split,
+        seed=settings.seed,
+        mode=config.mode,
+        backends=(*pool.backends(), *getattr(policy, "model_backends", ())),
+        max_steps=config.max_steps,
+        lam=config.workflow_lam if config.mode == "workflow" else config.lam,
+        cache_path=str(settings.cache) if settings.cache is not None else None,
         out_dir=str(out) if out is not None else None,
-        available=tuple(available) if available else None,
-        max_depth=max_depth,
+        available=settings.available or _offered(env),
+        max_depth=config.max_depth,
     )
 
     records: dict[int, _Record] = {}
     cached = _cached_backends(env, pool)
     # a shared backend (``backend=``) keeps counting across runs: report this run's share only
     hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
+    concurrency = settings.concurrency
     workers = _workers(
         env,
         policy,
@@ -473,29 +449,11 @@ def evaluate_policy(
         len(items),
     )
 
-    def run_item(worker: tuple[ConductorEnv, Any], i: int) -> tuple[_Record, float]:
+    def run_item(worker: tuple[ConductorEnv, Policy], i: int) -> tuple[_Record, float]:
         item_env, item_policy = worker
         t0 = time.perf_counter()
         try:
-            extra: dict[str, Any] = {}
-            if conductor:
-                traj, extra = run_conductor_episode(
-                    item_env, item_policy, seed=seeds[i], index=i, options=reset_options
-                )
-            elif workflow:
-                plan = plans[i]
-                if isinstance(plan, BaseException):
-                    raise plan
-                traj = run_workflow_episode(item_env, plan, seed=seeds[i], index=i, options=reset_options)
-            else:
-                traj = run_step_episode(
-                    item_env,
-                    item_policy,
-                    np.random.default_rng(seeds[i]),
-                    seed=seeds[i],
-                    index=i,
-                    options=reset_options,
-                )
+            traj, extra = item_policy.episode(item_env, index=i, seed=seeds[i], options=reset_options)
             return _Record(traj.correct, None, traj, extra), time.perf_counter() - t0
         except Exception as e:
             log.warning("item %d (%s) failed: %s: %s", i, items[i].id, type(e).__name__, e)
@@ -506,11 +464,12 @@ def evaluate_policy(
     write_error: OSError | None = None
     good = 0  # bytes of trajectories.jsonl known to be whole lines
     try:
-        with _progress(progress, len(items), f"{spec} on {suite}/{split}") as advance:
+        label = f"{spec} on {settings.suite}/{settings.split}"
+        with _progress(settings.progress, len(items), label) as advance:
             for i, (record, wall) in map_as_completed(run_item, len(items), workers):
                 records[i] = record  # lines are written as items finish, each with its index
                 if sink is not None:
-                    line = _record_line(i, items[i], spec, record, mode, wall)
+                    line = _record_line(i, items[i], spec, record, config.mode, wall)
                     try:
                         sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
                         sink.flush()
@@ -534,11 +493,10 @@ def evaluate_policy(
                 cache_hits=sum(c.stats.hits for c in cached) - hits0,
                 cache_misses=sum(c.stats.misses for c in cached) - misses0,
             )
-        if backend is None:  # the caches were opened here: close their SQLite connections
+        if settings.backend is None:  # the caches were opened here: close their SQLite connections
             for c in cached:
                 c.close()
-        if conductor:
-            fields.update(_conductor_fields([records[i] for i in sorted(records)], max_depth))
+        fields.update(_conductor_fields([records[i] for i in sorted(records)], config.max_depth))
         result = _summary(
             [records[i] for i in sorted(records)],
             len(items),
@@ -554,6 +512,147 @@ def evaluate_policy(
             f"could not write {out / 'trajectories.jsonl'} ({why}); the first {len(records)} "
             "items are kept, results.json says completed: false"
         )
+    return result
+
+
+def _items(settings: EvalSettings) -> tuple[Task, ...]:
+    if settings.tasks is not None:
+        items = tuple(settings.tasks)[: settings.n] if settings.n is not None else tuple(settings.tasks)
+    else:
+        items = tuple(load_suite(settings.suite, settings.split, n=settings.n, seed=settings.seed))
+    if not items:
+        raise ValueError(f"no items to evaluate in {settings.suite}/{settings.split}")
+    return items
+
+
+def _offered(env: ConductorEnv) -> tuple[str, ...] | None:
+    """The agents the env offers when its settings withhold some (None: all of the pool's)."""
+    if not env.config.unavailable:
+        return None
+    return tuple(a.name for i, a in enumerate(env.pool.agents) if i not in set(env.config.unavailable))
+
+
+def evaluate_policy(
+    spec_or_policy: str | Any,
+    pool: str | Path | Pool,
+    suite: str,
+    split: str = "test",
+    n: int | None = None,
+    seed: int = 0,
+    out_dir: str | Path | None = None,
+    cache: str | Path | None = None,
+    max_steps: int = 5,
+    lam: float = 0.1,
+    progress: bool = True,
+    *,
+    tasks: Sequence[Task] | None = None,
+    backend: Backend | None = None,
+    overwrite: bool = False,
+    available: Sequence[str] | None = None,
+    k_available: int | None = None,
+    max_depth: int = 0,
+    concurrency: int | None = None,
+    ray: RayExecutor | None = None,
+) -> EvalResult:
+    """:func:`evaluate` with its settings as keywords (see :class:`EvalSettings`)."""
+    return evaluate(
+        spec_or_policy,
+        EvalSettings(
+            pool=pool,
+            suite=suite,
+            split=split,
+            n=n,
+            seed=seed,
+            out_dir=out_dir,
+            cache=cache,
+            episode=EpisodeSettings(
+                lam=lam, max_steps=max_steps, max_depth=max_depth, k_available=k_available
+            ),
+            available=tuple(available) if available else None,
+            progress=progress,
+            overwrite=overwrite,
+            concurrency=concurrency,
+            tasks=tuple(tasks) if tasks is not None else None,
+            backend=backend,
+            ray=ray,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- the Ray executor
+
+
+def _eval_shard(spec: str, settings: EvalSettings) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One shard, run by a Ray worker: the evaluation's own loop on a few items."""
+    with tempfile.TemporaryDirectory(prefix="puppeteer-shard-") as tmp:
+        result = evaluate(spec, replace(settings, out_dir=tmp, progress=False, ray=None, overwrite=True))
+        lines = [json.loads(line) for line in (Path(tmp) / "trajectories.jsonl").read_text().splitlines()]
+    return result.to_dict(), lines
+
+
+def _line_record(line: Mapping[str, Any]) -> _Record:
+    if line.get("error") is not None:
+        return _Record(False, line["error"], None)
+    traj = trajectory_from_dict(line)
+    extra = {k: line[k] for k in ("conductor", "rounds", "available") if k in line}
+    return _Record(traj.correct, None, traj, extra)
+
+
+def _evaluate_on_ray(
+    spec: str, items: Sequence[Task], settings: EvalSettings, ray_exec: RayExecutor
+) -> EvalResult:
+    from puppeteer.distributed import init_ray
+
+    pool = settings.pool
+    assert isinstance(pool, Pool)
+    runtime_env = dict(ray_exec.runtime_env) if ray_exec.runtime_env is not None else None
+    ray = init_ray(ray_exec.address, ray_exec.num_cpus, runtime_env)
+    k = max(1, min(len(items), ray_exec.workers or int(ray.cluster_resources().get("CPU", 1))))
+    bounds = np.linspace(0, len(items), k + 1).astype(int)
+    remote = ray.remote(num_cpus=ray_exec.worker_cpus, max_retries=0)(_eval_shard)
+    cache = str(settings.cache) if settings.cache is not None else None
+    base = replace(settings, cache=cache, n=None, out_dir=None)
+    start = time.perf_counter()
+    futures = [
+        remote.remote(spec, replace(base, tasks=tuple(items[lo:hi]))) for lo, hi in itertools.pairwise(bounds)
+    ]
+    parts = ray.get(futures)
+    wall = time.perf_counter() - start
+
+    lines: list[dict[str, Any]] = []
+    for (_, shard_lines), offset in zip(parts, bounds[:-1], strict=True):
+        lines += [{**line, "index": int(line["index"]) + int(offset)} for line in shard_lines]
+    first = parts[0][0]
+    hits = [p[0]["cache_hits"] for p in parts if p[0]["cache_hits"] is not None]
+    misses = [p[0]["cache_misses"] for p in parts if p[0]["cache_misses"] is not None]
+    out = Path(settings.out_dir) if settings.out_dir is not None else None
+    keep = ("policy_name", "mode", "lam", "max_depth")
+    fields: dict[str, Any] = dict(
+        {key: first[key] for key in keep},
+        policy=spec,
+        pool=pool.name,
+        suite=settings.suite,
+        split=settings.split,
+        seed=settings.seed,
+        backends=tuple(first["backends"]),
+        available=tuple(first["available"]) if first["available"] else None,
+        max_steps=max(int(p[0]["max_steps"]) for p in parts),  # workflow plans may raise the limit
+        cache_path=cache,
+        out_dir=str(out) if out is not None else None,
+        cache_hits=sum(hits) if hits else None,
+        cache_misses=sum(misses) if misses else None,
+    )
+    records = [_line_record(line) for line in lines]
+    fields.update(_conductor_fields(records, int(fields["max_depth"])))
+    result = _summary(
+        records, len(items), speeds=pool, wall_s=wall, completed=len(lines) == len(items), **fields
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "trajectories.jsonl").open("w") as sink:
+            for line in lines:
+                sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        _write_results(out, result)
     return result
 
 

@@ -21,7 +21,6 @@ format the agents are asked for); it has no gold answer, so ``correct`` is ``Non
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -29,16 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from puppeteer.backends.base import Backend
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, build_backend
-from puppeteer.evaluation import item_seed
-from puppeteer.policies.baselines import Policy, is_workflow_policy, make_policy
-from puppeteer.policies.conductor import is_conductor_policy
+from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
+from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, load_pool
-from puppeteer.rollout import run_conductor_episode, run_step_episode, run_workflow_episode
+from puppeteer.seeding import item_seed
 from puppeteer.tasks import load_suite
 from puppeteer.textsafe import encodable
 from puppeteer.types import Step, Task, Trajectory
@@ -76,29 +72,12 @@ class OrchestratorResult:
         return self.steps[-1].completion.text if self.steps else ""
 
 
-class _Serialized:
-    """A step policy whose ``reset``/``act`` run one at a time (episodes still overlap in model calls)."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy = policy
-        self.name = policy.name
-        self._lock = threading.Lock()
-
-    def reset(self, task_id: str) -> None:
-        with self._lock:
-            self.policy.reset(task_id)
-
-    def act(self, obs: dict[str, Any], rng: np.random.Generator) -> int:
-        with self._lock:
-            return int(self.policy.act(obs, rng))
-
-
 class Orchestrator:
     """A policy bound to a pool and its backends. Thread-safe: each call runs its own environment."""
 
     def __init__(
         self,
-        policy: Policy,
+        policy: Policy | Any,
         pool: Pool,
         spec: str,
         *,
@@ -110,7 +89,7 @@ class Orchestrator:
         cache: str | Path | None = None,
         seed: int = 0,
     ) -> None:
-        self.policy = policy
+        self.policy: Policy = as_policy(policy)
         self.pool = pool
         self.spec = spec
         self.max_steps = max_steps
@@ -122,12 +101,11 @@ class Orchestrator:
         self._cache = cache
         self._backend = backend
         self._lock = threading.Lock()
-        self._step_policy = _Serialized(policy)
 
     @classmethod
     def load(
         cls,
-        policy: str | Policy,
+        policy: str | Policy | Any,
         pool: str | Path | Pool = "local",
         *,
         max_steps: int = 5,
@@ -212,35 +190,13 @@ class Orchestrator:
         """Run the policy on one task (a suite item or :meth:`task_for`'s free task)."""
         question = task.question
         run_seed = item_seed(self.seed if seed is None else seed, task.id)
-        kwargs: dict[str, Any] = dict(pool=self.pool, tasks=[task], lam=self.lam, backend=self.backend())
-        if is_conductor_policy(self.policy):
-            # per request: its own record of the conductor's calls; the model backend stays shared
-            conductor = dataclasses.replace(self.policy, calls=[])
-            conductor.bind(self._cache, shared=kwargs["backend"])
-            env = ConductorEnv(
-                mode="workflow", aggregate="last", workflow_lam=self.lam, max_steps=self.max_steps, **kwargs
-            )
-            traj, _ = run_conductor_episode(env, conductor, seed=run_seed, index=0)
-        elif is_workflow_policy(self.policy):
-            plan = self.policy.plan(task, self.pool, np.random.default_rng(run_seed))
-            env = ConductorEnv(
-                mode="workflow",
-                aggregate=self.policy.aggregate,
-                workflow_lam=self.lam,
-                max_steps=max(self.max_steps, len(plan)),
-                **kwargs,
-            )
-            traj = run_workflow_episode(env, plan, seed=run_seed, index=0)
-        else:
-            env = ConductorEnv(
-                mode="step",
-                aggregate=getattr(self.policy, "aggregate", None),
-                max_steps=self.max_steps,
-                **kwargs,
-            )
-            traj = run_step_episode(
-                env, self._step_policy, np.random.default_rng(run_seed), seed=run_seed, index=0
-            )
+        policy = self.policy.fork()  # per request: its own plans / record of calls, models shared
+        settings = EpisodeSettings(lam=self.lam, max_steps=self.max_steps)
+        config = policy.configure(settings, [task], [run_seed], self.pool)
+        backend = self.backend()
+        env = ConductorEnv(config, pool=self.pool, tasks=[task], backend=backend)
+        policy.start(env, backend, self._cache)
+        traj, _ = policy.episode(env, index=0, seed=run_seed)
         graded = bool(task.answer)
         return OrchestratorResult(
             question=question,

@@ -23,9 +23,9 @@ from puppeteer.backends import make_router
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.conductor_prompt import ConductorPrompt
 from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import item_seed
 from puppeteer.policies.conductor import ConductorPolicy, conductor_model
 from puppeteer.rollout import run_episode
+from puppeteer.seeding import item_seed
 from puppeteer.types import Message
 
 

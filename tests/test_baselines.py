@@ -14,11 +14,11 @@ from puppeteer.policies.baselines import (
     SelfReflection,
     SingleAgent,
     SpecError,
+    WorkflowPolicy,
     default_baseline_specs,
-    is_workflow_policy,
-    make_policy,
     strongest_agents,
 )
+from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, Task
@@ -204,7 +204,7 @@ def test_default_specs_cover_every_single_agent(pool: Pool) -> None:
     kinds = {s.split(":")[0] for s in specs}
     assert kinds == {"single", "random", "chain", "vote", "moa", "reflect"}
     for spec in specs:
-        assert is_workflow_policy(make_policy(spec, pool))
+        assert isinstance(make_policy(spec, pool), WorkflowPolicy)
 
 
 def test_learned_policy_runs_in_step_mode(tmp_path, pool: Pool, arith: tuple[Task, ...]) -> None:
@@ -212,7 +212,7 @@ def test_learned_policy_runs_in_step_mode(tmp_path, pool: Pool, arith: tuple[Tas
 
     PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", max_steps=3), seed=1).save(tmp_path / "pol")
     policy = make_policy(f"puppeteer:{tmp_path / 'pol'}", pool)
-    assert not is_workflow_policy(policy)
+    assert not isinstance(policy, WorkflowPolicy)
     result = evaluate_policy(policy, pool, "arith", tasks=arith[:10], max_steps=3, progress=False)
     assert result.mode == "step" and result.n_errors == 0
     assert result.mean_calls <= 3.0  # the env stops the episode at max_steps
@@ -221,7 +221,8 @@ def test_learned_policy_runs_in_step_mode(tmp_path, pool: Pool, arith: tuple[Tas
 
 
 def test_bykind_routes_each_kind_of_task_to_its_agent() -> None:
-    from puppeteer.policies.baselines import SpecError, make_policy
+    from puppeteer.policies.baselines import SpecError
+    from puppeteer.policies.registry import make_policy
     from puppeteer.pool import load_pool
     from puppeteer.tasks import load_suite
 

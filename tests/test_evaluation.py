@@ -16,10 +16,10 @@ from puppeteer.envbuild import sim_answer_key
 from puppeteer.evaluation import (
     EvalResult,
     evaluate_policy,
-    item_seed,
     wilson_interval,
 )
 from puppeteer.pool import Pool, load_pool
+from puppeteer.seeding import item_seed
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import read_trajectories
 from puppeteer.types import Agent, Completion, CompletionRequest, Task

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 from puppeteer.conductor_prompt import ConductorPrompt
 from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import item_seed
 from puppeteer.rollout import conductor_record
+from puppeteer.seeding import item_seed
 from puppeteer.types import Task, Trajectory
 
 if TYPE_CHECKING:

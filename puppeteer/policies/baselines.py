@@ -6,7 +6,8 @@ plans a :class:`~puppeteer.types.Workflow` for a task and the environment runs i
 (:class:`RandomStep` and :class:`LearnedStep`, the trained puppeteer) and follow the
 :class:`~puppeteer.policies.base.StepPolicy` contract.
 
-``make_policy(spec, pool)`` builds any of them from a short text spec; see :data:`SPEC_FORMS`.
+:func:`puppeteer.policies.registry.make_policy` builds any of them from a short text spec (see
+:data:`SPEC_FORMS`); :func:`~puppeteer.policies.protocol.as_policy` runs them.
 
 Solver steps get the task's question itself as their subtask, so the first call of every
 baseline on an item is the same request: a response cache reuses it across baselines.
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -395,8 +396,8 @@ class LearnedStep:
 
 # --------------------------------------------------------------------------- the spec registry
 
-Policy = WorkflowPolicy | StepPolicy
-Parser = Callable[[str, Pool, int], Policy]
+Built = WorkflowPolicy | StepPolicy  # what a spec's parser builds (adapted by policies.protocol.as_policy)
+Parser = Callable[[str, Pool, int], Built]
 
 SPEC_FORMS: tuple[str, ...] = (
     "single:AGENT          one agent (name or id), e.g. single:qwen1.5b-cot or single:0",
@@ -410,7 +411,7 @@ SPEC_FORMS: tuple[str, ...] = (
     "random-step           step mode: random agent each step, Terminator with probability 1/max_steps",
     "cascade:A,B[,C]       step mode: A, then B only if A gave no answer, and so on",
     "puppeteer:PATH        step mode: a trained PuppeteerPolicy directory, greedy",
-    "sb3:PATH              step mode: an sb3/sb3-contrib model saved by scripts/train_maskable_ppo.py",
+    "sb3:PATH              step mode: an sb3/sb3-contrib model saved by puppeteer.train.sb3 (save_sb3)",
     *CONDUCTOR_SPEC_FORMS,
 )
 
@@ -431,13 +432,13 @@ def _canon(pool: Pool, refs: Sequence[AgentRef]) -> tuple[str, ...]:
     return tuple(_names(pool, refs).split(","))
 
 
-def _single(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _single(arg: str, pool: Pool, max_steps: int) -> Built:
     if not arg:
         raise SpecError("single needs an agent: single:NAME or single:ID")
     return SingleAgent(_canon(pool, [arg])[0])
 
 
-def _bykind(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _bykind(arg: str, pool: Pool, max_steps: int) -> Built:
     routes = []
     for part in _split_list(arg, "bykind"):
         kind, eq, agent = part.partition("=")
@@ -449,16 +450,16 @@ def _bykind(arg: str, pool: Pool, max_steps: int) -> Policy:
     return ByKind(tuple(routes))
 
 
-def _random(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _random(arg: str, pool: Pool, max_steps: int) -> Built:
     return RandomWorkflow(max_steps=int(arg) if arg else max_steps)
 
 
-def _chain(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _chain(arg: str, pool: Pool, max_steps: int) -> Built:
     refs: Sequence[AgentRef] = _split_list(arg, "chain") if arg else default_chain(pool)
     return FixedChain(_canon(pool, refs))
 
 
-def _vote(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _vote(arg: str, pool: Pool, max_steps: int) -> Built:
     if not arg or arg.strip().isdigit():
         vote = MajorityVote(k=int(arg) if arg else 3)
         vote.members(pool)  # checks k against the pool size now
@@ -466,7 +467,7 @@ def _vote(arg: str, pool: Pool, max_steps: int) -> Policy:
     return MajorityVote(agents=_canon(pool, _split_list(arg, "vote")))
 
 
-def _moa(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _moa(arg: str, pool: Pool, max_steps: int) -> Built:
     if not arg:
         return MixtureOfAgents(
             _canon(pool, strongest_agents(pool, min(3, len(pool)))),
@@ -480,7 +481,7 @@ def _moa(arg: str, pool: Pool, max_steps: int) -> Policy:
     return MixtureOfAgents(_canon(pool, _split_list(proposers, "moa")), _canon(pool, [aggregator])[0])
 
 
-def _reflect(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _reflect(arg: str, pool: Pool, max_steps: int) -> Built:
     agent, _, k = arg.partition(":")
     if k and not k.strip().isdigit():
         raise SpecError(f"reflect:AGENT:K needs an integer K, got {k!r}")
@@ -488,28 +489,28 @@ def _reflect(arg: str, pool: Pool, max_steps: int) -> Policy:
     return SelfReflection(_canon(pool, [ref])[0], k=int(k) if k else 2)
 
 
-def _oracle(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _oracle(arg: str, pool: Pool, max_steps: int) -> Built:
     return OracleRouter.from_pool(pool)
 
 
-def _random_step(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _random_step(arg: str, pool: Pool, max_steps: int) -> Built:
     return RandomStep(max_steps=int(arg) if arg else max_steps)
 
 
-def _cascade(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _cascade(arg: str, pool: Pool, max_steps: int) -> Built:
     agents = _canon(pool, _split_list(arg, "cascade"))
     if len(agents) > max_steps:
         raise SpecError(f"cascade of {len(agents)} agents needs max_steps >= {len(agents)}, got {max_steps}")
     return Cascade(agents, tuple(pool.index(a) for a in agents), name=f"cascade:{','.join(agents)}")
 
 
-def _puppeteer(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _puppeteer(arg: str, pool: Pool, max_steps: int) -> Built:
     if not arg:
         raise SpecError("puppeteer needs a directory: puppeteer:PATH")
     return LearnedStep(arg, pool)
 
 
-def _sb3(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _sb3(arg: str, pool: Pool, max_steps: int) -> Built:
     if not arg:
         raise SpecError("sb3 needs a directory: sb3:PATH")
     from puppeteer.policies.external import load_sb3
@@ -517,7 +518,7 @@ def _sb3(arg: str, pool: Pool, max_steps: int) -> Policy:
     return load_sb3(arg, pool)
 
 
-def _conductor(arg: str, pool: Pool, max_steps: int) -> Policy:
+def _conductor(arg: str, pool: Pool, max_steps: int) -> Built:
     from puppeteer.policies.conductor import make_conductor
 
     return make_conductor(arg)  # type: ignore[return-value]
@@ -542,33 +543,6 @@ PARSERS: Mapping[str, Parser] = MappingProxyType(
 )
 
 
-def make_policy(spec: str, pool: Pool, max_steps: int = 5) -> Policy:
-    """Build a baseline (or the trained puppeteer) from a spec; see :data:`SPEC_FORMS`.
-
-    Agent names and ids are checked against ``pool`` now; ``max_steps`` bounds ``random``
-    and sets the Terminator rate of ``random-step``.
-    """
-    kind, colon, arg = spec.strip().partition(":")
-    parser = PARSERS.get(kind.strip().lower())
-    if parser is not None and colon and not arg.strip():  # "chain:" silently ran the default chain
-        raise SpecError(
-            f"policy spec {spec!r} has nothing after ':'; write {kind.strip()!r} alone for its default"
-        )
-    if parser is None:
-        raise SpecError(f"unknown policy spec {spec!r}; the forms are:\n  " + "\n  ".join(SPEC_FORMS))
-    try:
-        return parser(arg.strip(), pool, max_steps)
-    except SpecError:
-        raise
-    except (KeyError, IndexError, ValueError) as e:
-        raise SpecError(f"policy spec {spec!r}: {e.args[0] if e.args else e}") from None
-
-
-def is_workflow_policy(policy: object) -> TypeGuard[WorkflowPolicy]:
-    """Whether ``policy`` plans whole workflows (narrows its type for the checker)."""
-    return isinstance(policy, WorkflowPolicy)
-
-
 def default_baseline_specs(pool: Pool) -> tuple[str, ...]:
     """Every single agent, then random, the default chain, vote:3, moa and reflect, as explicit specs."""
     specs = [f"single:{a.name}" for a in pool.agents]
@@ -590,6 +564,7 @@ __all__ = [
     "PARSERS",
     "REVISE_SUBTASK",
     "SPEC_FORMS",
+    "Built",
     "FixedChain",
     "LearnedStep",
     "MajorityVote",
@@ -604,8 +579,6 @@ __all__ = [
     "default_aggregator",
     "default_baseline_specs",
     "default_chain",
-    "is_workflow_policy",
-    "make_policy",
     "resolve_agent",
     "strongest_agents",
 ]

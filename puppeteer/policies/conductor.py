@@ -11,16 +11,23 @@ Spec forms (``make_policy``): see :data:`CONDUCTOR_SPEC_FORMS`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends import make_router
 from puppeteer.backends.base import Backend
 from puppeteer.backends.models import EMBEDDED_MODELS
 from puppeteer.conductor_prompt import ConductorPrompt
-from puppeteer.types import CompletionRequest, Message, ModelSpec
+from puppeteer.envbuild import EnvConfig
+from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
+from puppeteer.rollout import run_conductor_episode
+from puppeteer.types import CompletionRequest, Message, ModelSpec, Task
+
+if TYPE_CHECKING:
+    from puppeteer.env import ConductorEnv
+    from puppeteer.pool import Pool
 
 DEFAULT_CONDUCTOR_MODEL = "qwen2.5-coder-1.5b"
 DEFAULT_MAX_TOKENS = 256
@@ -34,7 +41,7 @@ CONDUCTOR_SPEC_FORMS: tuple[str, ...] = (
     "conductor:grpo:RUN    a conductor trained by `puppeteer train track=conductor` (run dir RUN), planning"
     " with its run's prompt, answer prefix and agents (needs the grpo extra)",
 )
-# evaluated by :mod:`puppeteer.train.grpo_eval` (batched generation with the run's own settings)
+# registered in puppeteer.policies.registry; lives in puppeteer.train.grpo_eval (batched generation)
 GRPO_RUN_PREFIX = "conductor:grpo:"
 
 
@@ -120,6 +127,33 @@ class ConductorPolicy:
         """A new episode: forget the previous episode's calls."""
         self.calls = []
 
+    # ------------------------------------------------------------------ the Policy contract
+    @property
+    def model_backends(self) -> tuple[str, ...]:
+        """The backend of the conductor's own model (it generates during episodes too)."""
+        return (self.model.backend,)
+
+    def configure(
+        self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
+    ) -> EnvConfig:
+        """Workflow mode, the last step's answer, ``settings.max_depth`` more planning rounds allowed."""
+        return settings.workflow_config(self.aggregate, max_depth=settings.max_depth)
+
+    def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
+        """One backend for the conductor and the workers (the same response cache): see :meth:`bind`."""
+        self.bind(cache, shared=shared)
+
+    def episode(
+        self, env: ConductorEnv, *, index: int, seed: int, options: Mapping[str, Any] | None = None
+    ) -> EpisodeRecord:
+        """Plan (and re-plan, with recursion) until the env ends the episode; the record holds the
+        conductor's own calls and every planning round."""
+        return run_conductor_episode(env, self, seed=seed, index=index, options=options)
+
+    def fork(self) -> ConductorPolicy:
+        """Its own record of calls; the model backend stays shared."""
+        return replace(self, calls=[])
+
     def request(self, prompt: ConductorPrompt, sample_index: int = 0) -> CompletionRequest:
         return CompletionRequest(
             model=self.model,
@@ -161,10 +195,6 @@ class ConductorPolicy:
         if not isinstance(prompt, ConductorPrompt):
             prompt = ConductorPrompt((Message("user", str(obs["prompt"])),))
         return self.write(prompt, depth=int(obs.get("depth", 0)))
-
-
-def is_conductor_policy(policy: object) -> bool:
-    return isinstance(policy, ConductorPolicy)
 
 
 def make_conductor(arg: str) -> ConductorPolicy:

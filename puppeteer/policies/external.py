@@ -3,7 +3,7 @@
 A directory written by :func:`save_sb3` holds ``model.zip`` (an sb3 / sb3-contrib model) and
 ``puppeteer.json`` (the algorithm, the observation encoder and the pool's agents), so
 ``puppeteer eval --policy sb3:DIR``, ``puppeteer run --policy sb3:DIR`` and ``puppeteer serve``
-apply it. ``scripts/train_maskable_ppo.py`` writes one.
+apply it. :func:`puppeteer.train.sb3.train_maskable_ppo` writes one.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import hashlib
 import json
 import random
 from collections.abc import Callable, Iterator, Mapping
@@ -18,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from puppeteer.seeding import shuffle_seed
 from puppeteer.tasks.arith import arith_problem
 from puppeteer.tasks.extract import normalize_math
 from puppeteer.tasks.graders import LETTERS
@@ -180,12 +180,6 @@ def load_mmlu(spec: SuiteSpec) -> ItemSource:
         )
         groups.append(str(row["topic"]))
     return ItemSource.of(tuple(tasks), tuple(groups))
-
-
-def shuffle_seed(*parts: object) -> int:
-    """A 64-bit seed derived from the parts (stable across processes and Python versions)."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big")
 
 
 def shuffled_choices(correct: str, incorrect: tuple[str, ...], seed: int) -> tuple[tuple[str, ...], str]:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from puppeteer.analytics.stats import wilson_interval
 from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import EnvConfig
 from puppeteer.integrations.trl import (
     ConductorReward,
     WorkflowOutcome,
@@ -158,11 +159,8 @@ class GRPOJob:
             cache=cfg.get("cache"),
         )
 
-    def env(self, split: str, n: int | None, pool: Any = None, tasks: Any = None) -> ConductorEnv:
-        """The workflow-mode env of this run on ``split`` (first ``n`` items), or on given ``tasks``."""
-        from puppeteer.pool import Pool, load_pool
-
-        pool = pool if isinstance(pool, Pool) else load_pool(self.pool)
+    def env_config(self, pool: Any) -> EnvConfig:
+        """The workflow-mode env settings of this run (its agents, prompt, step limit and cost model)."""
         unavailable: list[int] = []
         if self.available is not None:
             names = [a.name for a in pool.agents]
@@ -170,15 +168,24 @@ class GRPOJob:
             if unknown:
                 raise ValueError(f"available names agents not in pool {pool.name}: {unknown}")
             unavailable = [i for i, name in enumerate(names) if name not in self.available]
-        return ConductorEnv(
+        return EnvConfig(
             mode="workflow",
-            pool=pool,
-            unavailable=unavailable,
+            unavailable=tuple(unavailable),
             prompt=self.prompt,
-            **(dict(tasks=tasks) if tasks is not None else dict(suite=self.suite, split=split, n_tasks=n)),
             max_steps=self.workflow_max_steps,
             workflow_lam=self.workflow_lam,
             cost_model=self.cost_model,
+        )
+
+    def env(self, split: str, n: int | None, pool: Any = None, tasks: Any = None) -> ConductorEnv:
+        """The workflow-mode env of this run on ``split`` (first ``n`` items), or on given ``tasks``."""
+        from puppeteer.pool import Pool, load_pool
+
+        pool = pool if isinstance(pool, Pool) else load_pool(self.pool)
+        return ConductorEnv(
+            self.env_config(pool),
+            pool=pool,
+            **(dict(tasks=tasks) if tasks is not None else dict(suite=self.suite, split=split, n_tasks=n)),
             cache=self.cache,
         )
 

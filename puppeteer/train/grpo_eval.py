@@ -6,8 +6,8 @@ held-out generation settings. The output directory holds ``results.json`` and ``
 in ``puppeteer eval``'s format (each line with the conductor's text and its planning rounds), so
 ``puppeteer ab``, ``puppeteer graph`` and :func:`puppeteer.analytics.load` take it like any run::
 
-    python scripts/conductor_heldout.py runs/grpo --suite arith --n 400 --out runs/ab/grpo-arith
-    puppeteer ab runs/ab/grpo-arith runs/ab/puppeteer-arith --pool sim-paper --suite arith
+    puppeteer eval --policy conductor:grpo:runs/grpo --pool sim-paper --suite arith --n 400 --out runs/ab/g
+    puppeteer ab runs/ab/g runs/ab/puppeteer-arith --pool sim-paper --suite arith
 
 Items and reset seeds are :func:`puppeteer.evaluation.evaluate_policy`'s (the first ``n`` of the
 split in the ``seed`` order, ``item_seed(seed, task id)``), so the episodes pair item for item with
@@ -24,19 +24,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.errors import UserError
-from puppeteer.evaluation import EvalResult, check_out_dir, record_episodes
-from puppeteer.integrations.trl import WorkflowScorer, conductor_rows, prefixed_rows
+from puppeteer.evaluation import EvalResult, EvalSettings, evaluate
+from puppeteer.integrations.trl import conductor_rows, prefixed_rows
 from puppeteer.policies.conductor import GRPO_RUN_PREFIX
-from puppeteer.tasks.suites import load_suite
+from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
+from puppeteer.rollout import conductor_record, run_episode
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.grpo import GRPOJob, generate
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
+    from puppeteer.backends.base import Backend
     from puppeteer.env import ConductorEnv
+    from puppeteer.envbuild import EnvConfig
     from puppeteer.pool import Pool
+    from puppeteer.types import Task
 
 log = logging.getLogger(__name__)
 
@@ -67,36 +71,77 @@ def load_trained(run_dir: str | Path, job: GRPOJob) -> Loaded:
     return model, tokenizer
 
 
-def _env(job: GRPOJob, suite: str, split: str, n: int | None, seed: int) -> ConductorEnv:
-    """The run's env (pool, agents, prompt, step limit, cost model) on ``suite``'s items."""
-    tasks = load_suite(suite, split, n=n, seed=seed)
-    if not tasks:
-        raise ValueError(f"no items in {suite}/{split}")
-    return job.env(split, n, tasks=tasks)
+class TrainedConductor:
+    """A finished conductor GRPO run as a :class:`~puppeteer.policies.protocol.Policy` (spec
+    ``conductor:grpo:RUN``): it plans with its run's prompt, chat layout, answer prefix and agents, and
+    writes every item's plan in batches once the env is ready (:meth:`start`); episodes run the plans."""
+
+    model_backends = ("transformers",)
+
+    def __init__(
+        self, run_dir: str | Path, batch_size: int | None = None, loaded: Loaded | None = None
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.job = load_job(run_dir)
+        self.name = f"{GRPO_RUN_PREFIX}{self.run_dir}"
+        self.batch_size = batch_size or self.job.eval.batch_size
+        self._loaded = loaded
+        self._plans: dict[str, tuple[str, dict[str, Any]]] = {}  # task id -> (completion, its call record)
+
+    def configure(
+        self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
+    ) -> EnvConfig:
+        """The run's env settings; the pool must be the run's (its prompt lists the agents by id)."""
+        if pool.name != self.job.pool:
+            raise UserError(
+                f"{self.name} was trained on pool {self.job.pool!r}: evaluate it there, not {pool.name!r}"
+            )
+        return self.job.env_config(pool)
+
+    def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
+        """Greedy plans for every item of ``env`` not planned yet, in batches."""
+        todo = [t for t in env.tasks if t.id not in self._plans]
+        if not todo:
+            return
+        if self._loaded is None:
+            self._loaded = load_trained(self.run_dir, self.job)
+        model, tokenizer = self._loaded
+        rows = conductor_rows(env, todo, chat=self.job.chat)
+        if self.job.answer_prefix:
+            rows = prefixed_rows(rows, tokenizer, self.job.answer_prefix)
+        t0 = time.perf_counter()
+        ev = self.job.eval
+        texts = generate(
+            model,
+            tokenizer,
+            [r["prompt"] for r in rows],
+            ev.max_new_tokens,
+            self.batch_size,
+            ev.repetition_penalty,
+            bool(ev.autocast_bf16),
+        )
+        per_item = (time.perf_counter() - t0) / len(rows)
+        for row, text in zip(rows, texts, strict=True):
+            self._plans[row["task_id"]] = (text, _call(tokenizer, row["prompt"], text, self.job, per_item))
+
+    def episode(
+        self, env: ConductorEnv, *, index: int, seed: int, options: Mapping[str, Any] | None = None
+    ) -> EpisodeRecord:
+        options = dict(options or {})
+        if options.get("available") and tuple(options["available"]) != tuple(self.job.available or ()):
+            raise UserError(f"{self.name} plans for the agents it was trained with: {self.job.available}")
+        text, call = self._plans[env.tasks[index].id]
+        plan = self.job.answer_prefix + text
+        end = run_episode(env, lambda _obs, _info: plan, seed=seed, options={"task_index": index, **options})
+        return end.trajectory, conductor_record(env, end.info, [call])
+
+    def fork(self) -> TrainedConductor:
+        return self  # the plans were written in start(); episodes only read them
 
 
-def evaluate_spec(
-    spec: str,
-    pool: str | Path | Pool,
-    suite: str,
-    split: str = "test",
-    n: int | None = None,
-    seed: int = 0,
-    out_dir: str | Path | None = None,
-    *,
-    overwrite: bool = False,
-    available: Sequence[str] | None = None,
-) -> EvalResult:
-    """:func:`~puppeteer.evaluation.evaluate_policy` for ``conductor:grpo:RUN``: the pool and agents must
-    be the run's (the conductor's prompt lists them; its plans name them by id)."""
-    run_dir = spec.strip().removeprefix(GRPO_RUN_PREFIX)
-    job = load_job(run_dir)
-    name = pool if isinstance(pool, str | Path) else pool.name
-    if str(name) != job.pool:
-        raise UserError(f"{spec} was trained on pool {job.pool!r}: evaluate it there, not on {str(name)!r}")
-    if available and tuple(available) != tuple(job.available or ()):
-        raise UserError(f"{spec} plans for the agents it was trained with: {job.available}; got --available")
-    return evaluate_run(run_dir, out_dir, suite=suite, split=split, n=n, seed=seed, overwrite=overwrite)
+def grpo_conductor(arg: str, pool: Pool, max_steps: int) -> TrainedConductor:
+    """The registry's factory for ``conductor:grpo:RUN``."""
+    return TrainedConductor(arg)
 
 
 def evaluate_run(
@@ -113,53 +158,29 @@ def evaluate_run(
 ) -> EvalResult:
     """Greedy plans of ``run_dir``'s trained conductor for the first ``n`` items of ``suite``/``split``
     (default: the run's suite and held-out split), executed, graded and written to ``out_dir``."""
-    job = load_job(run_dir)
-    suite, split = suite or job.suite, split or job.eval_split
-    out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        check_out_dir(out, overwrite)
-    env = _env(job, suite, split, n, seed)
-    model, tokenizer = load_trained(run_dir, job)
-    rows = conductor_rows(env, chat=job.chat)
-    if job.answer_prefix:
-        rows = prefixed_rows(rows, tokenizer, job.answer_prefix)
-    start = time.perf_counter()
-    completions = generate(
-        model,
-        tokenizer,
-        [r["prompt"] for r in rows],
-        job.eval.max_new_tokens,
-        batch_size or job.eval.batch_size,
-        job.eval.repetition_penalty,
-        bool(job.eval.autocast_bf16),
-    )
-    generation_s = time.perf_counter() - start
-    scorer = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=job.answer_prefix)
-    episodes = scorer.episodes([r["task_id"] for r in rows], completions)
-    items = list(env.tasks)  # conductor_rows keeps the env's task order
-    lines = []
-    for row, text, (_, trajectory, record) in zip(rows, completions, episodes, strict=True):
-        call = _call(tokenizer, row["prompt"], text, job, generation_s / len(rows))
-        lines.append((trajectory, {**record, "conductor": [call]}))
-    label = f"conductor:grpo:{Path(run_dir)}"
-    result = record_episodes(
-        out,
-        items,
-        lines,
-        pool=env.pool,
-        wall_s=time.perf_counter() - start,
-        policy=label,
-        policy_name=label,
-        suite=suite,
-        split=split,
+    policy = TrainedConductor(run_dir, batch_size)
+    job = policy.job
+    settings = EvalSettings(
+        pool=job.pool,
+        suite=suite or job.suite,
+        split=split or job.eval_split,
+        n=n,
         seed=seed,
-        mode="workflow",
-        backends=(*env.pool.backends(), "transformers"),
-        max_steps=env.config.max_steps,
-        lam=env.config.workflow_lam,
-        available=job.available,
+        out_dir=out_dir,
+        cache=job.cache,
+        overwrite=overwrite,
+        concurrency=workers,
+        progress=False,
     )
-    log.info("%s on %s/%s: accuracy %.3f over %d items", label, suite, split, result.accuracy, result.n)
+    result = evaluate(policy, settings)
+    log.info(
+        "%s on %s/%s: accuracy %.3f over %d items",
+        policy.name,
+        result.suite,
+        result.split,
+        result.accuracy,
+        result.n,
+    )
     return result
 
 

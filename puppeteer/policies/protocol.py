@@ -1,0 +1,224 @@
+"""The one policy contract: what evaluation, the Orchestrator (``run``, ``serve``) and Ray rollouts run.
+
+A :class:`Policy` knows how to run its own episode on a :class:`~puppeteer.env.ConductorEnv` and how
+to fork itself for concurrent items. The callers never ask what kind of policy they hold::
+
+    config = policy.configure(settings, tasks, seeds, pool)   # the env this policy acts in
+    env = ConductorEnv(config, pool=pool, tasks=tasks, ...)
+    policy.start(env, shared_backend, cache)                  # bind backends / batch work
+    trajectory, extra = policy.fork().episode(env, index=i, seed=seeds[i], options=options)
+
+Three adapters cover the project's kinds; a new kind is one class with these four methods plus
+a registry entry (:func:`puppeteer.policies.registry.register_policy`):
+
+* :class:`StepRunner` wraps a step policy (``reset(task_id)``, ``act(obs, rng) -> action``): the
+  trained puppeteer, SB3 models, ``random-step``, ``cascade``.
+* :class:`PlannedRunner` wraps a :class:`~puppeteer.policies.baselines.WorkflowPolicy`
+  (``plan(task, pool, rng) -> Workflow``): the fixed-workflow baselines, planned up front so the
+  env's step limit fits the longest plan.
+* The text-writing conductors (:class:`~puppeteer.policies.conductor.ConductorPolicy`, a GRPO run)
+  implement the protocol themselves.
+
+:func:`as_policy` is the one place that tells the raw kinds apart (by what they can do).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from puppeteer.envbuild import EnvConfig
+from puppeteer.rollout import run_step_episode, run_workflow_episode
+from puppeteer.types import Task, Trajectory, Workflow
+
+if TYPE_CHECKING:
+    from puppeteer.backends.base import Backend
+    from puppeteer.env import ConductorEnv
+    from puppeteer.pool import Pool
+
+EpisodeRecord = tuple[Trajectory, dict[str, Any]]
+"""One finished item: its trajectory and what its eval line adds (a conductor's calls and rounds)."""
+
+
+@dataclass(frozen=True)
+class EpisodeSettings:
+    """What a caller asks of every episode, whatever the policy: the env's settings it may adapt."""
+
+    lam: float = 0.1
+    max_steps: int = 5
+    max_depth: int = 0  # planning rounds after the first (conductors only)
+    k_available: int | None = None  # a random k-of-n subset of agents per item
+
+    def step_config(self, aggregate: str | None = None) -> EnvConfig:
+        """Step mode: one agent per action, the Terminator ends the episode."""
+        return EnvConfig(
+            mode="step",
+            lam=self.lam,
+            max_steps=self.max_steps,
+            aggregate=aggregate,
+            k_available=self.k_available,
+        )
+
+    def workflow_config(self, aggregate: str | None, max_steps: int | None = None, **more: Any) -> EnvConfig:
+        """Workflow mode: one action is a whole workflow, priced at ``lam``."""
+        return EnvConfig(
+            mode="workflow",
+            workflow_lam=self.lam,
+            lam=self.lam,
+            max_steps=max_steps or self.max_steps,
+            aggregate=aggregate,
+            k_available=self.k_available,
+            **more,
+        )
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A policy that runs its own episodes (see the module docstring for the call order)."""
+
+    name: str
+
+    def configure(
+        self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
+    ) -> EnvConfig:
+        """The env settings this policy acts in for these items (up-front work, e.g. plans, goes here)."""
+        ...
+
+    def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
+        """Called once the env exists, before any episode: bind backends (``shared``: the env's, None when
+        the caller gave its own; ``cache``: the response cache path), or do batched work."""
+        ...
+
+    def episode(
+        self, env: ConductorEnv, *, index: int, seed: int, options: Mapping[str, Any] | None = None
+    ) -> EpisodeRecord:
+        """Run item ``index`` of ``env`` (reset with ``seed`` and ``options``) to its end."""
+        ...
+
+    def fork(self) -> Policy:
+        """A copy for one more concurrent episode (per-episode state apart, models shared)."""
+        ...
+
+
+class StepRunner:
+    """A step policy (``reset``, ``act(obs, rng)``) under the :class:`Policy` contract.
+
+    Step policies carry no state from one step to the next (the observation does), so forks share
+    the one policy and call its ``reset``/``act`` one at a time under a lock (model calls, outside
+    the lock, still overlap). A step policy that keeps per-episode state declares
+    ``episode_state = True`` and is deep-copied per fork instead.
+    """
+
+    def __init__(self, step: Any, lock: threading.Lock | None = None) -> None:
+        self.step = step
+        self.name: str = step.name
+        self._lock = lock or threading.Lock()  # shared with this runner's forks
+
+    def configure(
+        self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
+    ) -> EnvConfig:
+        return settings.step_config(getattr(self.step, "aggregate", None))
+
+    def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
+        return None
+
+    def episode(
+        self, env: ConductorEnv, *, index: int, seed: int, options: Mapping[str, Any] | None = None
+    ) -> EpisodeRecord:
+        policy = _Serialized(self.step, self._lock)
+        rng = np.random.default_rng(seed)
+        return run_step_episode(env, policy, rng, seed=seed, index=index, options=options), {}
+
+    def fork(self) -> StepRunner:
+        if getattr(self.step, "episode_state", False):
+            return StepRunner(copy.deepcopy(self.step))
+        return StepRunner(self.step, self._lock)
+
+
+class _Serialized:
+    """A step policy whose ``reset``/``act`` run one at a time (episodes still overlap in model calls)."""
+
+    def __init__(self, policy: Any, lock: threading.Lock) -> None:
+        self.policy, self.name, self._lock = policy, policy.name, lock
+
+    def reset(self, task_id: str) -> None:
+        with self._lock:
+            self.policy.reset(task_id)
+
+    def act(self, obs: dict[str, Any], rng: np.random.Generator) -> int:
+        with self._lock:
+            return int(self.policy.act(obs, rng))
+
+
+class PlannedRunner:
+    """A :class:`~puppeteer.policies.baselines.WorkflowPolicy` under the :class:`Policy` contract.
+
+    Every item's workflow is planned in :meth:`configure` (rng seeded by the item's reset seed), so
+    the env's step limit fits the longest plan; a plan that fails is raised by that item's episode.
+    Forks read the plans made so far and plan their own items without touching the original's.
+    """
+
+    def __init__(self, planner: Any, plans: Mapping[str, Workflow | BaseException] | None = None) -> None:
+        self.planner = planner
+        self.name: str = planner.name
+        self._plans: dict[str, Workflow | BaseException] = dict(plans or {})
+
+    def configure(
+        self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
+    ) -> EnvConfig:
+        plans: dict[str, Workflow | BaseException] = {}
+        for task, seed in zip(tasks, seeds, strict=True):
+            try:
+                plans[task.id] = self.planner.plan(task, pool, np.random.default_rng(seed))
+            except Exception as e:  # raised by the item's episode, recorded as its error
+                plans[task.id] = e
+        self._plans = plans
+        longest = max((len(p) for p in plans.values() if isinstance(p, Workflow)), default=1)
+        return settings.workflow_config(self.planner.aggregate, max(settings.max_steps, longest))
+
+    def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
+        return None
+
+    def episode(
+        self, env: ConductorEnv, *, index: int, seed: int, options: Mapping[str, Any] | None = None
+    ) -> EpisodeRecord:
+        plan = self._plans.get(env.tasks[index].id)
+        if plan is None:
+            raise RuntimeError(f"{self.name}: item {index} was not planned (configure() first)")
+        if isinstance(plan, BaseException):
+            raise plan
+        return run_workflow_episode(env, plan, seed=seed, index=index, options=options), {}
+
+    def fork(self) -> PlannedRunner:
+        return PlannedRunner(self.planner, self._plans)
+
+
+def as_policy(obj: Any) -> Policy:
+    """The :class:`Policy` for any object the registry builds: itself when it runs its own episodes,
+    else the adapter for what it can do (``plan`` a workflow, or ``act`` step by step)."""
+    if isinstance(obj, Policy):
+        return obj
+    if callable(getattr(obj, "plan", None)) and hasattr(obj, "aggregate"):
+        return PlannedRunner(obj)
+    if callable(getattr(obj, "act", None)) and callable(getattr(obj, "reset", None)):
+        return StepRunner(obj)
+    raise TypeError(
+        f"{type(obj).__name__} is not a policy: it needs episode/configure/start/fork, "
+        "plan(task, pool, rng) with an aggregate, or reset(task_id) and act(obs, rng)"
+    )
+
+
+__all__ = [
+    "EpisodeRecord",
+    "EpisodeSettings",
+    "PlannedRunner",
+    "Policy",
+    "StepRunner",
+    "as_policy",
+]
