@@ -1,31 +1,32 @@
-"""scripts/local_experiment.py end to end on the simulator (the real run uses llama.cpp models)."""
+"""The local experiment (puppeteer.jobs.local_experiment, scripts/local_experiment.py) end to end on the
+simulator (the real run uses llama.cpp models)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
-from _scripts import load_script
+
+from puppeteer.jobs import local_experiment as exp
+from puppeteer.pool import load_pool
+from puppeteer.trajectories import read_trajectories
 
 
 @pytest.mark.slow  # ~40 s idle: two training runs, two re-evaluations, eleven baselines
 def test_train_baselines_and_report_on_the_simulator(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    exp = load_script("local_experiment")
     out = tmp_path / "exp"
     argv = [
-        "local_experiment.py",
         "--out", str(out), "--pool", "sim-paper", "--cost-model", "tokens", "--lam", "0,2", "--seeds", "1",
         "--episodes", "128", "--n-train", "20", "--n-eval", "20", "--encoder", "hashing", "--quiet",
     ]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", argv)
-    exp.main()
+    exp.main(argv)
     text = (out / "report.md").read_text()
     assert capsys.readouterr().out.endswith(text + "\n")  # the report is also printed
     assert (out / "pareto.png").stat().st_size > 5000
-    pool = exp.load_pool("sim-paper")
+    pool = load_pool("sim-paper")
     rows = {r.label: r for r in exp.collect(out, pool)}
     # both trained runs and every single agent but the verifier, on the same 20 items
     assert {"trained lambda=0 seed 0", "trained lambda=2 seed 0", "random"} <= set(rows)
@@ -48,7 +49,7 @@ def test_train_baselines_and_report_on_the_simulator(
     # the ceilings: every single agent also ran on the 20 training items (replayed for the probe), and
     # at lambda 0 (the only row under the tokens cost model) the oracle's accuracy is the coverage
     assert len(list((out / "baselines-train").glob("single_*/results.json"))) == len(singles)
-    covered = exp.pd.concat([r.items["correct"] for r in singles], axis=1).any(axis=1).mean()
+    covered = pd.concat([r.items["correct"] for r in singles], axis=1).any(axis=1).mean()
     ceiling = next(x for x in text.splitlines() if x.startswith("| 0 |")).split("|")
     trained0 = rows["trained lambda=0 seed 0"]
     assert ceiling[2].strip() == f"{trained0.accuracy:.3f} / {trained0.model_s:.1f}"
@@ -57,27 +58,22 @@ def test_train_baselines_and_report_on_the_simulator(
 
 
 @pytest.mark.slow  # ~20 s: one training run on three agents of the pool, its baselines
-def test_agents_restricts_the_router_and_the_baselines_to_those_agents(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    exp = load_script("local_experiment")
+def test_agents_restricts_the_router_and_the_baselines_to_those_agents(tmp_path: Path) -> None:
     out = tmp_path / "exp"
     agents = ["gemma3-27b-cot", "qwen3-32b-cot", "gpt5-cot"]
     argv = [
-        "local_experiment.py",
         "--out", str(out), "--pool", "sim-paper", "--cost-model", "tokens", "--lam", "0", "--seeds", "1",
         "--episodes", "64", "--n-train", "10", "--n-eval", "10", "--encoder", "hashing", "--quiet",
         "--agents", ",".join(agents),
     ]  # fmt: skip
-    monkeypatch.setattr(sys, "argv", argv)
-    exp.main()
-    pool = exp.load_pool("sim-paper").subset(agents)
+    exp.main(argv)
+    pool = load_pool("sim-paper").subset(agents)
     rows = {r.label: r for r in exp.collect(out, pool)}
     assert set(rows) == {"trained lambda=0 seed 0", "random", *(f"single:{a}" for a in agents)}
     for label in ("trained lambda=0 seed 0", "random"):
         called = {
             s.agent_name
-            for t in exp.read_trajectories(rows[label].run_dir / "trajectories.jsonl")
+            for t in read_trajectories(rows[label].run_dir / "trajectories.jsonl")
             for s in t.steps
         }
         assert called and called <= set(agents), (label, called)

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from _scripts import load_script
 
 from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.evaluation import evaluate_policy
+from puppeteer.jobs import baselines_table
 
 
 def _write(path: Path, correct: dict[str, bool]) -> Path:
@@ -67,8 +67,8 @@ def test_reads_what_evaluate_policy_writes(tmp_path: Path) -> None:
     assert outcomes.accuracy == pytest.approx(result.accuracy)
 
 
-def test_baselines_table_script_reports_item_overlap(tmp_path: Path) -> None:
-    module = load_script("baselines_table")
+def test_baselines_table_reports_item_overlap(tmp_path: Path) -> None:
+    module = baselines_table
     out = tmp_path / "table.md"
     runs = tmp_path / "runs"
     specs = ["single:gpt5-cot", "single:gemma3-27b-cot", "vote:3", "chain:gemma3-27b-cot,gpt5-cot"]
@@ -148,7 +148,7 @@ def test_pareto_front_keeps_only_undominated_policies() -> None:
 
 
 def test_baselines_table_rewrite_keeps_hand_written_notes(tmp_path: Path) -> None:
-    module = load_script("baselines_table")
+    module = baselines_table
     out = tmp_path / "table.md"
     args = [
         "--pool",

@@ -11,7 +11,7 @@ kept) or loads one variant by name, and reports which is in use. On a build with
 linked in (the README's ``-DGGML_NATIVE=OFF`` build) it does nothing.
 
 Only ``ctypes`` and the installed ``llama_cpp`` package are used, so the module also runs outside
-the project's environment (``scripts/bench_cpu_build.py`` loads it by file path).
+the project's environment (``benchmarks/bench_cpu_build.py`` loads it by file path).
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def default_threads(batching: bool = False) -> int:
     llama.cpp's threads spin at barriers: when more threads run than cores are free (other
     processes, or two models generating at once) a preempted thread stalls all others and
     throughput collapses (measured here: Qwen2.5-Coder-0.5B, 2 threads 0.11-0.14 tok/s vs
-    1 thread 3.8-4.1 tok/s on 2 cores at load average ~20; ``scripts/bench_threads.py``).
+    1 thread 3.8-4.1 tok/s on 2 cores at load average ~20; ``benchmarks/bench_threads.py``).
     With batching, all models share one compute lock, so this process never runs two at once;
     the default is then the CPUs minus the busy ones (:func:`busy_cpus`; at least one), which is
     every core on an idle machine and one on a busy one. Without batching it is half the CPUs

@@ -83,7 +83,7 @@ class QuickstartConfig:
     seed: int = 0
     n_threads: int | None = None  # llama.cpp threads; None = all available CPUs
     # llama.cpp decodes the pending calls of a model together (issue 13); False: one call at a time,
-    # the path before batching, kept for side-by-side benchmarks (scripts/bench_end_to_end.py)
+    # the path before batching, kept for side-by-side benchmarks (benchmarks/bench_end_to_end.py)
     batching: bool = True
     # episodes stepped together: a whole training batch, so its distinct calls are pending at once
     # and batch per model (with 4, one group's episodes ran alone and mostly shared one call)

@@ -194,7 +194,7 @@ def bf16_choice(value: Any) -> bool:
     """``grpo.bf16``: a bool, or ``"auto"``: bf16 where the hardware multiplies in it natively.
 
     On a GPU, ``torch.cuda.is_bf16_supported()``; on a CPU, AMX or AVX-512-BF16 (there bf16 autocast
-    made SmolLM2's GRPO step 1.9-2.6x faster, ``scripts/bench_conductor_dtype.py``; on an AVX2-only CPU
+    made SmolLM2's GRPO step 1.9-2.6x faster, ``benchmarks/bench_conductor_dtype.py``; on an AVX2-only CPU
     it is emulated: a probe sampled 8 x 32 tokens of the 0.5B model in 236 s against 145 s in fp32).
     """
     if isinstance(value, bool):
@@ -224,7 +224,7 @@ def grpo_config(job: GRPOJob, output_dir: Path) -> Any:
     }
     if not torch.cuda.is_available():  # trl fails on CPU with its bf16 default (DESIGN.md) ...
         # ... unless use_cpu is set: then an explicit grpo.bf16=true is bf16 autocast on the CPU (fp32
-        # weights; AMX/AVX-512-BF16 matmuls, ~2-2.6x faster for SmolLM2, scripts/bench_conductor_dtype.py)
+        # weights; AMX/AVX-512-BF16 matmuls, ~2-2.6x faster for SmolLM2, benchmarks/bench_conductor_dtype.py)
         kwargs.update(use_cpu=True, bf16=bool(job.grpo.get("bf16", False)), fp16=False)
     return GRPOConfig(**kwargs)
 

@@ -3,7 +3,7 @@
 Both find the end of every ``name = [`` list literal in a text that repeats an opener; run side by
 side in one process, median of ``--repeats``. Backend: none (pure parsing, no model).
 
-    python scripts/bench_parse.py [--sizes 20000,50000,200000] [--repeats 3] [--plain-max 50000]
+    python benchmarks/bench_parse.py [--sizes 20000,50000,200000] [--repeats 3] [--plain-max 50000]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Shows the cost of oversubscription: llama.cpp threads spin at barriers, so on a busy machine
 more threads can be far slower. Prints tokens/s per run and the 1-minute load average.
 
-    python scripts/bench_threads.py --model qwen2.5-coder-0.5b --rounds 2
+    python benchmarks/bench_threads.py --model qwen2.5-coder-0.5b --rounds 2
 """
 
 from __future__ import annotations

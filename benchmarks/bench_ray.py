@@ -4,7 +4,7 @@ The pool is sim-paper with ``realtime: true`` (each call really waits its simula
 like an API call) and latencies scaled down by ``--speedup`` so the run is short. Results
 are checked identical; only wall time differs. Backend: sim (realtime).
 
-    python scripts/bench_ray.py --n 24 --workers 1 2 4 --policy chain
+    python benchmarks/bench_ray.py --n 24 --workers 1 2 4 --policy chain
 """
 
 from __future__ import annotations

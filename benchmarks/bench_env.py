@@ -5,7 +5,7 @@
    backend with a fixed per-call latency; the ratio shows that independent steps run
    concurrently.
 
-    python scripts/bench_env.py [--latency 0.25] [--episodes 2000]
+    python benchmarks/bench_env.py [--latency 0.25] [--episodes 2000]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ LM head): trl's full forward against :func:`~puppeteer.train.shared_prefix.share
 Conductor: transformers on CPU (an embedded GGUF key, HF id or local directory). Set
 ``OMP_NUM_THREADS`` yourself.
 
-    OMP_NUM_THREADS=2 python scripts/bench_shared_prefix.py --model qwen2.5-coder-0.5b --k 8 --new 32
+    OMP_NUM_THREADS=2 python benchmarks/bench_shared_prefix.py --model qwen2.5-coder-0.5b --k 8 --new 32
 """
 
 from __future__ import annotations

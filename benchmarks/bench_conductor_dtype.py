@@ -6,7 +6,7 @@ shapes under ``torch.float32`` and under ``torch.autocast("cpu", dtype=torch.bfl
 weights, bf16 matmuls: oneDNN uses AMX/AVX-512-BF16 where the CPU has them), and reports the
 ratio and the max absolute difference of the mean token log-probability. Set ``OMP_NUM_THREADS``.
 
-    OMP_NUM_THREADS=1 python scripts/bench_conductor_dtype.py --model smollm2-135m --k 8 --new 64
+    OMP_NUM_THREADS=1 python benchmarks/bench_conductor_dtype.py --model smollm2-135m --k 8 --new 64
 """
 
 from __future__ import annotations

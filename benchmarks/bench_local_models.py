@@ -16,8 +16,8 @@ hashing encoder, GSM8K, ``max_steps=2``) and of an eval of 32 GSM8K items
 (``single:qwen0.5b-cot``), each one-at-a-time (``batching=False``, no concurrency) and batched
 (``batching=True``, episodes/items in flight at once).
 
-    python scripts/bench_local_models.py --json runs/bench_local.json
-    python scripts/bench_local_models.py --models qwen2.5-coder-0.5b --reps 1 --skip-episodes
+    python benchmarks/bench_local_models.py --json runs/bench_local.json
+    python benchmarks/bench_local_models.py --models qwen2.5-coder-0.5b --reps 1 --skip-episodes
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ cache; the arms alternate within a round, and in every other round the order is 
 Each finished run appends one JSON line to ``--jsonl`` at once, so a stopped benchmark keeps what
 it measured, and a rerun skips the (workload, arm, round) lines already there.
 
-    python scripts/bench_end_to_end.py --out runs/e2e --workloads quickstart baselines --rounds 1
+    python benchmarks/bench_end_to_end.py --out runs/e2e --workloads quickstart baselines --rounds 1
 
 The machine should be idle: the load average before and after each run is recorded beside it.
 """
@@ -19,27 +19,13 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-ARMS = ("one-at-a-time", "batched")
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A command, given its run directory and its fresh response cache; both take ``--no-batching``."""
-
-    name: str
-    describe: str
-    base: Callable[[Path, Path], list[str]]
-
-    def command(self, arm: str, run: Path, cache: Path) -> list[str]:
-        return [*self.base(run, cache), *(["--no-batching"] if arm == "one-at-a-time" else [])]
+from puppeteer.analytics.sidebyside import ARMS, Workload, done_keys, read_rows, table
 
 
 def _quickstart(run: Path, cache: Path) -> list[str]:
@@ -106,23 +92,6 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
-def read_rows(path: Path) -> list[dict[str, object]]:
-    """The finished runs; a line cut short by a killed benchmark is skipped."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
-
-
-def done_keys(path: Path) -> set[tuple[str, str, int]]:
-    return {(r["workload"], r["arm"], r["round"]) for r in read_rows(path) if r["rc"] == 0}
-
-
 def run_one(w: Workload, arm: str, rnd: int, out: Path, log: Path) -> dict[str, object]:
     run = out / w.name / f"{arm}-r{rnd}"
     run.mkdir(parents=True, exist_ok=True)
@@ -149,22 +118,6 @@ def run_one(w: Workload, arm: str, rnd: int, out: Path, log: Path) -> dict[str, 
     with log.open("a") as f:
         f.write(json.dumps(row) + "\n")
     return row
-
-
-def table(rows: list[dict[str, object]], ws: dict[str, Workload]) -> str:
-    lines = [
-        "| workload | one-at-a-time, wall s | batched, wall s | speed-up | runs |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for name, w in ws.items():
-        ok = [r for r in rows if r["workload"] == name and r["rc"] == 0]
-        walls = {arm: [float(r["wall_s"]) for r in ok if r["arm"] == arm] for arm in ARMS}
-        if not all(walls.values()):
-            continue
-        off, on = (statistics.median(walls[a]) for a in ARMS)
-        runs = f"{len(walls[ARMS[0]])} + {len(walls[ARMS[1]])}"
-        lines.append(f"| {w.describe} | {off:.0f} | {on:.0f} | {off / on:.2f}x | {runs} |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ each, with ``share_prefix`` on and off. Each arm gets a fresh backend (model loa
 warm-up call are not timed). Arms alternate, the first arm flips every round; the table shows
 per-round wall times and the ratio off/on within each round, then medians.
 
-    python scripts/bench_prefix_sharing.py --model qwen2.5-coder-0.5b --requests 8 --reps 2
+    python benchmarks/bench_prefix_sharing.py --model qwen2.5-coder-0.5b --requests 8 --reps 2
 """
 
 from __future__ import annotations
