@@ -23,7 +23,7 @@ def _minutes(c: Completion, model: ModelSpec) -> float:
     if seconds is None:
         raise ValueError(
             f"cost model 'minutes' needs prefill_tps and decode_tps for model {model.name!r} in the pool "
-            "(measure them with scripts/calibrate_local_speed.py)"
+            "(measure them with `puppeteer pool calibrate`)"
         )
     return seconds / 60.0
 
@@ -54,7 +54,7 @@ def check_cost_model(name: str, models: Iterable[ModelSpec]) -> CostFn:
         if missing:
             raise ValueError(
                 f"cost model {name!r} needs prefill_tps and decode_tps in the pool for: {', '.join(missing)} "
-                "(measure them with scripts/calibrate_local_speed.py)"
+                "(measure them with `puppeteer pool calibrate`)"
             )
     return fn
 

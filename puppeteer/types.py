@@ -31,7 +31,7 @@ class ModelSpec:
     Prices are USD per million tokens; ``params_b`` (billions of parameters) feeds
     the FLOPs proxy ``2 * params * tokens``. ``prefill_tps`` / ``decode_tps`` (optional) are the
     model's single-stream speed in tokens per second on a reference machine
-    (``scripts/calibrate_local_speed.py``); with both, :meth:`model_seconds` prices a call as the
+    (``puppeteer pool calibrate``); with both, :meth:`model_seconds` prices a call as the
     time it takes alone there, whatever batch or load it really ran under.
     """
 

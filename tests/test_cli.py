@@ -20,6 +20,34 @@ def test_pool_show_lists_agents_and_terminator(capsys: pytest.CaptureFixture[str
     assert "no-such-pool" in capsys.readouterr().out
 
 
+def test_pool_calibrate_measures_each_model_and_writes_json(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pool calibrate`` (was scripts/calibrate_local_speed.py): the flags reach the measurement, each
+    model's speeds print as they come, ``--out`` (or ``--json``) writes them all; no model is loaded here."""
+    seen: list[tuple[object, ...]] = []
+
+    def fake(key: str, threads: int, reps: int, tokens: int, repeat: int) -> dict[str, float]:
+        seen.append((key, threads, reps, tokens, repeat))
+        return {"prefill_tps": 100.0, "decode_tps": 10.0, "prompt_tokens": 300, "threads": threads}
+
+    monkeypatch.setattr("puppeteer.jobs.calibrate.measure", fake)
+    out = tmp_path / "speed.json"
+    argv = ["pool", "calibrate", "--models", "smollm2-135m,qwen2.5-coder-0.5b", "--threads", "2"]
+    assert main([*argv, "--reps", "1", "--tokens", "8", "--repeat", "2", "--json", str(out)]) == 0
+    assert seen == [("smollm2-135m", 2, 1, 8, 2), ("qwen2.5-coder-0.5b", 2, 1, 8, 2)]
+    assert set(json.loads(out.read_text())) == {"smollm2-135m", "qwen2.5-coder-0.5b"}
+    printed = capsys.readouterr().out
+    assert 'smollm2-135m: {"prefill_tps": 100.0, "decode_tps": 10.0' in printed
+    # an unknown model or a count that measures nothing: one line, exit 2, before any model loads
+    seen.clear()
+    assert main(["pool", "calibrate", "--models", "smollm2-135m,no-such-model"]) == 2
+    assert main(["pool", "calibrate", "--tokens", "1"]) == 2
+    printed = capsys.readouterr().out
+    assert "unknown embedded model 'no-such-model'" in printed and "--tokens 1" in printed
+    assert seen == []
+
+
 def test_run_chain_prints_steps_tokens_cost_and_answer(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         main(

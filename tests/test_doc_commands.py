@@ -10,6 +10,7 @@ suite. A new doc command that needs real models fails here until it is listed.
 
 from __future__ import annotations
 
+import ast
 import re
 import shlex
 import subprocess
@@ -225,6 +226,14 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
+        r"^pool calibrate\b",
+        RealModels(
+            "loads each embedded llama.cpp model and times it alone (minutes on 2 cores); tests/test_cli.py "
+            "runs the command with the measurement faked",
+            slow=False,
+        ),
+    ),
+    (
         r"^outcomes build\b",
         RealModels("runs every agent on real models to extend a shipped outcome table (hours)", slow=False),
     ),
@@ -357,7 +366,51 @@ def test_every_script_and_benchmark_named_exists() -> None:
     assert not missing
 
 
-@pytest.mark.parametrize("script", ["baselines_table", "local_experiment"])
+# messages of the installed package that may name a repository file, with why: each is written only into
+# the repository's own docs/ by a doc writer that its script in scripts/ runs
+REPO_FILE_MESSAGES = {
+    (
+        "puppeteer/jobs/baselines_table.py",
+        "scripts/baselines_table.py",
+    ): "the command line each table records",
+    ("puppeteer/jobs/study.py", "scripts/sim_study.py"): "the reproduce line of docs/puppeteer-sim.md",
+}
+
+
+def _messages(path: Path) -> Iterator[tuple[int, str]]:
+    """The string constants of a module that are not docstrings (messages, help, written text)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def test_no_message_of_the_package_names_a_file_a_pip_user_lacks() -> None:
+    """Errors and help name commands (``puppeteer pool calibrate``), not scripts/ or benchmarks/ files,
+    which a pip install does not have; docstrings may cite a benchmark as the source of a figure."""
+    found = {
+        (path.relative_to(ROOT).as_posix(), name, line)
+        for path in sorted((ROOT / "puppeteer").rglob("*.py"))
+        for line, text in _messages(path)
+        for name in _REPO_FILE.findall(text)
+    }
+    unexplained = sorted(
+        f"{p}:{line} names {name}" for p, name, line in found if (p, name) not in REPO_FILE_MESSAGES
+    )
+    assert not unexplained
+    stale = set(REPO_FILE_MESSAGES) - {(p, name) for p, name, _ in found}
+    assert not stale, f"no longer named, remove from REPO_FILE_MESSAGES: {sorted(stale)}"
+
+
+@pytest.mark.parametrize("script", ["baselines_table", "local_experiment", "calibrate_local_speed"])
 def test_thin_script_wrappers_still_run(script: str) -> None:
     """The scripts whose logic moved into the package (puppeteer.jobs) still answer ``--help``."""
     done = subprocess.run(
