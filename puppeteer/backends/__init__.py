@@ -9,12 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from puppeteer.backends.base import Backend, BackendRegistry, Router, SyncBackend
+from puppeteer.backends.base import CACHEABLE, Backend, BackendRegistry, Router, SyncBackend
 
-__all__ = ["Backend", "BackendRegistry", "Router", "SyncBackend", "default_registry", "make_router"]
+__all__ = [
+    "CACHEABLE",
+    "Backend",
+    "BackendRegistry",
+    "Router",
+    "SyncBackend",
+    "default_registry",
+    "make_router",
+]
 
-# Backends that call a model; only these are worth caching (the simulator is deterministic and free).
-CACHEABLE = frozenset({"litellm", "llamacpp", "transformers"})
 # how a pool's shipped outcome table is used (``PUPPETEER_REPLAY``, ``--no-replay``)
 REPLAY_MODES = ("on", "strict", "off")
 REPLAY_ENV = "PUPPETEER_REPLAY"

@@ -9,6 +9,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from puppeteer.types import Completion, CompletionRequest
 
+# Backends that call a model; only these are worth caching (the simulator is deterministic and free).
+CACHEABLE = frozenset({"litellm", "llamacpp", "transformers"})
+
 
 @runtime_checkable
 class Backend(Protocol):

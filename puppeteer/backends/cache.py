@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from puppeteer.backends.base import Backend
+from puppeteer.backends.base import CACHEABLE, Backend
 from puppeteer.errors import UserError
 from puppeteer.types import Completion, CompletionRequest
 
@@ -61,8 +61,6 @@ def resolve_cache(
     """The cache a run uses: none with ``no_cache`` or when nothing calls a model (neither the pool's
     backends nor, with ``model_policy``, the policy itself: a conductor LM is cached on any pool);
     else ``cache`` or the shared default."""
-    from puppeteer.backends import CACHEABLE
-
     if no_cache or not (model_policy or set(pool.backends()) & CACHEABLE):
         return None
     return Path(cache).expanduser() if cache else default_response_cache()
