@@ -57,6 +57,7 @@ from puppeteer.tools import default_tools
 from puppeteer.types import Step, Task, Trajectory, Workflow
 from puppeteer.workflow import (
     MAX_TEXT_CHARS,
+    PlanSpace,
     WorkflowError,
     WorkflowLimits,
     extract_lists,
@@ -250,6 +251,15 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         """Boolean mask over the agents available in this episode (no Terminator)."""
         return self._mask[: len(self.pool)].astype(bool)
 
+    def plan_space(self) -> PlanSpace:
+        """What a valid plan of the current planning round may contain (:func:`_parse` accepts it)."""
+        return PlanSpace(
+            available=tuple(int(i) for i in np.flatnonzero(self.available())),
+            max_steps=self.config.max_steps,
+            self_id=self.self_id,
+            allow_empty=self._depth > 0,
+        )
+
     def prompt(self) -> ConductorPrompt:
         """The conductor prompt of the current planning round (chat messages; ``.text`` is obs["prompt"])."""
         return build_prompt(
@@ -287,6 +297,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         info = {"task_id": self.task.id, "action_mask": self.action_masks(), **extra}
         if self.config.mode == "workflow" and not self._done:
             info["conductor_prompt"] = self.prompt()  # chat layout of obs["prompt"]
+            info["plan_space"] = self.plan_space()  # what a valid plan of this round may contain
         return info
 
     # ----------------------------------------------------------------- gym API

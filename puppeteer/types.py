@@ -118,6 +118,9 @@ class CompletionRequest:
     sample_index: int = 0
     stop: tuple[str, ...] = ()
     context: CallContext = field(default_factory=CallContext)
+    # a GBNF grammar the completion must follow (constrained decoding; the llamacpp backend applies
+    # it, others refuse it)
+    grammar: str | None = None
 
 
 @dataclass(frozen=True)

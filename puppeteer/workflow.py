@@ -36,6 +36,21 @@ class WorkflowLimits:
     max_subtask_chars: int = MAX_SUBTASK_CHARS
 
 
+@dataclass(frozen=True)
+class PlanSpace:
+    """What a valid plan of one planning round may contain (what a constrained conductor decodes in).
+
+    ``available``: the agent ids on offer; ``self_id``: the conductor's own id, valid only as the last
+    step, when it may still recurse; ``allow_empty``: three empty lists keep the last answer (an inner
+    round). Given in a workflow-mode env's ``info["plan_space"]``.
+    """
+
+    available: tuple[int, ...]
+    max_steps: int
+    self_id: int | None = None
+    allow_empty: bool = False
+
+
 def _list_span(text: str, start: int) -> int | None:
     """Index one past the ``]`` matching ``text[start] == '['``, skipping string literals."""
     return match_lists(text, [start], MAX_LIST_CHARS).ends[0]

@@ -36,6 +36,12 @@ class SyncBackend:
         return await asyncio.to_thread(self.complete, request)
 
 
+def refuse_grammar(request: CompletionRequest, backend: str) -> None:
+    """Raise for a constrained request on a backend that cannot apply a GBNF grammar."""
+    if request.grammar is not None:
+        raise NotImplementedError(f"the {backend} backend cannot decode under a grammar (llamacpp can)")
+
+
 BackendFactory = Callable[..., Backend]
 
 

@@ -140,7 +140,7 @@ class CacheStats:
 
 def request_payload(request: CompletionRequest) -> dict[str, Any]:
     """The fields of a request that decide its completion (the cache key's content)."""
-    return {
+    payload = {
         "v": KEY_VERSION,
         "backend": request.model.backend,
         "target": request.model.target,
@@ -150,6 +150,9 @@ def request_payload(request: CompletionRequest) -> dict[str, Any]:
         "sample_index": int(request.sample_index),
         "stop": list(request.stop),
     }
+    if request.grammar is not None:  # only when set: unconstrained keys stay what they were
+        payload["grammar"] = request.grammar
+    return payload
 
 
 def canonical_json(obj: Any) -> str:

@@ -72,6 +72,7 @@ class SamplingParams:
     repeat_penalty: float = 1.0
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    grammar: str | None = None  # GBNF text: the sampler keeps the completion inside it
 
 
 @dataclass(frozen=True)

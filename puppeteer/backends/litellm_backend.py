@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from puppeteer.backends.base import refuse_grammar
 from puppeteer.errors import UserError
 from puppeteer.types import Completion, CompletionRequest
 
@@ -197,6 +198,7 @@ class LiteLLMBackend:
     # ------------------------------------------------------------------ calls
 
     def complete(self, request: CompletionRequest) -> Completion:
+        refuse_grammar(request, "litellm")
         kwargs = self._kwargs(request)
         lib = self.litellm
         log.debug("litellm.completion %s", self._loggable(kwargs))

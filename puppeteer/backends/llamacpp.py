@@ -368,6 +368,10 @@ class LlamaCppBackend(SyncBackend):
             "stop": list(request.stop) or None,
         }
         kwargs.update({k: v for k, v in request.model.options.items() if k in SAMPLING_OPTIONS})
+        if request.grammar is not None:
+            from llama_cpp import LlamaGrammar
+
+            kwargs["grammar"] = LlamaGrammar.from_string(request.grammar, verbose=False)
         return kwargs
 
     def complete(self, request: CompletionRequest) -> Completion:

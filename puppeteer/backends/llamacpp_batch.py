@@ -140,6 +140,11 @@ class LlamaCppEngine:
         # the chain of ``Llama._init_sampler``; it reads the seed from the Llama, and only this
         # engine's loop thread builds samplers for this Llama
         self._llama.set_seed(params.seed)
+        grammar = None
+        if params.grammar is not None:
+            from llama_cpp import LlamaGrammar
+
+            grammar = LlamaGrammar.from_string(params.grammar, verbose=False)
         chain = self._llama._init_sampler(
             top_k=params.top_k,
             top_p=params.top_p,
@@ -149,6 +154,7 @@ class LlamaCppEngine:
             repeat_penalty=params.repeat_penalty,
             frequency_penalty=params.frequency_penalty,
             presence_penalty=params.presence_penalty,
+            grammar=grammar,
         )
         return _Sampler(chain, self._ctx)
 
@@ -208,7 +214,6 @@ class _CompletionProxy:
         unsupported = {
             "stream": stream,
             "logprobs": logprobs is not None,
-            "grammar": grammar is not None,
             "logits_processor": logits_processor is not None,
             "logit_bias": logit_bias is not None,
             "mirostat": mirostat_mode != 0,
@@ -243,6 +248,7 @@ class _CompletionProxy:
                 repeat_penalty=repeat_penalty,
                 frequency_penalty=frequency_penalty,
                 presence_penalty=presence_penalty,
+                grammar=getattr(grammar, "_grammar", grammar),  # LlamaGrammar keeps its GBNF text
             ),
             stopping_criteria=criteria,
         )

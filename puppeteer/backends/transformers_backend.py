@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from puppeteer.backends.base import SyncBackend
+from puppeteer.backends.base import SyncBackend, refuse_grammar
 from puppeteer.types import Completion, CompletionRequest
 
 log = logging.getLogger(__name__)
@@ -108,6 +108,7 @@ class TransformersBackend(SyncBackend):
             return loaded
 
     def complete(self, request: CompletionRequest) -> Completion:
+        refuse_grammar(request, "transformers")
         import torch
 
         loaded = self.load(request.model.target)

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 from puppeteer.backends import make_router
 from puppeteer.backends.base import Backend
 from puppeteer.backends.models import EMBEDDED_MODELS
+from puppeteer.conductor_grammar import plan_grammar
 from puppeteer.conductor_prompt import ConductorPrompt
 from puppeteer.envbuild import EnvConfig
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
 from puppeteer.rollout import run_conductor_episode
 from puppeteer.types import CompletionRequest, Message, ModelSpec, Task
+from puppeteer.workflow import PlanSpace
 
 if TYPE_CHECKING:
     from puppeteer.env import ConductorEnv
@@ -31,9 +33,14 @@ if TYPE_CHECKING:
 
 DEFAULT_CONDUCTOR_MODEL = "qwen2.5-coder-1.5b"
 DEFAULT_MAX_TOKENS = 256
+CONSTRAINED_MAX_TOKENS = 512  # room for a few lines of reasoning and 5 steps of ~50-character subtasks
+GRAMMAR_BACKENDS = frozenset({"llamacpp"})  # backends that decode under a GBNF grammar
+FREE_PREFIX = "free"
 
 CONDUCTOR_SPEC_FORMS: tuple[str, ...] = (
-    "conductor             prompted LM conductor: Qwen2.5-Coder-1.5B (embedded GGUF, llama.cpp)",
+    "conductor             prompted LM conductor: Qwen2.5-Coder-1.5B (embedded GGUF, llama.cpp); on llama.cpp"
+    " every plan is decoded under a grammar, so it parses",
+    "conductor:free[:...]  the same conductor without the grammar (free text, may not parse)",
     "conductor:KEY         an embedded model: qwen2.5-coder-1.5b | qwen2.5-coder-0.5b | smollm2-135m",
     "conductor:litellm:M   any litellm model string, e.g. conductor:litellm:openai/gpt-4o-mini",
     "conductor:hf:PATH     transformers: an HF model id, a local dir or a GRPO checkpoint (CPU);"
@@ -96,13 +103,15 @@ class ConductorPolicy:
     """
 
     model: ModelSpec
-    max_tokens: int = DEFAULT_MAX_TOKENS
+    max_tokens: int | None = None  # None: CONSTRAINED_MAX_TOKENS when constrained, else DEFAULT_MAX_TOKENS
     temperature: float = 0.0
     backend: Backend | None = None
     backend_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     name: str = ""
     aggregate: str = "last"
     calls: list[ConductorCall] = field(default_factory=list)
+    # decode every plan under the round's grammar (conductor_grammar): None = where the backend can
+    constrained: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -154,21 +163,53 @@ class ConductorPolicy:
         """Its own record of calls; the model backend stays shared."""
         return replace(self, calls=[])
 
-    def request(self, prompt: ConductorPrompt, sample_index: int = 0) -> CompletionRequest:
+    @property
+    def constrains(self) -> bool:
+        """Whether plans are decoded under a grammar (explicitly, or because the backend can)."""
+        return self.constrained if self.constrained is not None else self.model.backend in GRAMMAR_BACKENDS
+
+    @property
+    def token_budget(self) -> int:
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return CONSTRAINED_MAX_TOKENS if self.constrains else DEFAULT_MAX_TOKENS
+
+    def grammar(self, space: PlanSpace | None) -> str | None:
+        """The GBNF grammar of a planning round (None when unconstrained or the round is unknown)."""
+        if space is None or not self.constrains:
+            return None
+        return plan_grammar(
+            space.available,
+            space.max_steps,
+            self.token_budget,
+            self_id=space.self_id,
+            allow_empty=space.allow_empty,
+        ).text
+
+    def request(
+        self, prompt: ConductorPrompt, sample_index: int = 0, space: PlanSpace | None = None
+    ) -> CompletionRequest:
         return CompletionRequest(
             model=self.model,
             messages=prompt.messages,
-            max_tokens=self.max_tokens,
+            max_tokens=self.token_budget,
             temperature=self.temperature,
             sample_index=sample_index,
+            grammar=self.grammar(space),
         )
 
-    def write(self, prompt: ConductorPrompt, depth: int = 0, sample_index: int = 0) -> str:
+    def write(
+        self,
+        prompt: ConductorPrompt,
+        depth: int = 0,
+        sample_index: int = 0,
+        space: PlanSpace | None = None,
+    ) -> str:
         """The conductor's completion for ``prompt`` (recorded in :attr:`calls`)."""
         if self.backend is None:
             self.bind()
         assert self.backend is not None
-        c = self.backend.complete(self.request(prompt, sample_index))
+        c = self.backend.complete(self.request(prompt, sample_index, space))
         self.calls.append(
             ConductorCall(
                 depth=depth,
@@ -194,10 +235,15 @@ class ConductorPolicy:
         prompt = (info or {}).get("conductor_prompt")
         if not isinstance(prompt, ConductorPrompt):
             prompt = ConductorPrompt((Message("user", str(obs["prompt"])),))
-        return self.write(prompt, depth=int(obs.get("depth", 0)))
+        space = (info or {}).get("plan_space")
+        space = space if isinstance(space, PlanSpace) else None
+        return self.write(prompt, depth=int(obs.get("depth", 0)), space=space)
 
 
 def make_conductor(arg: str) -> ConductorPolicy:
     """``ConductorPolicy`` from the part of a spec after ``conductor:`` (see CONDUCTOR_SPEC_FORMS)."""
-    model = conductor_model(arg)
-    return ConductorPolicy(model=model, name="conductor" + (f":{arg.strip()}" if arg.strip() else ""))
+    head, _, rest = arg.strip().partition(":")
+    free = head == FREE_PREFIX
+    model = conductor_model(rest if free else arg)
+    name = "conductor" + (f":{arg.strip()}" if arg.strip() else "")
+    return ConductorPolicy(model=model, name=name, constrained=False if free else None)
