@@ -8,6 +8,11 @@
   holding ``model_id``, ``subtasks`` and ``access_list``; one step runs the whole
   workflow; the last step's answer is graded.
 
+The price of cost (lambda): ``reset(options={"lam": x})`` prices one episode's cost at ``x`` (the
+step reward's lambda in step mode, ``workflow_lam`` in workflow mode); with ``lam_range=[low, high]``
+an episode given none draws its own (:class:`~puppeteer.lam_range.LamRange`: log-uniform).
+``obs["lam"]`` is the episode's lambda, so a policy conditioned on it can read it.
+
 Worker subsets (k of n): ``reset(options={"available": [names or ids]})`` fixes the agents of one
 episode; ``k_available=k`` draws a random k-of-n subset each episode (from the agents not listed in
 ``unavailable``). The observation's ``mask``, :meth:`action_masks`, the conductor prompt and the
@@ -39,6 +44,7 @@ from gymnasium.error import InvalidAction, ResetNeeded
 
 from puppeteer.aggregate import aggregator
 from puppeteer.availability import draw_subset, resolve_available
+from puppeteer.checks import number
 from puppeteer.conductor_prompt import (
     ConductorPrompt,
     Followup,
@@ -47,6 +53,7 @@ from puppeteer.conductor_prompt import (
 )
 from puppeteer.envbuild import BackendSpec, EnvConfig, EnvParts, env_parts
 from puppeteer.executor import EpisodeContext, Executor
+from puppeteer.lam_range import LamRange
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
 from puppeteer.reward import PuppeteerReward, check_cost_model, conductor_reward, discounted_returns
 from puppeteer.signals import N_SIGNALS, answer_signals
@@ -70,6 +77,12 @@ RESPONSE_CHARS_IN_STATE = 1_500
 FOLLOWUP_ANSWER_CHARS = 800
 
 __all__ = ["ConductorEnv", "EnvConfig"]
+
+
+def _lam_space() -> spaces.Box:
+    """``obs["lam"]``: the episode's price of cost (float64: a range's ends read back exactly; any
+    finite lambda fits)."""
+    return spaces.Box(0.0, np.finfo(np.float64).max, shape=(1,), dtype=np.float64)
 
 
 class ConductorEnv(gym.Env[dict[str, Any], Any]):
@@ -113,9 +126,12 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._prompt_config = load_prompt_config(config.prompt) if mode == "workflow" else None
         self._cost = check_cost_model(config.cost_model, (a.model for a in self.pool.agents))
         phi = config.phi
-        self._reward = PuppeteerReward(
+        self._base_reward = PuppeteerReward(
             lam=config.lam, gamma=config.gamma, phi=float(phi if phi is not None else max_steps)
         )
+        self._reward = self._base_reward  # this episode's (its lambda: reset's options["lam"])
+        self._lam_range = LamRange.of(config.lam_range)
+        self._lam = self._default_lam()
         self._aggregate = aggregator(config.aggregate or ("vote" if mode == "step" else "last"))
         self._owns_backend = parts.backend_spec is not None  # close() releases only what this env built
         self.executor = Executor(
@@ -133,6 +149,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                     "step": spaces.Discrete(max_steps + 1),
                     "counts": spaces.MultiDiscrete([max_steps + 1] * self.pool.n_actions),
                     "signals": spaces.Box(0.0, 1.0, shape=(N_SIGNALS,), dtype=np.float32),
+                    "lam": _lam_space(),
                 }
             )
         else:
@@ -143,6 +160,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                     "prompt": UnicodeText(MAX_OBS_CHARS),
                     "mask": spaces.MultiBinary(self.pool.n_actions),
                     "depth": spaces.Discrete(config.max_depth + 1),
+                    "lam": _lam_space(),
                 }
             )
         self._task: Task | None = None
@@ -232,12 +250,14 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                     [s.agent_id for s in self._steps], minlength=self.pool.n_actions
                 ).astype(np.int64),
                 "signals": answer_signals([s.answer for s in self._steps]),
+                "lam": np.array([self._lam]),
             }
         return {
             "task": task.question[:MAX_OBS_CHARS],
             "prompt": self.prompt().text[:MAX_OBS_CHARS],
             "mask": self._current_mask(),
             "depth": self._depth,
+            "lam": np.array([self._lam]),
         }
 
     @property
@@ -321,9 +341,29 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._grades = {}
         self._depth, self._rounds, self._followup, self._workflow = 0, [], None, None
         self._mask = self._episode_mask(options)
+        self._lam = self._episode_lam(options)
+        if self.config.mode == "step":
+            self._reward = replace(self._base_reward, lam=self._lam)
         if self.render_mode == "human":
             self.render()
         return self._obs(), self._info()
+
+    @property
+    def lam(self) -> float:
+        """This episode's price of cost (the step reward's lambda; ``workflow_lam`` in workflow mode)."""
+        return self._lam
+
+    def _default_lam(self) -> float:
+        return self.config.lam if self.config.mode == "step" else self.config.workflow_lam
+
+    def _episode_lam(self, options: Mapping[str, Any]) -> float:
+        """``options["lam"]``, else a draw from ``lam_range`` (after every other draw of the reset, so
+        an env without a range draws exactly what it did before), else the config's lambda."""
+        if options.get("lam") is not None:
+            return number("options['lam']", options["lam"], low=0.0)
+        if self._lam_range is not None:
+            return self._lam_range.sample(self.np_random)
+        return self._default_lam()
 
     def _episode_mask(self, options: Mapping[str, Any]) -> np.ndarray:
         """The action mask of a new episode: ``options["available"]``, a random k of n, or the base."""
@@ -532,7 +572,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         answer = self._aggregate([s.answer for s in self._steps])
         correct = self._grade(answer)
         cost = sum(self._step_cost(s) for s in self._steps)
-        reward = conductor_reward(True, correct, cost, self.config.workflow_lam)
+        reward = conductor_reward(True, correct, cost, self._lam)
         traj = self._trajectory(answer, correct, reward, workflow=workflow)
         return self._finish(
             reward,
@@ -553,7 +593,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         t = len(self._steps)
         if self.config.mode == "workflow":
             cost = sum(self._step_cost(s) for s in self._steps)
-            reward = conductor_reward(True, False, cost, self.config.workflow_lam)
+            reward = conductor_reward(True, False, cost, self._lam)
             returns = [reward]
         else:
             cost = 0.0

@@ -28,6 +28,7 @@ from puppeteer.backends import REPLAY_ENV, make_router
 from puppeteer.backends.base import Backend
 from puppeteer.checks import check_env_settings
 from puppeteer.conductor_prompt import DEFAULT_PROMPT
+from puppeteer.lam_range import LamRange
 from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task
@@ -65,6 +66,9 @@ class EnvConfig:
     # step mode, an in-range action that the mask forbids: "raise" (InvalidAction), or "remap" it to the
     # next allowed action (cyclically) so RL algorithms that ignore masks (PPO, DQN, SB3's check_env) run
     invalid_action: str = "raise"
+    # [low, high]: each episode draws its lambda from this range (puppeteer.lam_range: log-uniform)
+    # unless ``reset(options={"lam": x})`` gives one; None: every episode prices cost at ``lam``
+    lam_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -88,6 +92,8 @@ class EnvConfig:
             raise ValueError(
                 f"invalid_action must be one of {', '.join(INVALID_ACTIONS)}, got {self.invalid_action!r}"
             )
+        lam_range = LamRange.of(self.lam_range)
+        object.__setattr__(self, "lam_range", lam_range.bounds if lam_range is not None else None)
 
 
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(EnvConfig))

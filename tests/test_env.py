@@ -27,7 +27,7 @@ def test_check_env_passes(mode: str) -> None:
 def test_make_with_module_prefix_and_kwargs() -> None:
     env = gym.make("puppeteer:Conductor-v0", mode="step", lam=0.2, max_steps=3)
     obs, info = env.reset(seed=3)
-    assert set(obs) == {"task", "state", "mask", "step", "counts", "signals"}
+    assert set(obs) == {"task", "state", "mask", "step", "counts", "signals", "lam"}
     assert env.action_space.n == len(env.unwrapped.pool) + 1
     assert obs["mask"].tolist() == [1] * env.action_space.n
     assert info["action_mask"].dtype == bool
