@@ -228,6 +228,7 @@ class Episode:
     cost: float = 0.0
     trajectory: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # the failed call that ended the episode, if one did
+    lam: float | None = None  # the episode's lambda when the caller set one (reset options["lam"])
 
     @property
     def ret(self) -> float:
@@ -254,10 +255,13 @@ def run_lockstep(
     greedy: bool = False,
     on_episode: Callable[[Episode], None] | None = None,
     first_actions: Sequence[int | None] | None = None,
+    lams: Sequence[float | None] | None = None,
 ) -> list[Episode]:
     """Run one episode per (reset seed, task index) spec, ``len(envs)`` at a time in lockstep.
 
     ``first_actions`` (one per spec, None: the policy's choice) forces an episode's first action.
+    ``lams`` (one per spec, None: the env's own) prices an episode's cost (reset ``options["lam"]``);
+    the trajectory line then records it as ``lam``.
 
     Lockstep lets the policy encode all current observations in one batch. ``envs`` may be an
     :class:`~puppeteer.envgroup.EnvGroup` (e.g. envs on Ray workers): the results are the same.
@@ -270,12 +274,16 @@ def run_lockstep(
         chunk = specs[lo : lo + len(group)]
         eps: dict[int, Episode] = {}
         obs: dict[int, dict[str, Any]] = {}
+        chunk_lams = list(lams[lo : lo + len(group)]) if lams is not None else [None] * len(chunk)
         resets = group.reset_many(
-            [(k, seed, {"task_index": ti} if ti is not None else None) for k, (seed, ti) in enumerate(chunk)]
+            [
+                (k, seed, _reset_options(ti, lam))
+                for k, ((seed, ti), lam) in enumerate(zip(chunk, chunk_lams, strict=True))
+            ]
         )
         for k, (first, info) in enumerate(resets):
             obs[k] = first
-            eps[k] = Episode(task_id=info["task_id"], feats=[], actions=[], rewards=[])
+            eps[k] = Episode(task_id=info["task_id"], feats=[], actions=[], rewards=[], lam=chunk_lams[k])
         active = list(eps)
         forced = (
             list(first_actions[lo : lo + len(group)]) if first_actions is not None else [None] * len(chunk)
@@ -303,6 +311,8 @@ def run_lockstep(
                     if info.get("error"):
                         ep.error = str(info["error"])
                         ep.trajectory["error"] = ep.error
+                    if ep.lam is not None:
+                        ep.trajectory["lam"] = ep.lam
                     if on_episode is not None:
                         on_episode(ep)
                 else:
@@ -310,6 +320,15 @@ def run_lockstep(
             active = still
         out += [eps[k] for k in range(len(chunk))]
     return out
+
+
+def _reset_options(task_index: int | None, lam: float | None) -> dict[str, Any] | None:
+    options: dict[str, Any] = {}
+    if task_index is not None:
+        options["task_index"] = task_index
+    if lam is not None:
+        options["lam"] = lam
+    return options or None
 
 
 # --------------------------------------------------------------------------- the metrics summary

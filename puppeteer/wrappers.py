@@ -6,7 +6,13 @@ libraries want one numeric array. :class:`EncodedObservation` turns it into a fi
 ``minilm``: the packaged all-MiniLM-L6-v2), laid out as
 
     [ enc(task) | enc(last part of the transcript) | mask | one-hot(step) | counts / max_steps
-      | signals (with ``signals=True``: the answer signals of :mod:`puppeteer.signals`) ]
+      | signals (with ``signals=True``: the answer signals of :mod:`puppeteer.signals`)
+      | lambda (with ``lam_range=(low, high)``: ``obs["lam"]`` as :meth:`LamRange.features` reads it) ]
+
+With ``lam_range``, :func:`make_encoded_env` also gives the env that range, so each episode draws its
+own lambda and one model learns every price (issue 36)::
+
+    env = make_encoded_env(pool="sim-routing", suite="mix-routing", lam_range=(0.01, 0.5))
 
 ``action_masks()`` stays reachable through any stack of wrappers (``get_wrapper_attr``),
 which is what sb3-contrib's ``MaskablePPO`` asks for::
@@ -28,6 +34,7 @@ import numpy as np
 from gymnasium import spaces
 
 from puppeteer.encoders import TextEncoder, make_encoder
+from puppeteer.lam_range import N_LAM_FEATURES, LamRange
 from puppeteer.signals import N_SIGNALS
 
 STATE_WINDOW = 500  # the same window as the puppeteer policy: the latest part of the transcript
@@ -40,13 +47,22 @@ def _state_window(state: str) -> str:
 class ObservationEncoder:
     """Maps step-mode observations to float32 vectors of length :attr:`dim`."""
 
-    def __init__(self, encoder: TextEncoder, n_actions: int, max_steps: int, signals: bool = False) -> None:
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        n_actions: int,
+        max_steps: int,
+        signals: bool = False,
+        lam_range: LamRange | tuple[float, float] | None = None,
+    ) -> None:
         self.encoder = encoder
         self.n_actions = n_actions
         self.max_steps = max_steps
         self.signals = signals
+        self.lam_range = LamRange.of(lam_range)
         self._base = 2 * encoder.dim + 2 * n_actions + max_steps + 1
-        self.dim = self._base + (N_SIGNALS if signals else 0)
+        self._lam_at = self._base + (N_SIGNALS if signals else 0)
+        self.dim = self._lam_at + (N_LAM_FEATURES if self.lam_range is not None else 0)
 
     @property
     def space(self) -> spaces.Box:
@@ -66,7 +82,10 @@ class ObservationEncoder:
             counts = np.asarray(o["counts"], np.float32) / self.max_steps
             out[i, 2 * d + n + self.max_steps + 1 : self._base] = counts
             if self.signals:
-                out[i, self._base :] = np.asarray(o["signals"], np.float32)
+                out[i, self._base : self._lam_at] = np.asarray(o["signals"], np.float32)
+            if self.lam_range is not None:
+                lam = float(np.asarray(o["lam"], dtype=np.float64).reshape(-1)[0])
+                out[i, self._lam_at :] = self.lam_range.features(lam)
         return np.clip(out, -1.0, 1.0)
 
     def __call__(self, obs: dict[str, Any]) -> np.ndarray:
@@ -92,12 +111,15 @@ class EncodedObservation(gym.ObservationWrapper[np.ndarray, Any, dict[str, Any]]
         env: gym.Env[dict[str, Any], Any],
         encoder: str | TextEncoder = "hashing",
         signals: bool = False,
+        lam_range: LamRange | tuple[float, float] | None = None,
         **encoder_options: Any,
     ) -> None:
         super().__init__(env)
         base = _step_env(env)
         text_encoder = make_encoder(encoder, **encoder_options) if isinstance(encoder, str) else encoder
-        self.encoder = ObservationEncoder(text_encoder, base.pool.n_actions, base.config.max_steps, signals)
+        self.encoder = ObservationEncoder(
+            text_encoder, base.pool.n_actions, base.config.max_steps, signals, lam_range
+        )
         self.observation_space = self.encoder.space
 
     def observation(self, observation: dict[str, Any]) -> np.ndarray:
@@ -113,11 +135,15 @@ def make_encoded_env(
     encoder_options: dict[str, Any] | None = None,
     max_episode_steps: int | None = None,
     signals: bool = False,
+    lam_range: tuple[float, float] | None = None,
     **env_kwargs: Any,
 ) -> EncodedObservation:
-    """``gym.make("Conductor-v0", mode="step", **env_kwargs)`` wrapped in :class:`EncodedObservation`."""
+    """``gym.make("Conductor-v0", mode="step", **env_kwargs)`` wrapped in :class:`EncodedObservation`;
+    ``lam_range``: the env draws each episode's lambda from it and the observation carries it."""
+    if lam_range is not None:
+        env_kwargs["lam_range"] = lam_range
     env = gym.make("Conductor-v0", mode="step", max_episode_steps=max_episode_steps, **env_kwargs)
-    return EncodedObservation(env, encoder, signals=signals, **(encoder_options or {}))
+    return EncodedObservation(env, encoder, signals=signals, lam_range=lam_range, **(encoder_options or {}))
 
 
 __all__ = ["EncodedObservation", "ObservationEncoder", "make_encoded_env"]

@@ -44,12 +44,16 @@ class StepJob:
         trainer: ReinforceConfig,
         policy_min_steps: int = 0,
         seed: int = 0,
+        lam_range: tuple[float, float] | None = None,
     ) -> StepJob:
-        """The studies' job: a step env with these settings (the rest default), a pool by name."""
+        """The studies' job: a step env with these settings (the rest default), a pool by name;
+        ``lam_range``: one policy for every lambda in the range (drawn per episode while training)."""
         return cls(
-            settings=EnvConfig(mode="step", lam=lam, max_steps=max_steps),
+            settings=EnvConfig(mode="step", lam=lam, max_steps=max_steps, lam_range=lam_range),
             pool=load_pool(pool),
-            policy_config=PolicyConfig(encoder=encoder, max_steps=max_steps, min_steps=policy_min_steps),
+            policy_config=PolicyConfig(
+                encoder=encoder, max_steps=max_steps, min_steps=policy_min_steps, lam_range=lam_range
+            ),
             trainer=trainer,
             suite=suite,
             seed=seed,
@@ -65,9 +69,10 @@ class StepJob:
     ) -> ConductorEnv:
         """An env on ``tasks`` or the first ``n`` items of ``suite``/``split``, with backends of its own.
 
-        Random k-of-n agent subsets (``settings.k_available``) apply to the training env only.
+        Random k-of-n agent subsets (``settings.k_available``) and lambdas drawn per episode
+        (``settings.lam_range``) apply to the training env only.
         """
-        settings = self.settings if training else replace(self.settings, k_available=None)
+        settings = self.settings if training else replace(self.settings, k_available=None, lam_range=None)
         return build_env(
             settings,
             pool=self.pool,
@@ -93,9 +98,12 @@ def env_copies(env: ConductorEnv, n: int) -> list[ConductorEnv]:
     return [env, *(env.clone() for _ in range(n - 1))]
 
 
-def heldout(env: ConductorEnv, policy: PuppeteerPolicy, n_envs: int) -> dict[str, float]:
-    """The greedy policy on every item of ``env`` once, ``n_envs`` at a time (the reported numbers)."""
-    return evaluate(env_copies(env, n_envs), policy)
+def heldout(
+    env: ConductorEnv, policy: PuppeteerPolicy, n_envs: int, lam: float | None = None
+) -> dict[str, float]:
+    """The greedy policy on every item of ``env`` once, ``n_envs`` at a time (the reported numbers);
+    ``lam``: every episode priced at this lambda instead of the env's own."""
+    return evaluate(env_copies(env, n_envs), policy, lam=lam)
 
 
 __all__ = ["StepJob", "env_copies", "heldout"]

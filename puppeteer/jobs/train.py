@@ -16,6 +16,7 @@ from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, EnvConfig
 from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
+from puppeteer.lam_range import LamRange
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import configured_pool
 from puppeteer.redaction import redact
@@ -25,6 +26,8 @@ from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, Wand
 from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)
+
+HELDOUT_LAMS = 5  # a lambda-conditioned run's held-out grid (results.json heldout_by_lam)
 
 
 def _get(cfg: Mapping[str, Any], key: str, default: Any = None) -> Any:
@@ -66,6 +69,17 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
     k = cfg.get("k_available")
     if k is not None and integer("k_available", k) < 1:
         raise ValueError(f"k_available={k}: at least one agent must be offered")
+    lam_range = _lam_range(cfg)
+    if lam_range is not None and trainer.get("baseline") == "ema":
+        raise ValueError(
+            "trainer.baseline=ema: one number for every lambda; with lam_range use group or prefix"
+        )
+
+
+def _lam_range(cfg: Mapping[str, Any]) -> LamRange | None:
+    """``lam_range`` of a training config (a Hydra list) as a checked range, or None."""
+    value = cfg.get("lam_range")
+    return LamRange.of(list(value)) if value is not None else None
 
 
 def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
@@ -81,7 +95,13 @@ def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
         temperature=float(_get(cfg, "temperature", 0.0)),
         samples_per_item=cfg.get("samples_per_item"),
         k_available=cfg.get("k_available"),  # random k-of-n agent subsets while training only
+        lam_range=_bounds(cfg),  # lambda drawn per episode while training only
     )
+
+
+def _bounds(cfg: Mapping[str, Any]) -> tuple[float, float] | None:
+    lam_range = _lam_range(cfg)
+    return lam_range.bounds if lam_range is not None else None
 
 
 def _n(suite: Mapping[str, Any], part: str) -> int | None:
@@ -108,6 +128,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             min_steps=int(_get(cfg, "min_steps", 0)),
             signals=bool(_get(pc, "signals", False)),
             surface=bool(_get(pc, "surface", False)),
+            lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),
         suite=cfg["suite"]["name"],
@@ -154,9 +175,12 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
         if stop:
             stop()
         logger.close()
-    final = heldout(eval_env, policy, tcfg.parallel_envs)
+    lam_range = _lam_range(cfg)
+    # a conditioned policy is reported at lam (clamped into its range) and on a grid across the range
+    at = lam_range.clamp(float(cfg["lam"])) if lam_range is not None else None
+    final = heldout(eval_env, policy, tcfg.parallel_envs, lam=at)
     backend = ",".join(env.pool.backends())
-    results = {
+    results: dict[str, Any] = {
         "heldout": final,
         "best_update": state.best_update,
         "best_validation_return": state.best,
@@ -172,6 +196,13 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
         "baseline": tcfg.baseline,
         "seed": cfg["seed"],
     }
+    if lam_range is not None:
+        results["lam"] = at
+        results["lam_range"] = list(lam_range.bounds)
+        results["heldout_by_lam"] = [
+            {"lam": x, **heldout(eval_env, policy, tcfg.parallel_envs, lam=x)}
+            for x in lam_range.grid(HELDOUT_LAMS)
+        ]
     (run / "results.json").write_text(json.dumps(results, indent=2))
     learning_curve(
         state.history,

@@ -7,13 +7,19 @@ initialised from its description. Unavailable agents are also masked out of the 
 With ``PolicyConfig.surface``, h(s) also reads the question's length and number count
 (:mod:`puppeteer.surface`). With ``PolicyConfig.signals``, h(s) also reads the answer signals
 z(s) of the steps so far (:mod:`puppeteer.signals`), and the logit gains a linear term
-w_a . z(s): what a cascade needs.
+w_a . z(s): what a cascade needs. With ``PolicyConfig.lam_range`` (a policy for every price of
+cost, issue 36), h(s) also reads the episode's lambda ``obs["lam"]`` (:mod:`puppeteer.lam_range`:
+clamped into the trained range, two features, through first-layer weights of their own), and the
+logit gains a bilinear term
+(W l) . g(e_a): how far each agent's score moves with the price, read through the agent's own
+representation.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,13 +30,17 @@ import torch
 from torch import nn
 
 from puppeteer.encoders import CachedEncoder, make_encoder
+from puppeteer.lam_range import N_LAM_FEATURES, LamRange
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
 from puppeteer.signals import N_SIGNALS
 from puppeteer.surface import N_SURFACE, surface_features
 
+log = logging.getLogger(__name__)
+
 TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority answer."
 _NO_SURFACE = np.zeros(0, dtype=np.float32)
+_NO_LAM = np.zeros(0, dtype=np.float32)
 SCORER_LAYERS = ("norm", "tanh")
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
 
@@ -52,10 +62,15 @@ class PolicyConfig:
     # the scorer's layers: "norm" (LayerNorm + GELU) or "tanh" (the first design; its head saturates
     # under REINFORCE's steps and then scores every task alike: docs/sim-routing.md)
     layers: str = "norm"
+    # [low, high]: the policy reads the episode's lambda (obs["lam"]) and is used at any lambda in this
+    # range (puppeteer.lam_range); None: a policy for the one lambda it was trained at
+    lam_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.layers not in SCORER_LAYERS:
             raise ValueError(f"policy.layers: unknown {self.layers!r}; known: {', '.join(SCORER_LAYERS)}")
+        lam_range = LamRange.of(self.lam_range)
+        object.__setattr__(self, "lam_range", lam_range.bounds if lam_range is not None else None)
 
 
 def agent_text(pool: Pool, i: int) -> str:
@@ -75,6 +90,7 @@ class Features:
     mask: np.ndarray
     signals: np.ndarray  # puppeteer.signals.answer_signals of the steps so far (zeros if not read)
     surface: np.ndarray  # puppeteer.surface.surface_features of the question (empty if not read)
+    lam: np.ndarray  # LamRange.features of the episode's lambda (empty if not read)
 
 
 class Scorer(nn.Module):
@@ -88,11 +104,13 @@ class Scorer(nn.Module):
         n_signals: int = 0,
         n_surface: int = 0,
         layers: str = "norm",
+        n_lam: int = 0,
     ) -> None:
         super().__init__()
         self.max_steps = max_steps
         self.n_signals = n_signals
         self.n_surface = n_surface
+        self.n_lam = n_lam
         self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
         state_in = 2 * dim + (max_steps + 1) + n_actions + n_signals + n_surface
         if layers == "tanh":
@@ -128,6 +146,17 @@ class Scorer(nn.Module):
         # state read the mask, and the mask's effect is learned from nothing
         self.mask_in = nn.Linear(n_actions, hidden, bias=False)
         nn.init.zeros_(self.mask_in.weight)
+        if n_lam:
+            # the price enters the state's first layer through weights of its own, at their default
+            # scale: among the hundreds of (standardised) text inputs of the first layer its two
+            # features would weigh a few percent, and the policy would settle on one agent for every
+            # lambda before learning where the price changes the choice
+            self.lam_in = nn.Linear(n_lam, hidden, bias=False)
+            # it also moves each action's logit through the agent's own representation,
+            # (W l) . g(e_a): the return is linear in lambda, and a term per agent id would not carry
+            # over to agents the policy has not seen. Zero at the start, like the mask's weights.
+            self.lam_agent = nn.Linear(n_lam, hidden, bias=False)
+            nn.init.zeros_(self.lam_agent.weight)
 
     def forward(
         self,
@@ -138,6 +167,7 @@ class Scorer(nn.Module):
         mask: torch.Tensor,
         signals: torch.Tensor | None = None,
         surface: torch.Tensor | None = None,
+        lam: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
@@ -154,13 +184,21 @@ class Scorer(nn.Module):
                 raise ValueError(f"this scorer reads {self.n_surface} surface features; none given")
             parts.append(surface.float())
         first, act, second = self.state_net
-        h = second(act(first(torch.cat(parts, dim=-1)) + self.mask_in(mask.float())))
+        pre = first(torch.cat(parts, dim=-1)) + self.mask_in(mask.float())
+        if self.n_lam:
+            if lam is None:
+                raise ValueError(f"this scorer reads {self.n_lam} lambda features; none given")
+            lam = lam.float()
+            pre = pre + self.lam_in(lam)
+        h = second(act(pre))
         g = self.agent_net(self.agent_emb)  # (A, hidden)
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
         logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
         if signals is not None and self.n_signals:
             logits = logits + self.signal_logits(signals)
+        if lam is not None and self.n_lam:
+            logits = logits + self.lam_agent(lam) @ g.T
         return logits.masked_fill(~mask.bool(), float("-inf"))
 
 
@@ -190,7 +228,14 @@ class PuppeteerPolicy:
             n_signals=N_SIGNALS if config.signals else 0,
             n_surface=N_SURFACE if config.surface else 0,
             layers=config.layers,
+            n_lam=N_LAM_FEATURES if config.lam_range is not None else 0,
         )
+        self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
+
+    @property
+    def lam_range(self) -> LamRange | None:
+        """The range of lambdas this policy was trained over (None: one fixed lambda)."""
+        return LamRange.of(self.config.lam_range)
 
     def fit_inputs(self, texts: Sequence[str]) -> None:
         """Standardise the task embedding per dimension by these (training) tasks' statistics."""
@@ -231,6 +276,7 @@ class PuppeteerPolicy:
                 mask=self._mask(o),
                 signals=self._signals(o),
                 surface=surface_features(o["task"]) if self.config.surface else _NO_SURFACE,
+                lam=self._lam(o),
             )
             for i, o in enumerate(observations)
         ]
@@ -241,6 +287,18 @@ class PuppeteerPolicy:
         if "signals" not in obs:
             raise KeyError("this policy reads obs['signals'] (PolicyConfig.signals); the obs has none")
         return np.asarray(obs["signals"], dtype=np.float32)
+
+    def _lam(self, obs: dict[str, Any]) -> np.ndarray:
+        lam_range = self.lam_range
+        if lam_range is None:
+            return _NO_LAM
+        if "lam" not in obs:
+            raise KeyError("this policy reads obs['lam'] (PolicyConfig.lam_range); the obs has none")
+        lam = float(np.asarray(obs["lam"], dtype=np.float64).reshape(-1)[0])
+        if not lam_range.contains(lam) and lam not in self._warned_lams:
+            self._warned_lams.add(lam)  # once per value, not at every step of every episode
+            lam_range.clamp(lam)  # logs the warning
+        return lam_range.features(lam)
 
     def _mask(self, obs: dict[str, Any]) -> np.ndarray:
         mask = np.array(obs["mask"], dtype=bool)
@@ -258,6 +316,7 @@ class PuppeteerPolicy:
             torch.as_tensor(np.stack([f.mask for f in feats])),
             torch.as_tensor(np.stack([f.signals for f in feats])),
             torch.as_tensor(np.stack([f.surface for f in feats])),
+            torch.as_tensor(np.stack([f.lam for f in feats])),
         )
 
     def logits(self, feats: Sequence[Features]) -> torch.Tensor:
@@ -291,8 +350,11 @@ class PuppeteerPolicy:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         atomic_torch_save(self.scorer.state_dict(), d / "policy.pt")
+        config = asdict(self.config)
+        if config["lam_range"] is None:  # a fixed-lambda policy saves what it saved before the setting
+            del config["lam_range"]
         meta = {
-            "config": asdict(self.config),
+            "config": config,
             "pool": self.pool.name,
             "agents": [a.name for a in self.pool.agents],
         }

@@ -116,7 +116,17 @@ def mutable_schema(
 # the seed is the job's top-level ``seed``
 TrainerNode = mutable_schema(ReinforceConfig, "TrainerNode", exclude=("seed",))
 # the environment's settings that a training job sets at the top level
-ENV_KEYS = ("lam", "gamma", "phi", "max_steps", "min_steps", "cost_model", "temperature", "samples_per_item")
+ENV_KEYS = (
+    "lam",
+    "gamma",
+    "phi",
+    "max_steps",
+    "min_steps",
+    "cost_model",
+    "temperature",
+    "samples_per_item",
+    "lam_range",  # [low, high]: one policy for every lambda in the range (puppeteer.lam_range)
+)
 EnvNode = mutable_schema(EnvConfig, "EnvNode", only=ENV_KEYS)
 
 

@@ -8,6 +8,14 @@ other episodes of the same task that reached the same decision). Entropy bonus,
 gradient clipping, AdamW. Every ``checkpoint_every`` updates the full state is saved
 atomically (policy, optimiser, RNG, counters, baseline, best-so-far, trajectory-file
 offset), so a killed run resumes losing at most the batch in flight.
+
+One policy for every price (issue 36): when the training env has ``lam_range``, each group draws one
+lambda (:meth:`~puppeteer.lam_range.LamRange.sample`) that all its episodes share, passed to the env
+(reset ``options["lam"]``, so the returns are priced at it) and read by the policy from
+``obs["lam"]``. A group's episodes share their task and their lambda, so the ``group`` and
+``prefix`` baselines (and ``first_step=all``'s exact expectation) are conditioned on both; the
+``ema`` baseline, one number for every lambda, is refused. Validation (the ``best/`` choice) is the
+mean over three lambdas across the range.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import torch
 from puppeteer.checks import integer, number
 from puppeteer.env import ConductorEnv
 from puppeteer.envgroup import EnvGroup
+from puppeteer.lam_range import LamRange
 from puppeteer.policies.puppeteer import PuppeteerPolicy
 from puppeteer.rollout import Episode, run_lockstep, summarize
 from puppeteer.safeload import CheckpointError, atomic_torch_save, safe_torch_load
@@ -181,12 +190,33 @@ def evaluate(
     policy: PuppeteerPolicy,
     n: int | None = None,
     seed: int = 10_000,
+    lam: float | None = None,
 ) -> dict[str, float]:
-    """Greedy policy, each task once (the first ``n``); several envs run in lockstep."""
+    """Greedy policy, each task once (the first ``n``); several envs run in lockstep. ``lam``: price
+    every episode at this lambda (reset ``options["lam"]``) instead of the env's own."""
     envs = [env] if isinstance(env, ConductorEnv) else list(env)
     count = len(envs[0].tasks) if n is None else min(n, len(envs[0].tasks))
-    eps = run_lockstep(envs, policy, [(seed + i, i) for i in range(count)], greedy=True)
+    specs = [(seed + i, i) for i in range(count)]
+    eps = run_lockstep(envs, policy, specs, greedy=True, lams=None if lam is None else [lam] * count)
     return {**summarize(eps), "top_first_share": top_share([e.actions[0] for e in eps if e.actions])}
+
+
+def evaluate_over(
+    env: ConductorEnv | Sequence[ConductorEnv],
+    policy: PuppeteerPolicy,
+    lams: Sequence[float],
+    n: int | None = None,
+    seed: int = 10_000,
+) -> dict[str, float]:
+    """:func:`evaluate` at each of ``lams`` (the same items and seeds): the means over the lambdas, and
+    each lambda's return as ``return@LAM``."""
+    runs = [evaluate(env, policy, n, seed, lam=x) for x in lams]
+    out = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+    out.update({f"return@{x:.4g}": r["return"] for x, r in zip(lams, runs, strict=True)})
+    return out
+
+
+VALIDATION_LAMS = 3  # a lambda-conditioned run's model selection: the mean over this many lambdas
 
 
 # --------------------------------------------------------------------------- checkpointing
@@ -221,11 +251,17 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (trainer, "first_step", "sample"),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
+        (pol, "lam_range", None),
     ):
         if settings.get(key) == old:
             settings.pop(key)
-    # ``unavailable`` joined the env config later: left out while empty, so older checkpoints resume
-    env_settings = {k: v for k, v in asdict(env.config).items() if k != "unavailable" or v}
+    # ``unavailable`` and ``lam_range`` joined the env config later: left out while empty, so older
+    # checkpoints resume
+    env_settings = {
+        k: v
+        for k, v in asdict(env.config).items()
+        if (k != "unavailable" or v) and (k != "lam_range" or v is not None)
+    }
     return {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
         "policy": json.dumps(pol, sort_keys=True, default=str),
@@ -299,6 +335,32 @@ def first_actions(env: ConductorEnv, policy: PuppeteerPolicy) -> list[int]:
     if env.config.min_steps == 0 and policy.config.min_steps == 0:
         out.append(env.pool.terminator_id)
     return out
+
+
+def check_lam_conditioning(
+    env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig
+) -> LamRange | None:
+    """The training env's lambda range, checked against the policy and the baseline (None: fixed)."""
+    lam_range = LamRange.of(env.config.lam_range)
+    if lam_range is None:
+        return None
+    if policy.lam_range is None:
+        raise ValueError(
+            f"the env draws lambda from lam_range={list(lam_range.bounds)} but the policy does not read it: "
+            "give the policy the same range (PolicyConfig.lam_range)"
+        )
+    if policy.lam_range != lam_range:
+        log.warning(
+            "the policy reads lambda over %s, the env draws it over %s",
+            list(policy.lam_range.bounds),
+            list(lam_range.bounds),
+        )
+    if config.baseline == "ema":
+        raise ValueError(
+            "trainer.baseline=ema is one number for every lambda; a lambda-conditioned run needs a "
+            "baseline that shares the episode's lambda: group or prefix"
+        )
+    return lam_range
 
 
 def _entropy(logp_all: torch.Tensor) -> torch.Tensor:
@@ -377,6 +439,7 @@ def train(
         raise KeyError(f"unknown baseline {config.baseline!r}; known: {', '.join(BASELINES)}")
     if config.batch_episodes % config.group_size:
         raise ValueError("batch_episodes must be a multiple of group_size")
+    lam_range = check_lam_conditioning(env, policy, config)
     if config.episodes % config.group_size:
         log.warning(
             "trainer.episodes=%d is not a multiple of group_size=%d: training runs %d episodes",
@@ -456,6 +519,7 @@ def train(
         specs: list[tuple[int, int | None]] = []
         # the last batch is cut to what is left (whole groups), so a run trains ``episodes`` episodes
         left = -(-(config.episodes - state.episodes) // size)
+        lams: list[float | None] | None = None if lam_range is None else []
         for _ in range(min(n_groups, left)):
             task_index = int(rng.integers(len(env.tasks)))
             if firsts is None:
@@ -463,8 +527,12 @@ def train(
             else:  # one reset seed per group: every first action sees the same first observation
                 seed = int(rng.integers(2**31))
                 specs += [(seed, task_index) for _ in range(size)]
+            if lams is not None and lam_range is not None:  # one lambda per group (its baseline's too)
+                lams += [lam_range.sample(rng)] * size
         forced = None if firsts is None else firsts * (len(specs) // size)
-        flat = run_lockstep(envs, policy, specs, generator=gen, on_episode=on_episode, first_actions=forced)
+        flat = run_lockstep(
+            envs, policy, specs, generator=gen, on_episode=on_episode, first_actions=forced, lams=lams
+        )
         failed = sum(e.error is not None for e in flat)
         seen = max(state.episodes + len(flat), MIN_EPISODES_FOR_FAILURE_RATE)
         if failed and (state.failed + failed) / seen > config.max_failed_fraction:
@@ -508,7 +576,10 @@ def train(
         if eval_env is not None and (
             state.update % config.eval_every == 0 or state.episodes >= config.episodes
         ):
-            ev = evaluate(eval_envs, policy, eval_n)
+            if lam_range is None:
+                ev = evaluate(eval_envs, policy, eval_n)
+            else:
+                ev = evaluate_over(eval_envs, policy, lam_range.grid(VALIDATION_LAMS), eval_n)
             metrics.update({f"eval/{k}": v for k, v in ev.items()})
             if ev["return"] > state.best and ev["calls"] > 0:  # a policy that calls nobody is never kept
                 state.best, state.best_update = ev["return"], state.update
