@@ -17,6 +17,10 @@ A question found verbatim in ``suite`` runs as that item (its gold answer is the
 and graded, and a simulated pool knows it). Any other question is a free task graded by
 ``grader`` (``exact`` by default; ``numeric``, ``math`` or ``letter`` change the answer
 format the agents are asked for); it has no gold answer, so ``correct`` is ``None``.
+
+A policy trained over a range of lambdas (``lam_range``, issue 36) routes each call at ``lam``
+(a call's own, else the orchestrator's), clamped into its trained range with a logged warning;
+the result's ``lam`` says which.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 from puppeteer.backends.base import Backend
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, build_backend
+from puppeteer.lam_range import LamRange
 from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
 from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, load_pool
@@ -59,6 +64,7 @@ class OrchestratorResult:
     correct: bool | None
     parse_error: str | None
     trajectory: Trajectory
+    lam: float | None = None  # the lambda a conditioned policy routed at (None: a fixed-lambda policy)
 
     @property
     def calls(self) -> int:
@@ -101,6 +107,16 @@ class Orchestrator:
         self._cache = cache
         self._backend = backend
         self._lock = threading.Lock()
+        self.lam_range: LamRange | None = LamRange.of(getattr(self.policy, "lam_range", None))
+        if self.lam_range is not None:  # the default, clamped once (one warning, not one per call)
+            self.lam = self.lam_range.clamp(lam)
+
+    def episode_lam(self, lam: float | None = None) -> float:
+        """The lambda an episode runs at: ``lam`` (else the orchestrator's), clamped into a conditioned
+        policy's trained range (a warning is logged when it moves)."""
+        if lam is None:
+            return self.lam
+        return self.lam_range.clamp(lam) if self.lam_range is not None else float(lam)
 
     @classmethod
     def load(
@@ -178,20 +194,30 @@ class Orchestrator:
         )
 
     def answer(
-        self, question: str, *, grader: str | None = None, gold: str = "", seed: int | None = None
+        self,
+        question: str,
+        *,
+        grader: str | None = None,
+        gold: str = "",
+        seed: int | None = None,
+        lam: float | None = None,
     ) -> OrchestratorResult:
         """Run the policy on one question; exceptions from backends propagate unchanged."""
         if not question.strip():
             raise ValueError("the question is empty")
         question = encodable(question)  # lone surrogates would fail every UTF-8 encoder downstream
-        return self.run_task(self.task_for(question, grader, gold), seed=seed)
+        return self.run_task(self.task_for(question, grader, gold), seed=seed, lam=lam)
 
-    def run_task(self, task: Task, *, seed: int | None = None) -> OrchestratorResult:
-        """Run the policy on one task (a suite item or :meth:`task_for`'s free task)."""
+    def run_task(
+        self, task: Task, *, seed: int | None = None, lam: float | None = None
+    ) -> OrchestratorResult:
+        """Run the policy on one task (a suite item or :meth:`task_for`'s free task); ``lam``: this
+        call's price of cost (see :meth:`episode_lam`)."""
         question = task.question
         run_seed = item_seed(self.seed if seed is None else seed, task.id)
         policy = self.policy.fork()  # per request: its own plans / record of calls, models shared
-        settings = EpisodeSettings(lam=self.lam, max_steps=self.max_steps)
+        episode_lam = self.episode_lam(lam)
+        settings = EpisodeSettings(lam=episode_lam, max_steps=self.max_steps)
         config = policy.configure(settings, [task], [run_seed], self.pool)
         backend = self.backend()
         env = ConductorEnv(config, pool=self.pool, tasks=[task], backend=backend)
@@ -212,6 +238,7 @@ class Orchestrator:
             correct=traj.correct if graded else None,
             parse_error=traj.parse_error,
             trajectory=traj,
+            lam=episode_lam if self.lam_range is not None else None,
         )
 
 

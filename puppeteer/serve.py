@@ -12,7 +12,10 @@ final (aggregated) answer is the reply. ``usage`` carries the summed tokens of e
 ``cost_usd``, ``calls`` and ``flops``; ``puppeteer`` holds the steps taken. With
 ``stream=True`` the final answer arrives as OpenAI-style SSE chunks once routing has finished
 (with ``stream_options={"include_usage": true}``, a last chunk carries the usage). Extra
-request fields: ``grader`` (answer format: ``numeric``, ``math``, ``letter``, ``exact``).
+request fields: ``grader`` (answer format: ``numeric``, ``math``, ``letter``, ``exact``) and, for a
+policy trained over a range of lambdas (``lam_range``), ``lam``: this request's price of cost
+(``extra_body={"lam": 0.2}`` from the openai client), clamped into the trained range; ``usage.lam``
+is the lambda the request was routed at. A policy trained at one lambda refuses ``lam`` (400).
 
 Errors use OpenAI's error body: 400 for a malformed request, 502 when a backend fails,
 503 when the server is saturated; the server stays up either way. At most
@@ -71,6 +74,7 @@ class ChatRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     grader: str | None = None
+    lam: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)  # price of cost (conditioned)
 
     def question(self) -> str:
         for message in reversed(self.messages):
@@ -86,7 +90,7 @@ class ServeError(Exception):
 
 
 def _usage(result: OrchestratorResult) -> dict[str, Any]:
-    return {
+    usage = {
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": result.completion_tokens,
         "total_tokens": result.prompt_tokens + result.completion_tokens,
@@ -94,6 +98,9 @@ def _usage(result: OrchestratorResult) -> dict[str, Any]:
         "calls": result.calls,
         "flops": result.flops,
     }
+    if result.lam is not None:  # a lambda-conditioned router: the price it routed this request at
+        usage["lam"] = result.lam
+    return usage
 
 
 def _details(result: OrchestratorResult) -> dict[str, Any]:
@@ -210,8 +217,12 @@ def create_app(
         return error(exc.status, exc.kind, exc.message)
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok", "policy": orchestrator.spec, "pool": orchestrator.pool.name}
+    async def health() -> dict[str, Any]:
+        status: dict[str, Any] = {"status": "ok", "policy": orchestrator.spec, "pool": orchestrator.pool.name}
+        if orchestrator.lam_range is not None:  # the lambdas a request may ask for
+            status["lam_range"] = list(orchestrator.lam_range.bounds)
+            status["lam"] = orchestrator.lam
+        return status
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -238,12 +249,19 @@ def create_app(
                 "invalid_request_error",
                 f"unknown grader {body.grader!r}; known: {', '.join(sorted(known_graders()))}",
             )
+        if body.lam is not None and orchestrator.lam_range is None:
+            raise ServeError(
+                400,
+                "invalid_request_error",
+                f"this router ({orchestrator.spec}) was trained at one price of cost and takes no `lam`; "
+                "serve a policy trained with lam_range=[low,high] to set it per request",
+            )
         try:
             await asyncio.wait_for(slots.acquire(), timeout=queue_timeout_s)
         except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
             raise ServeError(503, "server_busy", "too many requests in flight; retry later") from None
         try:
-            return await run_in_threadpool(orchestrator.answer, question, grader=body.grader)
+            return await run_in_threadpool(orchestrator.answer, question, grader=body.grader, lam=body.lam)
         except Exception as e:
             log.exception("routing failed")
             raise ServeError(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from puppeteer.lam_range import LamRange
 from puppeteer.policies.base import StepPolicy
 from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.pool import Pool
@@ -383,6 +384,11 @@ class LearnedStep:
         self.policy = PuppeteerPolicy.load(self.path, pool)
         self.greedy = greedy
         self.name = f"puppeteer:{self.path}"
+
+    @property
+    def lam_range(self) -> LamRange | None:
+        """The lambdas a conditioned policy was trained over (None: one fixed lambda)."""
+        return self.policy.lam_range
 
     def reset(self, task_id: str) -> None:
         self.policy.reset(task_id)

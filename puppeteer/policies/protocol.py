@@ -135,6 +135,11 @@ class StepRunner:
         rng = np.random.default_rng(seed)
         return run_step_episode(env, policy, rng, seed=seed, index=index, options=options), {}
 
+    @property
+    def lam_range(self) -> Any:
+        """The lambdas a conditioned step policy was trained over (None: one fixed lambda)."""
+        return getattr(self.step, "lam_range", None)
+
     def fork(self) -> StepRunner:
         if getattr(self.step, "episode_state", False):
             return StepRunner(copy.deepcopy(self.step))

@@ -1,0 +1,308 @@
+"""One step policy for every price of cost (issue 36, section 1): lambda as an input.
+
+The toy world: a dear agent right on 90% of the items and a cheap one right on 55%, at a hundredth of
+the price, so which one a router should call depends on lambda alone (about 0.3 in cents).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from puppeteer.env import ConductorEnv
+from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.lam_range import LamRange
+from puppeteer.orchestrator import Orchestrator
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.pool import Pool, load_pool
+from puppeteer.rollout import run_lockstep
+from puppeteer.tasks import load_suite
+from puppeteer.train.reinforce import ReinforceConfig, evaluate, run_fingerprint, train
+from puppeteer.wrappers import make_encoded_env
+
+# the mean return gap over the range's draws is about zero: no agent wins on average, so what the
+# router learns is where lambda changes the choice (a range mostly below the break-even first pulls the
+# policy onto the dear agent for every lambda, and it takes a few thousand episodes to come back)
+RANGE = (0.01, 1.5)
+DEAR, CHEAP = 0, 1
+
+
+def _price_pool(tmp_path: Path) -> Pool:
+    spec = {
+        "name": "toy-price",
+        "backend_options": {"sim": {"seed": 0, "rho": 0.5, "columns": {"gsm8k": "G", "mmlu": "M"}}},
+        "models": {
+            "dear": {"backend": "sim", "target": "dear", "price_in": 10.0, "price_out": 40.0, "params_b": 70,
+                     "options": {"skills": {"G": 90, "M": 90}, "tokens_mean": 300}},
+            "cheap": {"backend": "sim", "target": "cheap", "price_in": 0.1, "price_out": 0.4, "params_b": 8,
+                      "options": {"skills": {"G": 55, "M": 55}, "tokens_mean": 300}},
+        },
+        "agents": [
+            {"name": "dear-cot", "model": "dear", "pattern": "cot", "description": "strong and dear"},
+            {"name": "cheap-cot", "model": "cheap", "pattern": "cot", "description": "weak and cheap"},
+        ],
+    }  # fmt: skip
+    path = tmp_path / "toy-price.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return load_pool(path)
+
+
+def _settings(**more: object) -> EnvConfig:
+    return EnvConfig(mode="step", lam=0.1, max_steps=1, min_steps=1, cost_model="usd", **more)  # type: ignore[arg-type]
+
+
+def _policy(pool: Pool, lam_range: tuple[float, float] | None = RANGE, seed: int = 0) -> PuppeteerPolicy:
+    config = PolicyConfig(encoder="hashing", hidden=32, max_steps=1, min_steps=1, lam_range=lam_range)
+    return PuppeteerPolicy(pool, config, seed=seed)
+
+
+def _p_dear(policy: PuppeteerPolicy, env: ConductorEnv, lam: float, n: int = 10) -> float:
+    """The policy's mean probability of calling the dear agent at ``lam`` over the first ``n`` items."""
+    probs = []
+    for i in range(n):
+        obs, _ = env.reset(seed=i, options={"task_index": i, "lam": lam})
+        with torch.no_grad():
+            probs.append(float(torch.softmax(policy.logits([policy.features(obs)]), dim=-1)[0, DEAR]))
+    return float(np.mean(probs))
+
+
+# --------------------------------------------------------------------------- the range
+
+
+def test_the_draw_is_log_uniform_and_zero_gets_a_shifted_scale() -> None:
+    rng = np.random.default_rng(0)
+    r = LamRange(0.01, 0.5)
+    draws = np.array([r.sample(rng) for _ in range(20_000)])
+    assert draws.min() >= 0.01 and draws.max() <= 0.5
+    assert np.median(draws) == pytest.approx(math.sqrt(0.01 * 0.5), rel=0.05)  # the geometric middle
+    assert np.mean(draws < 0.1) == pytest.approx(math.log(10) / math.log(50), abs=0.02)  # per factor
+    grid = r.grid(5)
+    assert grid[0] == pytest.approx(0.01) and grid[-1] == pytest.approx(0.5)
+    assert np.allclose(np.diff(np.log(grid)), np.log(50) / 4)
+    zero = LamRange(0.0, 1.0)  # log 0 does not exist: the scale is that of lambda + high/100
+    draws0 = np.array([zero.sample(rng) for _ in range(20_000)])
+    assert draws0.min() >= 0.0 and zero.grid(3)[0] == 0.0
+    assert np.mean(draws0 < 0.01) == pytest.approx(math.log(2) / math.log(101), abs=0.02)
+    for lam in (0.0, 0.3, 1.0, 7.0):
+        assert np.all(np.abs(zero.features(lam)) <= 1.0)
+    with pytest.raises(ValueError, match="low < high"):
+        LamRange(0.5, 0.5)
+    with pytest.raises(ValueError, match="lam_range"):
+        LamRange(-0.1, 0.5)
+    with pytest.raises(ValueError, match="two numbers"):
+        LamRange.of([0.1])
+
+
+# --------------------------------------------------------------------------- the env
+
+
+def test_the_env_prices_each_episode_at_its_lambda_and_shows_it(tmp_path: Path) -> None:
+    pool = _price_pool(tmp_path)
+    tasks = load_suite("mix-math-mmlu", "train", n=8)
+    plain = build_env(_settings(), pool=pool, tasks=tasks)
+    obs, _ = plain.reset(seed=3)
+    assert obs["lam"].tolist() == [0.1] and plain.observation_space.contains(obs)
+    _, reward, _, _, info = plain.step(DEAR)
+    assert reward == pytest.approx(float(info["correct"]) - 0.1 * info["cost"] * math.log(2))
+    obs, _ = plain.reset(seed=3, options={"lam": 2.0})
+    assert obs["lam"].tolist() == [2.0]
+    _, priced, _, _, info2 = plain.step(DEAR)
+    assert priced == pytest.approx(float(info2["correct"]) - 2.0 * info2["cost"] * math.log(2))
+    with pytest.raises(ValueError, match="options\\['lam'\\]"):
+        plain.reset(options={"lam": -1})
+    # with a range, an episode given no lambda draws one; the other draws of the reset are unchanged
+    ranged = build_env(_settings(lam_range=(0.01, 0.5)), pool=pool, tasks=tasks)
+    seen = set()
+    for seed in range(20):
+        a, _ = plain.reset(seed=seed)
+        b, _ = ranged.reset(seed=seed)
+        assert a["task"] == b["task"] and 0.01 <= b["lam"][0] <= 0.5
+        seen.add(float(b["lam"][0]))
+    assert len(seen) == 20
+    assert ranged.reset(seed=5)[0]["lam"][0] == ranged.reset(seed=5)[0]["lam"][0]
+    assert ranged.reset(seed=5, options={"lam": 0.25})[0]["lam"][0] == 0.25
+
+
+def test_the_encoded_observation_carries_lambda_for_outside_rl() -> None:
+    env = make_encoded_env(pool="sim-paper", suite="arith", n_tasks=4, max_steps=2, lam_range=(0.01, 0.5))
+    plain = make_encoded_env(pool="sim-paper", suite="arith", n_tasks=4, max_steps=2)
+    assert env.observation_space.shape == (plain.observation_space.shape[0] + 2,)
+    obs, _ = env.reset(seed=0, options={"lam": 0.5})
+    assert obs[-2:].tolist() == [1.0, 1.0]  # lambda / high, and the top of the log scale
+    obs, _ = env.reset(seed=0, options={"lam": 0.01})
+    assert obs[-1] == -1.0
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_a_conditioned_policy_calls_the_cheap_agent_as_lambda_rises(tmp_path: Path) -> None:
+    """Trained once over lambda in [0.01, 1.5] with lambda as an input, the router calls the dear agent
+    (0.9 right, 1.16 cents) at low lambda and the cheap one (0.55 right, 0.012 cents) at high lambda,
+    as the return r - lambda * C says (break-even near 0.3). Seeds 0-3 all pass (measured)."""
+    pool = _price_pool(tmp_path)
+    env = build_env(_settings(lam_range=RANGE), pool=pool, suite="mix-math-mmlu", split="train", n_tasks=32)
+    policy = _policy(pool)
+    cfg = ReinforceConfig(episodes=2048, batch_episodes=64, lr=0.01, first_step="all", eval_every=10**6)
+    train(env, policy, cfg, tmp_path / "run")
+    curve = [_p_dear(policy, env, lam) for lam in (0.01, 0.05, 0.2, 0.5, 1.5)]
+    assert curve[0] > 0.9 and curve[-1] < 0.1, curve
+    assert all(a >= b - 0.02 for a, b in itertools.pairwise(curve)), curve  # falls with lambda
+    # the trajectories record each group's lambda, shared by the group (its baseline's too)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    lams = [x["lam"] for x in lines]
+    assert all(RANGE[0] <= x <= RANGE[1] for x in lams)
+    assert all(lams[i] == lams[i + 1] for i in range(0, len(lams), 2))  # groups of two: every agent once
+    assert len(set(lams)) == len(lams) // 2
+    # saved and loaded, the policy keeps its range and its choices
+    loaded = PuppeteerPolicy.load(tmp_path / "run" / "final", pool)
+    assert loaded.lam_range == LamRange(*RANGE)
+    assert _p_dear(loaded, env, 0.05) == pytest.approx(_p_dear(policy, env, 0.05), abs=1e-6)
+    # greedy at a price, on held-out items: the return follows the choice
+    test = build_env(_settings(), pool=pool, suite="mix-math-mmlu", split="test", n_tasks=16)
+    low, high = evaluate(test, policy, lam=0.01), evaluate(test, policy, lam=1.5)
+    assert low["cost"] > 20 * high["cost"] and low["accuracy"] > high["accuracy"]
+
+
+def test_a_conditioned_run_needs_a_policy_that_reads_lambda_and_a_baseline_that_shares_it(
+    tmp_path: Path,
+) -> None:
+    pool = _price_pool(tmp_path)
+    env = build_env(_settings(lam_range=RANGE), pool=pool, suite="mix-math-mmlu", split="train", n_tasks=4)
+    cfg = ReinforceConfig(episodes=8, batch_episodes=8, group_size=4)
+    with pytest.raises(ValueError, match="does not read it"):
+        train(env, _policy(pool, lam_range=None), cfg, tmp_path / "a")
+    with pytest.raises(ValueError, match="ema"):
+        ema = ReinforceConfig(episodes=8, batch_episodes=8, baseline="ema")
+        train(env, _policy(pool), ema, tmp_path / "b")
+    with pytest.raises(KeyError, match="obs\\['lam'\\]"):
+        _policy(pool).features({"task": "q", "state": "", "mask": [1, 1, 1], "step": 0, "counts": [0, 0, 0]})
+
+
+def test_a_plain_lam_run_keeps_its_fingerprint_and_files(tmp_path: Path) -> None:
+    """Runs that do not use the new setting resume from (and equal) the checkpoints made before it."""
+    env = ConductorEnv(
+        mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=4, lam=0.2, max_steps=2,
+        min_steps=1,
+    )  # fmt: skip
+    policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=2, min_steps=1))
+    cfg = ReinforceConfig(episodes=64, batch_episodes=32, first_step="all", seed=3)
+    fingerprint = run_fingerprint(env, policy, cfg)
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    assert digest == "b3e2e349cbc9679540c879e567f0c3a34b92766954224b8cd703734afeb748f7"  # before issue 36
+    assert "lam_range" not in fingerprint["env"] and "lam_range" not in fingerprint["policy"]
+    policy.save(tmp_path / "p")
+    assert "lam_range" not in json.loads((tmp_path / "p" / "policy.json").read_text())["config"]
+    conditioned = PuppeteerPolicy(
+        env.pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=2, min_steps=1, lam_range=(0.01, 0.5))
+    )
+    ranged = ConductorEnv(
+        mode="step", pool="sim-paper", suite="arith", split="train", n_tasks=4, max_steps=2, min_steps=1,
+        lam_range=(0.01, 0.5),
+    )  # fmt: skip
+    other = run_fingerprint(ranged, conditioned, cfg)
+    assert other["env"] != fingerprint["env"] and other["policy"] != fingerprint["policy"]
+
+
+# --------------------------------------------------------------------------- using it at a price
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pool]:
+    """An untrained but conditioned policy on the toy pool, saved (what eval / run / serve load)."""
+    tmp = tmp_path_factory.mktemp("conditioned")
+    pool = _price_pool(tmp)
+    _policy(pool, lam_range=(0.05, 0.5)).save(tmp / "policy")
+    return tmp / "policy", pool
+
+
+def test_outside_its_range_the_policy_acts_as_at_the_nearest_end_with_one_warning(
+    trained: tuple[Path, Pool], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, pool = trained
+    policy = PuppeteerPolicy.load(path, pool)
+    env = build_env(_settings(), pool=pool, suite="mix-math-mmlu", split="test", n_tasks=2)
+    obs, _ = env.reset(seed=0, options={"task_index": 0, "lam": 3.0})
+    at_end, _ = env.reset(seed=0, options={"task_index": 0, "lam": 0.5})
+    with caplog.at_level(logging.WARNING):
+        far = policy.features_batch([obs, obs])
+    assert np.array_equal(far[0].lam, policy.features(at_end).lam)
+    assert caplog.text.count("outside the policy's trained range [0.05, 0.5]") == 1
+    # eval: the env still prices the episodes at the asked lambda, the policy sees the clamped one
+    eps = run_lockstep([env], policy, [(0, 0)], greedy=True, lams=[3.0])
+    assert eps[0].lam == 3.0 and eps[0].trajectory["lam"] == 3.0
+    with Orchestrator.load(f"puppeteer:{path}", pool, max_steps=1, lam=0.01, suite="mix-math-mmlu") as orch:
+        assert orch.lam == 0.05  # the default, clamped once
+        assert orch.episode_lam(0.2) == 0.2 and orch.episode_lam(9.0) == 0.5
+        result = orch.answer(load_suite("mix-math-mmlu", "test", n=1)[0].question, lam=9.0)
+    assert result.lam == 0.5 and result.calls == 1
+
+
+@pytest.fixture(scope="module")
+def server(trained: tuple[Path, Pool]) -> Iterator[str]:
+    pytest.importorskip("fastapi")
+    uvicorn = pytest.importorskip("uvicorn")
+    from puppeteer.serve import create_app
+
+    path, pool = trained
+    orch = Orchestrator.load(f"puppeteer:{path}", pool, max_steps=1, lam=0.1, suite="mix-math-mmlu")
+    srv = uvicorn.Server(uvicorn.Config(create_app(orch), host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    for _ in range(200):  # bounded wait for start-up
+        if srv.started:
+            break
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{srv.servers[0].sockets[0].getsockname()[1]}/v1"
+    srv.should_exit = True
+    thread.join(timeout=10)
+    orch.close()
+
+
+def test_the_served_router_takes_lambda_per_request(server: str) -> None:
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server, api_key="unused", max_retries=0, timeout=60)
+    messages = [{"role": "user", "content": load_suite("mix-math-mmlu", "test", n=1)[0].question}]
+
+    def lam_used(**extra: object) -> float:
+        reply = client.chat.completions.create(model="puppeteer", messages=messages, **extra)  # type: ignore[call-overload]
+        return reply.usage.model_extra["lam"]
+
+    assert lam_used() == 0.1  # the server's --lam
+    assert lam_used(extra_body={"lam": 0.2}) == 0.2
+    assert lam_used(extra_body={"lam": 7.0}) == 0.5  # clamped to the trained range
+    assert lam_used(extra_body={"lam": 0}) == 0.05
+    with pytest.raises(openai.BadRequestError, match="lam"):
+        lam_used(extra_body={"lam": -1})
+    import httpx
+
+    health = httpx.get(server.removesuffix("/v1") + "/health").json()
+    assert health["lam_range"] == [0.05, 0.5] and health["lam"] == 0.1
+
+
+def test_a_fixed_lambda_router_refuses_a_per_request_lambda() -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from puppeteer.serve import create_app
+
+    with Orchestrator.load("single:0", "sim-paper", suite="arith") as orch:
+        client = TestClient(create_app(orch))
+        body = {"model": "puppeteer", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}
+        plain = client.post("/v1/chat/completions", json=body)
+        assert plain.status_code == 200 and "lam" not in plain.json()["usage"]
+        refused = client.post("/v1/chat/completions", json={**body, "lam": 0.2})
+        assert refused.status_code == 400 and "one price of cost" in refused.json()["error"]["message"]
