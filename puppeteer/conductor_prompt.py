@@ -71,6 +71,17 @@ EXAMPLES: tuple[Example, ...] = (
 )
 
 
+# A one-step example: an easy question is worth one call (prompt-v2's examples differ in length).
+ONE_STEP = Example(
+    "trivia",
+    "What is the capital of Australia?",
+    "A single fact any agent knows; one cheap call is enough.",
+    (("direct", "Answer with the capital city of Australia.", ()),),
+)
+
+EXAMPLE_SETS: dict[str, tuple[Example, ...]] = {"v1": EXAMPLES, "v2": (ONE_STEP, *EXAMPLES)}
+
+
 # Task domains (suite names) -> the example family they belong to, so that few-shot
 # examples never come from the question's own kind of task.
 DOMAIN_FAMILIES: dict[str, str] = {
@@ -127,6 +138,11 @@ class PromptConfig:
     followup: str
     n_examples: int = 2
     thought_as_comment: bool = True
+    example_set: str = "v1"  # a key of EXAMPLE_SETS
+
+    def __post_init__(self) -> None:
+        if self.example_set not in EXAMPLE_SETS:
+            raise ValueError(f"example_set must be one of {sorted(EXAMPLE_SETS)}, got {self.example_set!r}")
 
 
 def load_prompt_config(name: str = DEFAULT_PROMPT) -> PromptConfig:
@@ -191,7 +207,7 @@ def build_prompt(
     cfg = config or load_prompt_config()
     family = DOMAIN_FAMILIES.get(domain, domain)
     k = cfg.n_examples if n_examples is None else n_examples
-    examples = [e for e in EXAMPLES if e.domain != family][:k]
+    examples = [e for e in EXAMPLE_SETS[cfg.example_set] if e.domain != family][:k]
     system = [
         cfg.intro.format(max_steps=max_steps),
         f"Agents:\n{pool_table(pool, available, self_id)}",

@@ -133,3 +133,20 @@ def test_a_tiny_model_sampling_hot_writes_only_valid_plans(batching: bool) -> No
         assert trajectory.parse_error is None, text
         assert {s.agent_id for s in trajectory.steps} <= ids
     assert len({text for text, _ in results}) == n  # hot sampling: different plans, all valid
+
+
+def test_prompt_v2_asks_for_reasoning_and_shows_plans_of_different_lengths() -> None:
+    from puppeteer.conductor_prompt import build_prompt, load_prompt_config
+    from puppeteer.pool import load_pool
+
+    pool = load_pool("sim-paper")
+    config = load_prompt_config("prompt-v2")
+    for domain in ("gsm8k", "mmlu", "humaneval"):
+        prompt = build_prompt(pool, "What is 2 + 3?", domain, 5, config=config)
+        shots = [m.content for m in prompt.messages if m.role == "assistant"]
+        lengths = sorted(len(extract_lists(s)[0]) for s in shots)  # type: ignore[arg-type]
+        assert len(set(lengths)) >= 2 and lengths[0] == 1  # a one-step plan among longer ones
+        assert all(s.startswith("# ") for s in shots)  # reasoning first, as '#' lines
+        assert "First think" in prompt.messages[0].content
+    with pytest.raises(ValueError, match="example_set"):
+        load_prompt_config("prompt-v1").__class__(**{**vars(config), "example_set": "v9"})

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 DEFAULT_CONDUCTOR_MODEL = "qwen2.5-coder-1.5b"
 DEFAULT_MAX_TOKENS = 256
-CONSTRAINED_MAX_TOKENS = 512  # room for a few lines of reasoning and 5 steps of ~50-character subtasks
+CONSTRAINED_MAX_TOKENS = 768  # room for ~250 characters of reasoning and 5 steps of ~75-character subtasks
 GRAMMAR_BACKENDS = frozenset({"llamacpp"})  # backends that decode under a GBNF grammar
 FREE_PREFIX = "free"
 
