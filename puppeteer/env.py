@@ -25,7 +25,7 @@ parent workflow and the last worker's answer; the policy acts again with a new w
 three empty lists to keep that answer. At depth ``max_depth`` the conductor is no longer offered.
 ``info["rounds"]`` lists every planning round (depth, text, parse error, steps, answer).
 
-Construction: the settings are an :class:`~puppeteer.envbuild.EnvConfig`; the pool, the tasks and
+Construction: the settings are an :class:`~puppeteer.envparts.EnvConfig`; the pool, the tasks and
 the built backend come from :mod:`puppeteer.envbuild` (``build_env(config, pool=..., suite=...)``,
 or the keyword form ``ConductorEnv(mode=..., pool=..., lam=...)`` that gym.make uses). Episodes are
 rolled out by :mod:`puppeteer.rollout`.
@@ -51,7 +51,7 @@ from puppeteer.conductor_prompt import (
     build_prompt,
     load_prompt_config,
 )
-from puppeteer.envbuild import BackendSpec, EnvConfig, EnvParts, env_parts
+from puppeteer.envparts import BackendSpec, EnvConfig, EnvParts, env_parts
 from puppeteer.executor import EpisodeContext, Executor
 from puppeteer.lam_range import LamRange
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
@@ -99,7 +99,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
     ) -> None:
         """``ConductorEnv(mode="step", pool="sim-paper", suite="arith", lam=0.1, ...)``: every
         :class:`~puppeteer.envbuild.EnvConfig` field and every source that
-        :func:`~puppeteer.envbuild.env_parts` takes (``pool``, ``suite``, ``split``, ``tasks``,
+        :func:`~puppeteer.envparts.env_parts` takes (``pool``, ``suite``, ``split``, ``tasks``,
         ``n_tasks``, ``backend``, ``backend_options``, ``cache``) as keywords; or a typed
         ``config`` with the sources; or built ``parts`` (:func:`~puppeteer.envbuild.build_env`)."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:

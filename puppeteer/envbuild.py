@@ -1,237 +1,33 @@
-"""Environment assembly in one place: the typed settings, the tasks and pool, and the built backend.
+"""Environment assembly in one place: :func:`build_env` makes a :class:`~puppeteer.env.ConductorEnv`
+from a typed config and its sources; the parts it is made of are importable from here too.
 
-:class:`EnvConfig` holds every setting of an episode (checked when it is made). A
-:class:`~puppeteer.env.ConductorEnv` is made of that config, a pool, its tasks and a built
-backend (:class:`EnvParts`). :func:`build_backend` is the only place that assembles a backend for
-a pool: the pool's backend options merged with the caller's, the simulator's answer key for
-simulated pools, and the response cache around model-calling backends.
+The parts (:class:`EnvConfig`, :class:`BackendSpec`, :class:`EnvParts`, :func:`env_parts`,
+:func:`build_backend`, ...) live in :mod:`puppeteer.envparts`, below :mod:`puppeteer.env`, which
+imports them from there: the env never imports this module, so the two form no cycle. Importing this
+module does not import the env (policies take their settings type from here); :func:`build_env`
+imports it when called.
 
     env = build_env(EnvConfig(mode="step", lam=0.2), pool="sim-paper", suite="arith")
     twin = env.clone()  # same config, pool, tasks and backend
-
-The keyword form ``ConductorEnv(mode="step", pool="sim-paper", suite="arith", lam=0.2, ...)`` and
-``gym.make("Conductor-v0", **same)`` go through :func:`env_parts` too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.backends import REPLAY_ENV, make_router
-from puppeteer.backends.base import Backend
-from puppeteer.checks import check_env_settings
-from puppeteer.conductor_prompt import DEFAULT_PROMPT
-from puppeteer.lam_range import LamRange
-from puppeteer.pool import Pool, load_pool
-from puppeteer.tasks import load_suite
-from puppeteer.types import Task
+from puppeteer.envparts import (
+    BackendSpec,
+    EnvConfig,
+    EnvParts,
+    GradeMemo,
+    backend_options,
+    build_backend,
+    env_parts,
+    sim_answer_key,
+)
 
 if TYPE_CHECKING:
-    from puppeteer.backends.sim import SimItem
     from puppeteer.env import ConductorEnv
-
-MODES = ("step", "workflow")
-INVALID_ACTIONS = ("raise", "remap")
-DEFAULT_POOL = "sim-paper"
-DEFAULT_SUITE = "arith"
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """Every setting of a :class:`~puppeteer.env.ConductorEnv` episode (see its docstring)."""
-
-    mode: str = "step"
-    lam: float = 0.1
-    gamma: float = 0.99
-    phi: float | None = None
-    max_steps: int = 5
-    min_steps: int = 0
-    cost_model: str = "tokens"
-    aggregate: str | None = None
-    workflow_lam: float = 0.0
-    temperature: float = 0.0
-    samples_per_item: int | None = None
-    show_question: bool = True
-    k_available: int | None = None
-    max_depth: int = 0
-    prompt: str = DEFAULT_PROMPT
-    unavailable: tuple[int, ...] = ()  # agent ids never offered in this env
-    # step mode, an in-range action that the mask forbids: "raise" (InvalidAction), or "remap" it to the
-    # next allowed action (cyclically) so RL algorithms that ignore masks (PPO, DQN, SB3's check_env) run
-    invalid_action: str = "raise"
-    # [low, high]: each episode draws its lambda from this range (puppeteer.lam_range: log-uniform)
-    # unless ``reset(options={"lam": x})`` gives one; None: every episode prices cost at ``lam``
-    lam_range: tuple[float, float] | None = None
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be 'step' or 'workflow', got {self.mode!r}")
-        if self.max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
-        if not 0 <= self.min_steps <= self.max_steps:
-            raise ValueError(f"min_steps must be in 0..max_steps ({self.max_steps}), got {self.min_steps}")
-        check_env_settings(
-            lam=self.lam,
-            gamma=self.gamma,
-            phi=self.phi,
-            workflow_lam=self.workflow_lam,
-            temperature=self.temperature,
-            samples_per_item=self.samples_per_item,
-        )
-        if self.max_depth < 0 or (self.max_depth and self.mode != "workflow"):
-            raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
-        object.__setattr__(self, "unavailable", tuple(int(i) for i in self.unavailable))
-        if self.invalid_action not in INVALID_ACTIONS:
-            raise ValueError(
-                f"invalid_action must be one of {', '.join(INVALID_ACTIONS)}, got {self.invalid_action!r}"
-            )
-        lam_range = LamRange.of(self.lam_range)
-        object.__setattr__(self, "lam_range", lam_range.bounds if lam_range is not None else None)
-
-
-CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(EnvConfig))
-
-
-@dataclass(frozen=True)
-class BackendSpec:
-    """How an env builds its own backend: options merged over the pool's, and the response cache."""
-
-    options: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: MappingProxyType({}))
-    cache: str | None = None
-
-    @classmethod
-    def of(
-        cls, options: Mapping[str, Mapping[str, Any]] | None = None, cache: str | Path | None = None
-    ) -> BackendSpec:
-        frozen = {k: MappingProxyType(dict(v)) for k, v in (options or {}).items()}
-        return cls(MappingProxyType(frozen), str(cache) if cache is not None else None)
-
-
-@dataclass(frozen=True)
-class EnvParts:
-    """What an env is made of. ``backend_spec`` is how the env built ``backend`` (then the env owns and
-    closes it); None when the caller passed a built backend in (the caller's to close)."""
-
-    config: EnvConfig
-    pool: Pool
-    tasks: tuple[Task, ...]
-    backend: Backend
-    backend_spec: BackendSpec | None
-    # grades of (task, answer) pairs, shared by an env and its clones: the simulator answers an item
-    # with one of a few texts, so a sandbox-graded code item is run once per distinct answer
-    grades: GradeMemo = field(default_factory=lambda: GradeMemo())
-
-
-class GradeMemo:
-    """A bounded, thread-safe memo of graders' verdicts keyed by (task id, grader, answer)."""
-
-    def __init__(self, max_items: int = 100_000) -> None:
-        self._lock = threading.Lock()
-        self._verdicts: dict[tuple[str, str, str | None], bool] = {}
-        self._max = max_items
-
-    def grade(self, task: Task, answer: str | None, grade: Callable[[str | None, Task], bool]) -> bool:
-        key = (task.id, task.grader, answer)
-        with self._lock:
-            hit = self._verdicts.get(key)
-        if hit is not None:
-            return hit
-        verdict = bool(grade(answer, task))
-        with self._lock:
-            if len(self._verdicts) >= self._max:
-                self._verdicts.clear()
-            self._verdicts[key] = verdict
-        return verdict
-
-    def __len__(self) -> int:
-        return len(self._verdicts)
-
-
-def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:
-    """What the simulator needs to know about each item (never shown to real backends)."""
-    from puppeteer.backends.sim import SimItem
-    from puppeteer.backends.sim_difficulty import visible_feature
-
-    kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
-    return {
-        t.id: SimItem(
-            gold=t.answer,
-            domain=t.domain,
-            kind=kinds.get(t.grader, "text"),
-            choices=tuple(t.meta.get("choices", ())),
-            visible_x=visible_feature(t.question),
-        )
-        for t in tasks
-    }
-
-
-def backend_options(
-    pool: Pool, tasks: Sequence[Task], extra: Mapping[str, Mapping[str, Any]] | None = None
-) -> dict[str, dict[str, Any]]:
-    """The pool's backend options, ``extra`` merged over them, and the answer key of a simulated pool."""
-    options = {k: dict(v) for k, v in pool.backend_options.items()}
-    for k, v in (extra or {}).items():
-        options.setdefault(k, {}).update(v)
-    if pool.needs_answer_key:
-        options.setdefault("sim", {})["answer_key"] = sim_answer_key(tasks)
-    return options
-
-
-def build_backend(pool: Pool, tasks: Sequence[Task], spec: BackendSpec = BackendSpec()) -> Backend:
-    """The router over the pool's backends for these tasks; model-calling backends behind ``spec.cache``
-    and the pool's shipped outcome table (``PUPPETEER_REPLAY=off|on|strict``, default on)."""
-    return make_router(
-        backend_options(pool, tasks, spec.options),
-        cache=spec.cache,
-        replay=pool.replay,
-        replay_mode=os.environ.get(REPLAY_ENV, "on").strip().lower() or "on",
-    )
-
-
-def env_parts(
-    config: EnvConfig | None = None,
-    *,
-    pool: str | Path | Pool = DEFAULT_POOL,
-    suite: str = DEFAULT_SUITE,
-    split: str = "train",
-    tasks: Sequence[Task] | None = None,
-    n_tasks: int | None = None,
-    backend: Backend | None = None,
-    backend_options: Mapping[str, Mapping[str, Any]] | None = None,
-    cache: str | Path | None = None,
-    **settings: Any,
-) -> EnvParts:
-    """Resolve an env's parts: ``config`` or the :class:`EnvConfig` fields as keywords (not both); the
-    pool (a name, a YAML path or a :class:`Pool`); ``tasks`` or the first ``n_tasks`` of
-    ``suite``/``split``; ``backend`` as given (``backend_options`` and ``cache`` then do not apply), or
-    built from the pool, ``backend_options`` and ``cache``."""
-    if config is not None and not isinstance(config, EnvConfig):
-        raise TypeError(
-            f"config must be an EnvConfig, got {type(config).__name__}; pass settings as "
-            "keywords (ConductorEnv(mode='step', ...))"
-        )
-    if config is None:
-        unknown = sorted(set(settings) - CONFIG_FIELDS)
-        if unknown:
-            raise TypeError(f"unknown environment setting(s) {', '.join(unknown)}")
-        config = EnvConfig(**settings)
-    elif settings:
-        raise TypeError(f"give either config or settings, not both (got {', '.join(sorted(settings))})")
-    resolved = pool if isinstance(pool, Pool) else load_pool(pool)
-    items = tuple(tasks) if tasks is not None else load_suite(suite, split, n=n_tasks)
-    if not items:
-        raise ValueError("the environment needs at least one task")
-    if backend is not None:
-        return EnvParts(config, resolved, items, backend, None)
-    spec = BackendSpec.of(backend_options, cache)
-    return EnvParts(config, resolved, items, build_backend(resolved, items, spec), spec)
 
 
 def build_env(

@@ -109,7 +109,7 @@ class _Closable:
 
 
 def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyPatch) -> None:
-    import puppeteer.envbuild as envbuild_module
+    import puppeteer.envparts as envparts_module
     from puppeteer.backends import default_registry
 
     created: list[_Closable] = []
@@ -125,7 +125,7 @@ def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyP
         registry.register("sim", sim)
         return Router(registry, options)
 
-    monkeypatch.setattr(envbuild_module, "make_router", fake_router)
+    monkeypatch.setattr(envparts_module, "make_router", fake_router)
     env = _env()
     env.reset(seed=0)
     env.step(0)
