@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from puppeteer.distributed import evaluate_policy_ray, init_ray
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.distributed import init_ray
+from puppeteer.evaluation import RayExecutor, evaluate_policy
 from puppeteer.resources import data_dir
 
 
@@ -55,13 +55,13 @@ def main() -> None:
         )
         for w in args.workers:
             t0 = time.perf_counter()
-            res = evaluate_policy_ray(
+            res = evaluate_policy(
                 args.policy,
                 pool,
                 args.suite,
                 n=args.n,
-                workers=w,
-                worker_cpus=args.num_cpus / max(args.workers),
+                progress=False,
+                ray=RayExecutor(workers=w, worker_cpus=args.num_cpus / max(args.workers)),
             )
             wall = time.perf_counter() - t0
             same = res.accuracy == base.accuracy and res.mean_usd == base.mean_usd

@@ -1,10 +1,10 @@
 """Rollouts on a Ray cluster (the ``ray`` extra): evaluation shards and the trainer's envs.
 
-* :func:`evaluate_policy_ray` splits a suite's items into contiguous shards; each Ray task
-  runs :func:`puppeteer.evaluation.evaluate_policy` on its shard with its own env and
-  backends. Every item's reset seed depends only on ``(seed, task id)``, so the gathered
-  ``results.json`` and ``trajectories.jsonl`` equal the single-process run's (up to the
-  wall-clock fields).
+* Evaluation on Ray is an executor choice of the one evaluation
+  (:class:`puppeteer.evaluation.RayExecutor`): contiguous shards, each run by a Ray task with its
+  own env and backends. Every item's reset seed depends only on ``(seed, task id)``, so the
+  gathered ``results.json`` and ``trajectories.jsonl`` equal the single-process run's (up to the
+  wall-clock fields, :data:`WALL_FIELDS`).
 * :class:`RayEnvGroup` puts the trainer's lockstep envs on Ray actors; the policy, encoder
   and random generator stay in the driver (see :mod:`puppeteer.envgroup`), so training
   with ``rollout_workers=N`` gives the same checkpoints as without.
@@ -22,9 +22,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from puppeteer.envgroup import ResetCall, StepCall, StepResult, step_or_abort
-from puppeteer.evaluation import (
-    evaluate_policy,
-)
 
 log = logging.getLogger(__name__)
 
@@ -52,50 +49,6 @@ def init_ray(
         else:
             ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
     return ray
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-def evaluate_policy_ray(  # TEMPORARY: callers move to evaluate_policy(..., ray=RayExecutor(...))
-    spec: str,
-    pool: Any,
-    suite: str,
-    split: str = "test",
-    n: int | None = None,
-    seed: int = 0,
-    out_dir: Any = None,
-    cache: Any = None,
-    max_steps: int = 5,
-    lam: float = 0.1,
-    *,
-    address: str | None = None,
-    workers: int | None = None,
-    num_cpus: int | None = 2,
-    tasks: Any = None,
-    runtime_env: dict[str, Any] | None = None,
-    worker_cpus: float = 1.0,
-    overwrite: bool = False,
-) -> Any:
-    from puppeteer.evaluation import RayExecutor
-
-    ray = RayExecutor(address, workers, num_cpus, runtime_env, worker_cpus)
-    return evaluate_policy(
-        spec,
-        pool,
-        suite,
-        split,
-        n,
-        seed,
-        out_dir,
-        cache,
-        max_steps,
-        lam,
-        progress=False,
-        tasks=tasks,
-        overwrite=overwrite,
-        ray=ray,
-    )
 
 
 # --------------------------------------------------------------------------- training envs
@@ -192,4 +145,4 @@ class RayEnvGroup:
         self._actors = []
 
 
-__all__ = ["WALL_FIELDS", "RayEnvGroup", "evaluate_policy_ray", "init_ray"]
+__all__ = ["WALL_FIELDS", "RayEnvGroup", "init_ray"]

@@ -41,11 +41,11 @@ def _result(path: Path) -> dict:
 
 @pytest.mark.parametrize("spec", ["vote:3", "random-step"])
 def test_eval_on_ray_equals_the_single_process_eval(ray_local, tmp_path: Path, spec: str) -> None:
-    from puppeteer.distributed import evaluate_policy_ray
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation import RayExecutor, evaluate_policy
 
     one = evaluate_policy(spec, "sim-paper", "arith", n=30, seed=4, out_dir=tmp_path / "one", progress=False)
-    many = evaluate_policy_ray(spec, "sim-paper", "arith", n=30, seed=4, out_dir=tmp_path / "ray", workers=3)
+    ray = RayExecutor(workers=3)
+    many = evaluate_policy(spec, "sim-paper", "arith", n=30, seed=4, out_dir=tmp_path / "ray", ray=ray)
     assert _result(tmp_path / "one" / "results.json") == _result(tmp_path / "ray" / "results.json")
     assert _lines(tmp_path / "one" / "trajectories.jsonl") == _lines(tmp_path / "ray" / "trajectories.jsonl")
     assert many.accuracy == one.accuracy and many.n == 30 and 0 < one.correct < 30

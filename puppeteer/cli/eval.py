@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends.cache import RESPONSE_CACHE_ENV, resolve_cache
 from puppeteer.cli.command import Command
-from puppeteer.errors import UserError
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.pool import load_pool
 
@@ -135,26 +134,23 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         lam=args.lam,
         overwrite=args.overwrite,
     )
-    if getattr(args, "ray", None) is not None:
-        from puppeteer.distributed import evaluate_policy_ray
+    ray = None
+    if getattr(args, "ray", None) is not None:  # an executor choice: the same evaluation on Ray workers
+        from puppeteer.evaluation import RayExecutor
 
-        if available or args.k_available or args.max_depth:
-            raise UserError("--available, --k-available and --max-depth are not supported with --ray yet")
-        result = evaluate_policy_ray(
-            args.policy, pool, args.suite, **common, address=args.ray, workers=args.ray_workers
-        )
-    else:
-        result = evaluate_policy(
-            args.policy,
-            pool,
-            args.suite,
-            **common,
-            progress=not (args.quiet or args.json),
-            available=available,
-            k_available=args.k_available,
-            max_depth=args.max_depth,
-            concurrency=args.concurrency,
-        )
+        ray = RayExecutor(address=args.ray, workers=args.ray_workers)
+    result = evaluate_policy(
+        args.policy,
+        pool,
+        args.suite,
+        **common,
+        progress=not (args.quiet or args.json) and ray is None,
+        available=available,
+        k_available=args.k_available,
+        max_depth=args.max_depth,
+        concurrency=args.concurrency,
+        ray=ray,
+    )
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), default=str) + "\n")
         return 0 if not _all_failed(result) else 1
