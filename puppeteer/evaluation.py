@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from puppeteer.analytics.stats import wilson_interval
 from puppeteer.env import ConductorEnv
 from puppeteer.errors import UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
@@ -40,6 +39,7 @@ from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
 from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.seeding import item_seed
+from puppeteer.stats import wilson_interval
 from puppeteer.tasks import load_suite
 from puppeteer.trajectories import trajectory_from_dict, trajectory_to_dict
 from puppeteer.types import Task, Trajectory

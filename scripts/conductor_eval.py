@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from puppeteer.analytics.stats import wilson_interval
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.evaluation import evaluate_policy
 from puppeteer.pool import load_pool
+from puppeteer.stats import wilson_interval
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from puppeteer.analytics.optimum import visible_optimum
-from puppeteer.analytics.stats import mcnemar_exact
 from puppeteer.encoders import make_encoder
 from puppeteer.envbuild import EnvConfig, build_env
 from puppeteer.jobs.builder import env_copies
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
 from puppeteer.rollout import run_lockstep, summarize
+from puppeteer.stats import mcnemar_exact
 from puppeteer.train.reinforce import ReinforceConfig, top_share, train
 
 log = logging.getLogger("sim_routing_study")

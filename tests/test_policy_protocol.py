@@ -87,7 +87,9 @@ class TwoStepEpisodes:
         return self
 
 
-def test_a_step_policy_registered_from_outside_runs_in_eval_and_run(pool: Pool, registered: list[str]) -> None:
+def test_a_step_policy_registered_from_outside_runs_in_eval_and_run(
+    pool: Pool, registered: list[str]
+) -> None:
     register_policy("last-agent", lambda arg, pool, max_steps: LastAgent(), "last-agent   the last agent")
     registered.append("last-agent")
     assert "last-agent   the last agent" in REGISTRY.spec_forms()

@@ -20,9 +20,9 @@ from typing import Any
 
 import pandas as pd
 
-from puppeteer.analytics.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.analytics.store import TrajectoryStore, find_runs, run_metadata
 from puppeteer.pool import Pool, load_pool
+from puppeteer.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from puppeteer.analytics.headroom import Outcomes, best_index, domain_route, oracle_route, single_route
-from puppeteer.analytics.stats import wilson_interval
 from puppeteer.replay import Outcome
+from puppeteer.stats import wilson_interval
 
 ALL = "all"
 

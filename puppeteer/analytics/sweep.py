@@ -85,7 +85,7 @@ class PuppeteerTrack:
 
     def heldout_row(self, run: TrainedRun) -> dict[str, Any]:
         """``results.json`` ``heldout``: accuracy, tokens, usd, calls, return over ``n_eval`` items."""
-        from puppeteer.analytics.stats import wilson_interval
+        from puppeteer.stats import wilson_interval
 
         res = json.loads((run.run_dir / "results.json").read_text())
         h, n = res["heldout"], int(res["n_eval"])

@@ -35,7 +35,6 @@ import pandas as pd
 
 from puppeteer.analytics.headroom import Outcomes, domain_route, oracle_route, probe_cross_fit, probe_route
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
-from puppeteer.analytics.stats import mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.analytics.sweep import find_trained
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.encoders import make_encoder
@@ -43,6 +42,7 @@ from puppeteer.env import MAX_OBS_CHARS
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.jobs.sweep import run_sweep
 from puppeteer.pool import Pool, load_pool
+from puppeteer.stats import mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.tasks.suites import load_suite
 from puppeteer.trajectories import read_trajectories
 

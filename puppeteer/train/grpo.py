@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.analytics.stats import wilson_interval
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import EnvConfig
 from puppeteer.integrations.trl import (
@@ -31,6 +30,7 @@ from puppeteer.integrations.trl import (
     prefixed_rows,
     summarize,
 )
+from puppeteer.stats import wilson_interval
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.format_reward import FormatReward
@@ -390,7 +390,7 @@ def paired_heldout(before: Path, after: Path) -> dict[str, Any] | None:
     ``before`` and ``after`` are the ``heldout_{before,after}.jsonl`` records (one line per item, with
     ``task_id``, ``correct`` and ``parsed``); None when either is missing or they name other items.
     """
-    from puppeteer.analytics.stats import mcnemar_exact
+    from puppeteer.stats import mcnemar_exact
 
     if not (before.is_file() and after.is_file()):
         return None
