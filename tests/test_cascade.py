@@ -11,8 +11,8 @@ import pytest
 from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import evaluate_policy
 from puppeteer.policies.baselines import Cascade, SpecError
-from puppeteer.policies.registry import make_policy
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, PoolError, load_pool, pool_from_dict
 from puppeteer.signals import SIGNAL_NAMES, answer_signals, is_integer
 from puppeteer.train.reinforce import ReinforceConfig, train

@@ -13,8 +13,8 @@ from puppeteer.conductor_prompt import build_prompt
 from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import evaluate_policy
 from puppeteer.policies.baselines import SpecError
-from puppeteer.policies.registry import make_policy
 from puppeteer.policies.conductor import ConductorPolicy, conductor_model
+from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, pool_from_dict
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, ModelSpec

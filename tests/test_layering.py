@@ -48,15 +48,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # Violations that exist today, each with the change that removes it. The test fails when one of them
 # is no longer a violation (the edge is gone, or no longer closes a cycle or points up): delete it here.
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    # the evaluation reports Wilson intervals and paired statistics from analytics.stats (pure
-    # functions of counts): move those functions into the core (e.g. puppeteer/stats.py), which
-    # analytics then imports too
-    ("puppeteer.evaluation", "puppeteer.analytics.stats"): "core -> analytics",
-    # evaluation's Ray path imports distributed.init_ray, and distributed imports evaluate_policy at
-    # module level: give init_ray a module that does not import the evaluation (or pass it in)
-    ("puppeteer.evaluation", "puppeteer.distributed"): "cycle evaluation <-> distributed",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 
 # --------------------------------------------------------------------------- the import graph
