@@ -365,3 +365,13 @@ def test_a_finished_run_evaluates_as_a_policy_spec_and_reproduces_its_own_heldou
     assert ab.n_pairs == 3 and ab.a.accuracy == res.accuracy
     with pytest.raises(UserError, match="trained on pool 'sim-paper'"):
         evaluate_policy(spec, "local", "arith", n=3)
+    # every entry point takes it: the Orchestrator behind `puppeteer run` and `puppeteer serve`
+    from puppeteer.orchestrator import Orchestrator
+    from puppeteer.tasks import load_suite
+
+    task = next(t for t in load_suite("arith", "test", n=3) if t.id in heldout)
+    with Orchestrator.load(spec, "sim-paper", suite="arith") as orch:
+        answered = orch.run_task(task)
+    assert answered.trajectory.workflow is not None or answered.parse_error is not None
+    assert (answered.parse_error is None) == heldout[task.id]["parsed"]
+    assert answered.correct == heldout[task.id]["correct"]
