@@ -306,3 +306,59 @@ def test_a_fixed_lambda_router_refuses_a_per_request_lambda() -> None:
         assert plain.status_code == 200 and "lam" not in plain.json()["usage"]
         refused = client.post("/v1/chat/completions", json={**body, "lam": 0.2})
         assert refused.status_code == 400 and "one price of cost" in refused.json()["error"]["message"]
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def test_sweep_conditioned_draws_the_front_and_eval_and_run_take_lam(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    from puppeteer.cli import main
+
+    out = tmp_path / "front"
+    overrides = [
+        "pool=sim-paper", "suite=arith", "policy.encoder=hashing", "policy.hidden=16", "max_steps=1",
+        "trainer.episodes=44", "trainer.first_step=all", "trainer.eval_every=1000", "suite.n_train=8",
+        "suite.n_val=4", "suite.n_eval=6",
+    ]  # fmt: skip
+    args = ["sweep", "--conditioned", "--lam-range", "0,0.5", "--points", "3", "--seeds", "1"]
+    assert main([*args, "--out", str(out), *overrides]) == 0
+    front = json.loads((out / "front.json").read_text())
+    grid = front["grid"]
+    assert len(grid) == 3 and grid[0] == 0.0 and grid[-1] == 0.5  # the range from 0: a shifted log scale
+    assert [r["lam"] for r in front["conditioned"]] == grid
+    assert sorted(r["lam"] for r in front["fixed"]) == grid  # ends and middle: every point here
+    assert [r["lam"] for r in front["optimum"]] == grid and front["backend"] == "sim"
+    assert (out / "front.png").stat().st_size > 0 and "conditioned / fixed" in (out / "front.md").read_text()
+    run = out / "conditioned" / "seed0"
+    results = json.loads((run / "results.json").read_text())
+    assert results["lam_range"] == [0.0, 0.5] and len(results["heldout_by_lam"]) == 5
+    assert json.loads((run / "final" / "policy.json").read_text())["config"]["lam_range"] == [0.0, 0.5]
+    assert main(["sweep", "--conditioned", "--lam-range", "0,0.5", "--out", str(out), "lam=0.2"]) == 2
+    capsys.readouterr()
+    # eval --lam and run --lam use the conditioned policy; outside its range with a warning
+    spec = f"puppeteer:{run / 'final'}"
+    with caplog.at_level(logging.WARNING):
+        code = main(
+            ["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", spec, "--n", "3",
+             "--max-steps", "1", "--lam", "2", "--json", "--out", str(tmp_path / "eval")]
+        )  # fmt: skip
+    # (the runs' Hydra logging may still write to stdout in this process: the summary is the last line)
+    shown = capsys.readouterr()
+    assert code == 0 and json.loads(shown.out.strip().splitlines()[-1])["lam"] == 2.0
+    assert "outside the policy's trained range [0, 0.5]" in shown.out + shown.err + caplog.text
+    argv = [
+        "run",
+        "--policy",
+        spec,
+        "--pool",
+        "sim-paper",
+        "--suite",
+        "arith",
+        "--max-steps",
+        "1",
+        "--lam",
+        "0.2",
+    ]
+    assert main(argv) == 0 and "lambda=0.2" in capsys.readouterr().out

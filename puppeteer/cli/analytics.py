@@ -1,4 +1,5 @@
-"""Analysis commands: ``ab``, ``sweep`` (trains with :mod:`puppeteer.jobs.sweep`), ``graph``, ``query``."""
+"""Analysis commands: ``ab``, ``sweep`` (trains with :mod:`puppeteer.jobs.sweep`; ``--conditioned``:
+:mod:`puppeteer.jobs.lam_front`), ``graph``, ``query``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from puppeteer.cli.command import Command
+from puppeteer.errors import UserError
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+
+DEFAULT_LAMS = (0.0, 0.05, 0.1, 0.2, 0.5)  # sweep --lam's default
 
 
 def _floats(text: str) -> list[float]:
@@ -85,8 +90,27 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lam",
         type=_floats,
-        default=[0.0, 0.05, 0.1, 0.2, 0.5],
-        help="comma-separated cost weights: lam (puppeteer track), workflow_lam (conductor)",
+        default=None,
+        help="comma-separated cost weights: lam (puppeteer track), workflow_lam (conductor); default "
+        f"{','.join(f'{x:g}' for x in DEFAULT_LAMS)}. With --conditioned: the lambdas of the separately "
+        "trained policies (default: both ends and the middle of the grid)",
+    )
+    p.add_argument(
+        "--conditioned",
+        action="store_true",
+        help="one policy per seed trained over --lam-range (lambda drawn per episode, an input of the "
+        "policy), evaluated on a fine grid of lambdas on the held-out split, beside fixed-lambda policies "
+        "and (simulated pools) the per-item optimum: front.md, front.csv, front.png",
+    )
+    p.add_argument(
+        "--lam-range", type=_floats, default=None, metavar="LOW,HIGH", help="with --conditioned: the range"
+    )
+    p.add_argument("--points", type=int, default=9, help="with --conditioned: lambdas on the grid")
+    p.add_argument(
+        "--conditioned-episodes",
+        type=int,
+        default=None,
+        help="with --conditioned: training episodes of the conditioned runs (default: trainer.episodes)",
     )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per value")
     p.add_argument(
@@ -131,9 +155,13 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.analytics.sweep import markdown
     from puppeteer.jobs.sweep import run_sweep
 
+    if args.conditioned:
+        return _front_command(args, console)
+    if args.lam_range is not None:
+        raise UserError("--lam-range trains a conditioned policy: add --conditioned")
     baselines = [s.strip() for s in args.baselines.split(";") if s.strip()]
     df = run_sweep(
-        args.lam,
+        args.lam if args.lam is not None else DEFAULT_LAMS,
         args.seeds,
         args.out,
         args.overrides,
@@ -147,6 +175,39 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
     console.print(markdown(df, args.cost), markup=False, soft_wrap=True)
     out = Path(args.out)
     console.print(f"written: {out / 'sweep.csv'}, {out / 'sweep.md'}, {out / 'sweep.png'}")
+    return 0
+
+
+def _front_command(args: argparse.Namespace, console: Console) -> int:
+    """``sweep --conditioned``: one policy for every lambda in the range, and its front."""
+    from puppeteer.analytics.lam_front import markdown
+    from puppeteer.jobs.lam_front import FrontPlan, run_front
+
+    if args.track != "puppeteer":
+        raise UserError("--conditioned trains the step-wise puppeteer (--track puppeteer)")
+    if args.lam_range is None or len(args.lam_range) != 2:
+        raise UserError("--conditioned needs --lam-range LOW,HIGH")
+    if args.baselines.strip() or args.reevaluate:
+        raise UserError("--baselines and --reevaluate are not available with --conditioned")
+    overrides = list(args.overrides)
+    if args.n_eval is not None:
+        overrides.append(f"suite.n_eval={args.n_eval}")
+    try:
+        plan = FrontPlan(
+            lam_range=(args.lam_range[0], args.lam_range[1]),
+            seeds=tuple(range(args.seeds)),
+            points=args.points,
+            fixed=tuple(args.lam or ()),
+            conditioned_episodes=args.conditioned_episodes,
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    front = run_front(plan, args.out, overrides, train=not args.gather_only)
+    out = Path(args.out)
+    console.print(markdown(front), markup=False, soft_wrap=True)
+    console.print(
+        f"written: {out / 'front.md'}, {out / 'front.csv'}, {out / 'front.png'}, {out / 'front.json'}"
+    )
     return 0
 
 

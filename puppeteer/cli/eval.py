@@ -53,7 +53,13 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="test")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=5)
-    p.add_argument("--lam", type=float, default=0.1, help="cost weight in the reward")
+    p.add_argument(
+        "--lam",
+        type=float,
+        default=0.1,
+        help="cost weight in the reward; a policy trained with lam_range routes at it (clamped into its "
+        "trained range, with a warning)",
+    )
     p.add_argument(
         "--cache",
         default=None,

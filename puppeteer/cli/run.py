@@ -22,6 +22,13 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     how.add_argument("--chain", help="comma-separated agent names or ids, run in order (step mode)")
     how.add_argument("--policy", help="any policy spec (see `puppeteer eval --help`), trained ones included")
     p.add_argument("--max-steps", type=int, default=5, help="with --policy: the step limit")
+    p.add_argument(
+        "--lam",
+        type=float,
+        default=0.1,
+        help="with --policy: the price of cost; a policy trained with lam_range routes at it (clamped "
+        "into its trained range, with a warning)",
+    )
     p.add_argument("--suite", help="take the question (and its gold answer) from this suite")
     p.add_argument("--split", default="test")
     p.add_argument("--index", type=int, default=0, help="item index within the suite split")
@@ -57,12 +64,21 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
     if args.policy:
         from puppeteer.orchestrator import Orchestrator
 
+        if not args.lam >= 0:
+            raise UserError(f"--lam {args.lam}: a price of cost is >= 0")
         with Orchestrator.load(
-            args.policy, pool, max_steps=args.max_steps, cache=args.cache, suite=args.suite, split=args.split
+            args.policy,
+            pool,
+            max_steps=args.max_steps,
+            lam=args.lam,
+            cache=args.cache,
+            suite=args.suite,
+            split=args.split,
         ) as orch:
             result = orch.run_task(task)
         _print_trajectory(console, task, result.trajectory)
-        console.print(f"policy: {result.policy}  calls={result.calls}")
+        at = f"  lambda={result.lam:g}" if result.lam is not None else ""
+        console.print(f"policy: {result.policy}  calls={result.calls}{at}")
         return 0
     mode = "workflow" if args.workflow else "step"
     chain = (

@@ -19,7 +19,13 @@ def configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default loopback only)")
     p.add_argument("--max-steps", type=int, default=5)
-    p.add_argument("--lam", type=float, default=0.1)
+    p.add_argument(
+        "--lam",
+        type=float,
+        default=0.1,
+        help="price of cost; a policy trained with lam_range routes at it unless a request sets its own "
+        "(body field `lam`), clamped into the trained range",
+    )
     p.add_argument(
         "--grader",
         default="exact",
@@ -51,6 +57,8 @@ def serve_command(args: argparse.Namespace, console: Console) -> int:
 
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port}: a TCP port is 1..65535")
+    if not args.lam >= 0:
+        raise UserError(f"--lam {args.lam}: a price of cost is >= 0")
     if args.max_concurrency < 1:
         raise UserError(
             f"--max-concurrency {args.max_concurrency}: at least 1 request must be routed at once"

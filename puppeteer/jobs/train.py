@@ -143,8 +143,13 @@ def build(
     """The training env, the held-out env, the policy and the trainer settings of a training config."""
     job, suite = job or job_of(cfg), cfg["suite"]
     env = job.env(suite["train_split"], _n(suite, "train"), training=True)
-    eval_env = job.env(suite["eval_split"], _n(suite, "eval"))
-    return env, eval_env, job.policy(), job.trainer
+    return env, heldout_env(cfg, job), job.policy(), job.trainer
+
+
+def heldout_env(cfg: Mapping[str, Any], job: StepJob | None = None) -> ConductorEnv:
+    """The held-out env of a training config: ``suite.n_eval`` items of its ``eval_split``."""
+    suite = cfg["suite"]
+    return (job or job_of(cfg)).env(suite["eval_split"], _n(suite, "eval"))
 
 
 def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | None = None) -> dict[str, Any]:
@@ -171,6 +176,7 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
             _n({"val_split": "validation", **cfg["suite"]}, "val"),
         )
         state = train(env, policy, tcfg, run, eval_env=val_env, logger=logger, progress=progress_cb)
+        train_s = time.perf_counter() - start  # training with its validation, before the held-out evaluation
     finally:
         if stop:
             stop()
@@ -187,6 +193,7 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
         "episodes": state.episodes,
         "updates": state.update,
         "wall_s": time.perf_counter() - start,
+        "train_s": train_s,
         "backend": backend,
         "pool": env.pool.name,
         "suite": cfg["suite"]["name"],
