@@ -417,7 +417,8 @@ SPEC_FORMS: tuple[str, ...] = (
     "random-step           step mode: random agent each step, Terminator with probability 1/max_steps",
     "cascade:A,B[,C]       step mode: A, then B only if A gave no answer, and so on",
     "puppeteer:PATH        step mode: a trained PuppeteerPolicy directory, greedy",
-    "sb3:PATH              step mode: an sb3/sb3-contrib model saved by puppeteer.train.sb3 (save_sb3)",
+    "sb3:PATH              step mode: an sb3/sb3-contrib model directory written by"
+    " puppeteer.policies.external.save_sb3 (puppeteer.train.sb3.train_maskable_ppo writes one)",
     *CONDUCTOR_SPEC_FORMS,
 )
 
