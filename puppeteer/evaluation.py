@@ -412,11 +412,11 @@ def evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
     else:
         policy = as_policy(policy_or_spec)
         spec = policy.name
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
     seeds = [item_seed(settings.seed, t.id) for t in items]
-    config = policy.configure(settings.episode, items, seeds, pool)
+    config = policy.configure(settings.episode, items, seeds, pool)  # bad settings fail here ...
     env = ConductorEnv(config, pool=pool, tasks=items, cache=settings.cache, backend=settings.backend)
+    if out is not None:  # ... before anything is written
+        out.mkdir(parents=True, exist_ok=True)
     # one backend for the policy's own model and the workers (the same response cache)
     policy.start(env, env.executor.backend if settings.backend is None else None, settings.cache)
     reset_options: dict[str, Any] = {"available": list(settings.available)} if settings.available else {}

@@ -80,10 +80,10 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
         at = f"  lambda={result.lam:g}" if result.lam is not None else ""
         console.print(f"policy: {result.policy}  calls={result.calls}{at}")
         return 0
-    mode = "workflow" if args.workflow else "step"
+    mode = "workflow" if args.workflow is not None else "step"
     chain = (
         []
-        if args.workflow
+        if args.workflow is not None
         else [
             int(x) if x.strip().isdigit() else pool.index(x.strip())
             for x in args.chain.split(",")
