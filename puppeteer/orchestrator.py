@@ -35,6 +35,7 @@ from typing import Any
 from puppeteer.backends.base import Backend
 from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, build_backend
+from puppeteer.errors import UserError
 from puppeteer.lam_range import LamRange
 from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
 from puppeteer.policies.registry import make_policy
@@ -45,6 +46,10 @@ from puppeteer.textsafe import encodable
 from puppeteer.types import Step, Task, Trajectory
 
 FREE_SUITE = "free"
+
+
+class UnknownToSimulator(UserError, ValueError):
+    """A question outside the suite, asked of a simulated pool."""
 
 
 @dataclass(frozen=True)
@@ -202,11 +207,39 @@ class Orchestrator:
         seed: int | None = None,
         lam: float | None = None,
     ) -> OrchestratorResult:
-        """Run the policy on one question; exceptions from backends propagate unchanged."""
+        """Run the policy on one question; exceptions from backends propagate unchanged.
+
+        Raises :class:`UnknownToSimulator` for a question outside the suite on a simulated pool.
+        """
         if not question.strip():
             raise ValueError("the question is empty")
         question = encodable(question)  # lone surrogates would fail every UTF-8 encoder downstream
+        refusal = self.refusal(question)
+        if refusal is not None:
+            raise UnknownToSimulator(refusal)
         return self.run_task(self.task_for(question, grader, gold), seed=seed, lam=lam)
+
+    @property
+    def simulated(self) -> bool:
+        """Whether every agent runs on the simulator (it answers only items whose gold it knows); a
+        backend given by the caller (a test double, a custom router) decides for itself."""
+        return self._owns_backend and set(self.pool.backends()) == {"sim"}
+
+    def refusal(self, question: str) -> str | None:
+        """Why this question cannot be answered here (None: it can): a simulated pool knows the answers
+        of its suite's items only, and would otherwise answer "unknown" and still charge every call."""
+        if not self.simulated or question.strip() in self._known:
+            return None
+        where = (
+            f"the {len(self._known)} items of the suite it was given"
+            if self._known
+            else "no items (no --suite)"
+        )
+        return (
+            f"pool {self.pool.name!r} is simulated: it answers only questions it knows the answer to, "
+            f"and it knows {where}; this question is not one of them (use a pool of real models, or "
+            "ask a suite item)"
+        )
 
     def run_task(
         self, task: Task, *, seed: int | None = None, lam: float | None = None
@@ -242,4 +275,4 @@ class Orchestrator:
         )
 
 
-__all__ = ["Orchestrator", "OrchestratorResult"]
+__all__ = ["Orchestrator", "OrchestratorResult", "UnknownToSimulator"]

@@ -249,6 +249,9 @@ def create_app(
                 "invalid_request_error",
                 f"unknown grader {body.grader!r}; known: {', '.join(sorted(known_graders()))}",
             )
+        refusal = orchestrator.refusal(question)
+        if refusal is not None:
+            raise ServeError(400, "invalid_request_error", refusal)
         if body.lam is not None and orchestrator.lam_range is None:
             raise ServeError(
                 400,

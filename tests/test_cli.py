@@ -132,6 +132,7 @@ def test_version_json_summary_suite_list_and_module_entry(
         ["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "single:0", "--available", "nobody"],
         ["run", "--pool", "sim-paper", "--suite", "arith", "--index", "999999", "--chain", "gpt5-cot"],
         ["run", "--pool", "sim-paper", "--workflow", "garbage", "What is 2+2?"],
+        ["run", "--pool", "sim-paper", "--policy", "vote:3", "What is the capital of France?"],
         ["serve", "--policy", "vote:3", "--pool", "sim-paper", "--port", "99999"],
         ["serve", "--policy", "vote:3", "--pool", "sim-paper", "--max-concurrency", "0"],
         ["serve", "--policy", "vote:3", "--pool", "sim-paper", "--grader", "nope"],

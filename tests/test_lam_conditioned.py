@@ -301,7 +301,8 @@ def test_a_fixed_lambda_router_refuses_a_per_request_lambda() -> None:
 
     with Orchestrator.load("single:0", "sim-paper", suite="arith") as orch:
         client = TestClient(create_app(orch))
-        body = {"model": "puppeteer", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}
+        question = load_suite("arith", "test")[0].question  # a simulated pool answers its suite's items
+        body = {"model": "puppeteer", "messages": [{"role": "user", "content": question}]}
         plain = client.post("/v1/chat/completions", json=body)
         assert plain.status_code == 200 and "lam" not in plain.json()["usage"]
         refused = client.post("/v1/chat/completions", json={**body, "lam": 0.2})

@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from puppeteer.backends.sim import SimBackend
 from puppeteer.cli import main
-from puppeteer.orchestrator import Orchestrator
+from puppeteer.orchestrator import Orchestrator, UnknownToSimulator
 from puppeteer.tasks import load_suite
 
 ITEMS = load_suite("arith", "test", n=8)
@@ -31,10 +32,16 @@ def test_orchestrator_answers_a_suite_item_like_the_evaluation() -> None:
 
 
 def test_orchestrator_runs_step_policies_and_free_questions() -> None:
-    with Orchestrator.load("random-step", "sim-paper", max_steps=3) as orch:
-        result = orch.answer("What is the capital of France?")
-    assert result.correct is None and result.task_id.startswith("free/")
-    assert 1 <= result.calls <= 3 and result.text
+    with Orchestrator.load("random-step", "sim-paper", max_steps=3, suite="arith") as orch:
+        result = orch.answer(load_suite("arith", "test")[0].question)
+        assert 1 <= result.calls <= 3 and result.text and result.correct is not None
+        # issue 33: a simulated pool knows only its suite's answers; it used to answer "unknown" and
+        # charge every call for any other question
+        with pytest.raises(UnknownToSimulator, match="simulated"):
+            orch.answer("What is the capital of France?")
+    free = Orchestrator.load("random-step", "sim-paper", max_steps=3, backend=SimBackend())
+    result = free.answer("What is the capital of France?")  # a backend given by the caller decides
+    assert result.correct is None and result.task_id.startswith("free/") and result.calls >= 1
     with pytest.raises(ValueError, match="empty"):
         Orchestrator.load("single:0", "sim-paper").answer("   ")
 

@@ -75,6 +75,9 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
             suite=args.suite,
             split=args.split,
         ) as orch:
+            refusal = None if args.suite else orch.refusal(task.question)
+            if refusal is not None:  # a simulated pool would answer "unknown" and charge every call
+                raise UserError(refusal)
             result = orch.run_task(task)
         _print_trajectory(console, task, result.trajectory)
         at = f"  lambda={result.lam:g}" if result.lam is not None else ""
