@@ -131,9 +131,20 @@ class ProgressReporter:
         self.stop()
 
     # ------------------------------------------------------------------ updates
-    def update(self, completed: int | None = None, *, advance: int = 0, info: str | None = None) -> None:
-        """Set ``completed`` (or add ``advance``) and optionally replace the ``info`` text."""
+    def update(
+        self,
+        completed: int | None = None,
+        *,
+        advance: int = 0,
+        info: str | None = None,
+        total: int | None = None,
+    ) -> None:
+        """Set ``completed`` (or add ``advance``), optionally the ``total`` and the ``info`` text."""
         self.completed = (self.completed if completed is None else completed) + advance
+        if total is not None and total != self.total:
+            self.total = total
+            if self._bar is not None and self._task is not None:
+                self._bar.update(self._task, total=total)
         if info is not None:
             self.info = info
         if not self._running:

@@ -213,3 +213,23 @@ def test_trainer_settings_are_validated() -> None:
     for bad in ({"lr": float("nan")}, {"lr": 0}, {"batch_episodes": 0}, {"max_failed_fraction": 2.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             ReinforceConfig(**bad)
+
+
+def test_episodes_not_a_multiple_of_the_group_are_said_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33: `trainer.episodes=300` ran 320 with the progress line at 107%; now the run says how many
+    it trains (whole groups) and the progress line counts to that."""
+    env = _env()
+    cfg = ReinforceConfig(episodes=10, batch_episodes=8, group_size=4, eval_every=1000, parallel_envs=4)
+    seen: list[tuple[int, int]] = []
+    with caplog.at_level("WARNING", logger="puppeteer.train.reinforce"):
+        state = train(
+            env,
+            PuppeteerPolicy(env.pool, FAST, seed=0),
+            cfg,
+            tmp_path,
+            progress=lambda d, t, m: seen.append((d, t)),
+        )
+    assert state.episodes == 12 and seen[-1] == (12, 12) and all(t == 12 for _, t in seen)
+    assert "training runs 12 episodes" in caplog.text

@@ -235,6 +235,6 @@ def _progress(console: Any | None, total: int):
         info = f"return {metrics['train/return']:.3f} acc {metrics['train/accuracy']:.2f}"
         if "eval/return" in metrics:
             info += f" | validation return {metrics['eval/return']:.3f}"
-        bar.update(done, info=info)
+        bar.update(done, info=info, total=total_)
 
     return update, bar.stop

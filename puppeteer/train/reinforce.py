@@ -440,13 +440,6 @@ def train(
     if config.batch_episodes % config.group_size:
         raise ValueError("batch_episodes must be a multiple of group_size")
     lam_range = check_lam_conditioning(env, policy, config)
-    if config.episodes % config.group_size:
-        log.warning(
-            "trainer.episodes=%d is not a multiple of group_size=%d: training runs %d episodes",
-            config.episodes,
-            config.group_size,
-            -(-config.episodes // config.group_size) * config.group_size,
-        )
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     ckpt_path, traj_path = run / "checkpoint.pt", run / "trajectories.jsonl"
@@ -513,6 +506,14 @@ def train(
     firsts = first_actions(env, policy) if config.first_step == "all" else None
     size = len(firsts) if firsts is not None else config.group_size
     n_groups = max(1, config.batch_episodes // size)
+    planned = -(-config.episodes // size) * size  # whole groups: the last one may go past episodes
+    if planned != config.episodes:  # say so (and the progress line counts to it)
+        log.warning(
+            "trainer.episodes=%d is not a multiple of the group size %d: training runs %d episodes",
+            config.episodes,
+            size,
+            planned,
+        )
 
     while state.episodes < config.episodes:
         rng_before, gen_before = rng.bit_generator.state, gen.get_state()
@@ -594,7 +595,7 @@ def train(
         except OSError as exc:
             raise stop(f"could not write to {run} ({exc.strerror or exc})") from exc
         if progress is not None:
-            progress(state.episodes, config.episodes, metrics)
+            progress(state.episodes, planned, metrics)
         if state.update % config.checkpoint_every == 0 or state.episodes >= config.episodes:
             try:
                 checkpoint(rng.bit_generator.state, gen.get_state())
