@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.rollout import run_lockstep
 from puppeteer.tasks import load_suite
-from puppeteer.train.reinforce import ReinforceConfig, evaluate, run_fingerprint, train
+from puppeteer.train.reinforce import ReinforceConfig, _relabelled, evaluate, run_fingerprint, train
 from puppeteer.wrappers import make_encoded_env
 
 # the mean return gap over the range's draws is about zero: no agent wins on average, so what the
@@ -174,6 +175,48 @@ def test_a_conditioned_policy_calls_the_cheap_agent_as_lambda_rises(tmp_path: Pa
     test = build_env(_settings(), pool=pool, suite="mix-math-mmlu", split="test", n_tasks=16)
     low, high = evaluate(test, policy, lam=0.01), evaluate(test, policy, lam=1.5)
     assert low["cost"] > 20 * high["cost"] and low["accuracy"] > high["accuracy"]
+
+
+def test_relabelling_reprices_the_same_calls_exactly(tmp_path: Path) -> None:
+    """``trainer.lam_relabel``: a group's one-call episodes re-priced at another lambda are the episodes
+    the env pays at that lambda (same reset seed, same calls)."""
+    pool = _price_pool(tmp_path)
+    env = build_env(_settings(lam_range=RANGE), pool=pool, suite="mix-math-mmlu", split="train", n_tasks=4)
+    policy = _policy(pool)
+
+    def group(lam: float) -> list:
+        return run_lockstep([env], policy, [(7, 1), (7, 1)], first_actions=[DEAR, CHEAP], lams=[lam, lam])
+
+    feats, priced = _relabelled(policy, [group(0.3)], [[0.05, 1.2]], phi=1.0)
+    for row, x in zip(priced.tolist(), (0.05, 1.2), strict=True):
+        assert row == pytest.approx([e.returns[0] for e in group(x)], abs=1e-5)
+    assert np.array_equal(feats[1].lam, LamRange(*RANGE).features(1.2))
+
+
+def test_relabelling_learns_where_the_draws_favour_one_agent(tmp_path: Path) -> None:
+    """Over [0.01, 1] three draws in four sit below the break-even (~0.3), and seeds 1 and 3 put the dear
+    agent first at every lambda after 2048 episodes (measured). Learning each group's first decision at
+    four more lambdas from the same calls (``lam_relabel=4``) finds the price where the choice turns."""
+    pool = _price_pool(tmp_path)
+    lam_range = (0.01, 1.0)
+    env = build_env(
+        _settings(lam_range=lam_range), pool=pool, suite="mix-math-mmlu", split="train", n_tasks=32
+    )
+    policy = _policy(pool, lam_range=lam_range, seed=1)
+    cfg = ReinforceConfig(
+        episodes=1536, batch_episodes=64, lr=0.01, first_step="all", eval_every=10**6, seed=1, lam_relabel=4
+    )
+    train(env, policy, cfg, tmp_path / "run")
+    curve = [_p_dear(policy, env, lam) for lam in (0.01, 0.1, 1.0)]
+    assert curve[0] > 0.9 and curve[-1] < 0.1, curve
+    multi = build_env(replace(_settings(lam_range=lam_range), max_steps=2), pool=pool, tasks=env.tasks)
+    with pytest.raises(ValueError, match="max_steps=1"):
+        train(multi, _policy(pool, lam_range=lam_range), replace(cfg, episodes=8), tmp_path / "a")
+    with pytest.raises(ValueError, match="first_step=all"):
+        train(env, policy, replace(cfg, first_step="sample", episodes=8), tmp_path / "b")
+    plain = build_env(_settings(), pool=pool, tasks=env.tasks)
+    with pytest.raises(ValueError, match="needs lam_range"):
+        train(plain, _policy(pool, lam_range=None), replace(cfg, episodes=8), tmp_path / "c")
 
 
 def test_a_conditioned_run_needs_a_policy_that_reads_lambda_and_a_baseline_that_shares_it(

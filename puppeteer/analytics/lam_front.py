@@ -97,10 +97,11 @@ def markdown(front: Mapping[str, Any]) -> str:
     """The table and the training times as Markdown."""
     df = front_table(front)
     cost = front.get("cost_label", "cost")
+    relabel = f", lam_relabel {front['lam_relabel']}" if front.get("lam_relabel") else ""
     lines = [
         f"One policy trained over lambda in [{front['lam_range'][0]:g}, {front['lam_range'][1]:g}] "
         f"on `{front['pool']}` / `{front['suite']}`, greedy on {front['n_eval']} held-out items "
-        f"({front['split']} split), {int(df['seeds'].max()) if len(df) else 0} seed(s) "
+        f"({front['split']} split), {int(df['seeds'].max()) if len(df) else 0} seed(s){relabel} "
         f"[backend: {front['backend']}]. Return = accuracy - lambda x cost; cost: {cost}.",
         "",
         "| lambda | conditioned return (min-max) | conditioned acc / cost | fixed-lambda return | "
@@ -133,27 +134,40 @@ def markdown(front: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _label_lams(
+    ax: Any,
+    lams: Sequence[float],
+    xs: Sequence[float],
+    ys: Sequence[float],
+    color: str,
+    offset: tuple[int, int],
+) -> None:
+    """Each point's lambda beside it; points at the same place share one label (``0.01-0.5``)."""
+    places: dict[tuple[float, float], list[float]] = {}
+    for lam, x, y in zip(lams, xs, ys, strict=True):
+        places.setdefault((float(f"{x:.3g}"), round(float(y), 3)), []).append(float(lam))
+    for (x, y), at in places.items():
+        text = f"{at[0]:.3g}" if len(at) == 1 else f"{min(at):.3g}-{max(at):.3g}"
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, fontsize=7, color=color)
+
+
 def plot_front(front: Mapping[str, Any], path: str | Path) -> Path:
     """Left: accuracy against cost along the grid (conditioned line, fixed-lambda markers, optimum
     dashed). Right: return against lambda (log axis)."""
     df = front_table(front)
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-    left.plot(df["cond_cost"], df["cond_accuracy"], "o-", color="C0", label="conditioned (one policy)")
-    for lam, x, y in zip(df["lam"], df["cond_cost"], df["cond_accuracy"], strict=True):
-        left.annotate(
-            f"{lam:.3g}", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7, color="C0"
-        )
+    left.plot(
+        df["cond_cost"], df["cond_accuracy"], "o-", color="C0", label="conditioned (one policy)", zorder=3
+    )
+    _label_lams(left, df["lam"], df["cond_cost"], df["cond_accuracy"], "C0", (4, -10))
     right.plot(df["lam"], df["cond_return"], "o-", color="C0", label="conditioned (one policy)")
     right.fill_between(df["lam"], df["cond_return_min"], df["cond_return_max"], color="C0", alpha=0.15)
     if "fixed_return" in df:
         f = df.dropna(subset=["fixed_return"])
-        style = dict(color="C3", markersize=8, label="fixed-lambda policies")
+        style = dict(color="C3", markersize=9, alpha=0.6, label="fixed-lambda policies")
         left.plot(f["fixed_cost"], f["fixed_accuracy"], "s", **style)
         right.plot(f["lam"], f["fixed_return"], "s", **style)
-        for lam, x, y in zip(f["lam"], f["fixed_cost"], f["fixed_accuracy"], strict=True):
-            left.annotate(
-                f"{lam:.3g}", (x, y), textcoords="offset points", xytext=(4, 6), fontsize=7, color="C3"
-            )
+        _label_lams(left, f["lam"], f["fixed_cost"], f["fixed_accuracy"], "C3", (4, 6))
     if "opt_return" in df:
         o = df.dropna(subset=["opt_return"])
         by_cost = o.sort_values("opt_cost")  # its points along the grid, drawn as a front

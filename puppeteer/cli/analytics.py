@@ -112,6 +112,14 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
         default=None,
         help="with --conditioned: training episodes of the conditioned runs (default: trainer.episodes)",
     )
+    p.add_argument(
+        "--lam-relabel",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --conditioned: each group's first decision also learned at K more lambdas, its calls "
+        "re-priced (trainer.lam_relabel of the conditioned runs; needs trainer.first_step=all, max_steps=1)",
+    )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per value")
     p.add_argument(
         "--track",
@@ -199,6 +207,7 @@ def _front_command(args: argparse.Namespace, console: Console) -> int:
             points=args.points,
             fixed=tuple(args.lam or ()),
             conditioned_episodes=args.conditioned_episodes,
+            relabel=args.lam_relabel,
         )
     except ValueError as e:
         raise UserError(str(e)) from None

@@ -41,7 +41,8 @@ class FrontPlan:
     ``points``: the fine grid (evenly spaced on the draw's log scale, :meth:`LamRange.grid`);
     ``fixed``: lambdas of the separately trained policies (empty: the grid's ends and middle; values
     off the grid are added to it); ``conditioned_episodes``: the conditioned runs' episodes (None: the
-    trainer's, as the fixed runs).
+    trainer's, as the fixed runs); ``relabel``: the conditioned runs' ``trainer.lam_relabel`` (more
+    lambdas per group from the same calls; one-call episodes with ``first_step=all``).
     """
 
     lam_range: tuple[float, float]
@@ -49,6 +50,7 @@ class FrontPlan:
     points: int = 9
     fixed: tuple[float, ...] = ()
     conditioned_episodes: int | None = None
+    relabel: int = 0
 
     def __post_init__(self) -> None:
         lam_range = LamRange.of(self.lam_range)
@@ -65,10 +67,15 @@ class FrontPlan:
         return LamRange(*self.lam_range)
 
     def fixed_lams(self) -> tuple[float, ...]:
-        if self.fixed:
-            return tuple(sorted({float(x) for x in self.fixed}))
+        """The fixed policies' lambdas; a value within 0.1% of a grid point is that point (``0.0266``
+        names the grid's 0.02659...)."""
         grid = self.range.grid(self.points)
-        return (grid[0], grid[len(grid) // 2], grid[-1])
+        if not self.fixed:
+            return (grid[0], grid[len(grid) // 2], grid[-1])
+        snapped = {
+            next((g for g in grid if abs(g - x) <= 1e-3 * max(abs(g), 1e-12)), float(x)) for x in self.fixed
+        }
+        return tuple(sorted(snapped))
 
     def grid(self) -> tuple[float, ...]:
         """The fine grid plus the fixed policies' lambdas (each compared at its own lambda)."""
@@ -115,6 +122,7 @@ def train_front(plan: FrontPlan, out: Path, overrides: Sequence[str] = ()) -> No
     low, high = plan.lam_range
     for seed in plan.seeds:
         extra = [f"trainer.episodes={plan.conditioned_episodes}"] if plan.conditioned_episodes else []
+        extra += [f"trainer.lam_relabel={plan.relabel}"] if plan.relabel else []
         _train(conditioned_dir(out, seed), [*common, *extra, f"seed={seed}", f"lam_range=[{low},{high}]"])
         for lam in plan.fixed_lams():
             _train(fixed_dir(out, lam, seed), [*common, f"seed={seed}", f"lam={lam}"])
@@ -216,6 +224,7 @@ def gather_front(plan: FrontPlan, out: Path) -> dict[str, Any]:
         "cost_model": cfg["cost_model"],
         "cost_label": _COST_LABELS.get(str(cfg["cost_model"]), str(cfg["cost_model"])),
         "episodes": {"conditioned": results["episodes"], "fixed": fixed_episodes},
+        "lam_relabel": int(cfg["trainer"].get("lam_relabel") or 0),
         "conditioned": conditioned,
         "fixed": fixed,
         "optimum": optimum_front(cfg, grid, out),

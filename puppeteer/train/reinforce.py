@@ -26,7 +26,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ from puppeteer.checks import integer, number
 from puppeteer.env import ConductorEnv
 from puppeteer.envgroup import EnvGroup
 from puppeteer.lam_range import LamRange
-from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
+from puppeteer.reward import step_cost
 from puppeteer.rollout import Episode, run_lockstep, summarize
 from puppeteer.safeload import CheckpointError, atomic_torch_save, safe_torch_load
 from puppeteer.train.logging import MetricLogger, Rewindable
@@ -58,6 +59,10 @@ class ReinforceConfig:
     # expectation over them (all-action policy gradient; later steps stay REINFORCE), which does not
     # commit to whichever agent was lucky early when agents differ by a few points
     first_step: str = "sample"
+    # a lambda-conditioned run (lam_range) of one-call episodes (max_steps=1) with first_step=all: each
+    # group's first decision is also learned at this many more lambdas drawn from the range, the same
+    # calls' returns re-priced (exact for one call: R(x) = R(lam) + (lam - x) C); 0: only its own lambda
+    lam_relabel: int = 0
     ema_decay: float = 0.9
     entropy_coef: float = 0.01
     max_grad_norm: float = 1.0
@@ -86,6 +91,7 @@ class ReinforceConfig:
         number("trainer.max_grad_norm", self.max_grad_norm, low=0.0, low_open=True)
         number("trainer.lr_final_fraction", self.lr_final_fraction, low=0.0, high=1.0)
         integer("trainer.rollout_workers", self.rollout_workers, low=0)
+        integer("trainer.lam_relabel", self.lam_relabel, low=0)
         number("trainer.max_failed_fraction", self.max_failed_fraction, low=0.0, high=1.0)
         if self.first_step not in FIRST_STEPS:
             raise ValueError(
@@ -249,6 +255,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
     # (with policy.layers=tanh for a run saved before the scorer's layers were a choice)
     for settings, key, old in (
         (trainer, "first_step", "sample"),
+        (trainer, "lam_relabel", 0),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
@@ -343,7 +350,14 @@ def check_lam_conditioning(
     """The training env's lambda range, checked against the policy and the baseline (None: fixed)."""
     lam_range = LamRange.of(env.config.lam_range)
     if lam_range is None:
+        if config.lam_relabel:
+            raise ValueError("trainer.lam_relabel re-prices episodes at other lambdas: it needs lam_range")
         return None
+    if config.lam_relabel and (config.first_step != "all" or env.config.max_steps != 1):
+        raise ValueError(
+            "trainer.lam_relabel re-prices every first action's call at other lambdas: it needs "
+            f"trainer.first_step=all and max_steps=1 (got {config.first_step!r}, {env.config.max_steps})"
+        )
     if policy.lam_range is None:
         raise ValueError(
             f"the env draws lambda from lam_range={list(lam_range.bounds)} but the policy does not read it: "
@@ -389,19 +403,67 @@ def _sampled_loss(
     return -(adv * logp).sum() / n, _entropy(logp_all), firsts
 
 
+def _exact_first(
+    first_logp: torch.Tensor, index: torch.Tensor, returns: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-sum_a pi(a) (G_a - V) log pi(a) summed over rows, V = sum_a pi(a) G_a (pi's weights held fixed);
+    also pi and V."""
+    pi = first_logp[:, index].exp().detach()  # (rows, len(firsts)): the policy over what was tried
+    pi = pi / pi.sum(dim=1, keepdim=True).clamp_min(1e-12)
+    baseline = (pi * returns).sum(dim=1, keepdim=True)
+    return -(pi * (returns - baseline) * first_logp[:, index]).sum(), pi, baseline
+
+
+def _relabelled(
+    policy: PuppeteerPolicy, groups: Groups, lams: Sequence[Sequence[float]], phi: float
+) -> tuple[list[Features], torch.Tensor]:
+    """The groups' first observations and returns re-priced at other lambdas (one row per group and
+    lambda). One-call episodes only: G(x) = r - x C with C = step_cost(F, 1, phi), so
+    G(x) = G(lam) + (lam - x) C; checked against the env's own return at the episode's lambda."""
+    lam_range = policy.lam_range
+    if lam_range is None:
+        raise ValueError("re-pricing at other lambdas needs a policy that reads lambda (lam_range)")
+    feats: list[Features] = []
+    rows: list[list[float]] = []
+    for g, xs in zip(groups, lams, strict=True):
+        priced = [step_cost(e.cost, 1, phi) if e.actions and e.cost else 0.0 for e in g]
+        for e, c in zip(g, priced, strict=True):
+            lam = float(e.lam if e.lam is not None else 0.0)
+            paid = float(e.correct) - lam * c
+            if len(e.returns) != 1 or abs(e.returns[0] - paid) > 1e-6 * max(1.0, abs(paid)):
+                raise ValueError(
+                    f"trainer.lam_relabel: episode of {e.task_id} is not one call priced r - lam C "
+                    f"(return {e.returns}, expected {paid})"
+                )
+        for x in xs:
+            feats.append(replace(g[0].feats[0], lam=lam_range.features(x)))
+            rows.append(
+                [e.returns[0] + (float(e.lam or 0.0) - x) * c for e, c in zip(g, priced, strict=True)]
+            )
+    return feats, torch.as_tensor(rows, dtype=torch.float32)
+
+
 def _all_first_loss(
-    policy: PuppeteerPolicy, groups: Groups, firsts: Sequence[int]
+    policy: PuppeteerPolicy,
+    groups: Groups,
+    firsts: Sequence[int],
+    relabel: Sequence[Sequence[float]] | None = None,
+    phi: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Each group tried every first action on one task. The first decision's loss is the exact
     expectation -sum_a pi(a) (G_a - V) log pi(a) with V = sum_a pi(a) G_a (pi's weights held fixed);
-    a later step t of the episode that opened with a0 adds -pi(a0) (G_t - V) log pi(a_t | s_t)."""
+    a later step t of the episode that opened with a0 adds -pi(a0) (G_t - V) log pi(a_t | s_t).
+    ``relabel`` (one-call episodes of a lambda-conditioned run): per group, more lambdas at which its
+    first decision is learned too, from the same calls re-priced (:func:`_relabelled`)."""
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
     index = torch.as_tensor(list(firsts))
-    pi = first_logp[:, index].exp().detach()  # (groups, len(firsts)): the policy over what was tried
-    pi = pi / pi.sum(dim=1, keepdim=True).clamp_min(1e-12)
     returns = torch.as_tensor([[e.returns[0] for e in g] for g in groups], dtype=torch.float32)
-    baseline = (pi * returns).sum(dim=1, keepdim=True)
-    loss = -(pi * (returns - baseline) * first_logp[:, index]).sum()
+    loss, pi, baseline = _exact_first(first_logp, index, returns)
+    rows = len(groups)
+    if relabel is not None and any(relabel):
+        feats, priced = _relabelled(policy, groups, relabel, phi)
+        more, _, _ = _exact_first(torch.log_softmax(policy.logits(feats), dim=-1), index, priced)
+        loss, rows = loss + more, rows + len(feats)
     later_feats, later_actions, later_weights = [], [], []
     for gi, g in enumerate(groups):
         for ai, e in enumerate(g):
@@ -409,14 +471,14 @@ def _all_first_loss(
                 later_feats.append(e.feats[t])
                 later_actions.append(e.actions[t])
                 later_weights.append(float(pi[gi, ai]) * (e.returns[t] - float(baseline[gi, 0])))
-    rows = [first_logp]
+    logps = [first_logp]
     if later_feats:
         later_logp = torch.log_softmax(policy.logits(later_feats), dim=-1)
         taken = later_logp.gather(1, torch.as_tensor(later_actions)[:, None]).squeeze(1)
         loss = loss - (torch.as_tensor(later_weights, dtype=torch.float32) * taken).sum()
-        rows.append(later_logp)
+        logps.append(later_logp)
     greedy = [firsts[int(i)] for i in torch.argmax(first_logp[:, index], dim=1)]
-    return loss / len(groups), _entropy(torch.cat(rows)), greedy
+    return loss / rows, _entropy(torch.cat(logps)), greedy
 
 
 def train(
@@ -504,6 +566,7 @@ def train(
         [] if eval_env is None else [eval_env, *(eval_env.clone() for _ in range(config.parallel_envs - 1))]
     )
     firsts = first_actions(env, policy) if config.first_step == "all" else None
+    phi = float(env.config.phi if env.config.phi is not None else env.config.max_steps)
     size = len(firsts) if firsts is not None else config.group_size
     n_groups = max(1, config.batch_episodes // size)
     planned = -(-config.episodes // size) * size  # whole groups: the last one may go past episodes
@@ -521,6 +584,7 @@ def train(
         # the last batch is cut to what is left (whole groups), so a run trains ``episodes`` episodes
         left = -(-(config.episodes - state.episodes) // size)
         lams: list[float | None] | None = None if lam_range is None else []
+        relabel: list[list[float]] = []
         for _ in range(min(n_groups, left)):
             task_index = int(rng.integers(len(env.tasks)))
             if firsts is None:
@@ -530,6 +594,7 @@ def train(
                 specs += [(seed, task_index) for _ in range(size)]
             if lams is not None and lam_range is not None:  # one lambda per group (its baseline's too)
                 lams += [lam_range.sample(rng)] * size
+                relabel.append([lam_range.sample(rng) for _ in range(config.lam_relabel)])
         forced = None if firsts is None else firsts * (len(specs) // size)
         flat = run_lockstep(
             envs, policy, specs, generator=gen, on_episode=on_episode, first_actions=forced, lams=lams
@@ -549,7 +614,7 @@ def train(
                 policy, groups, baseline_fn(groups, state.baseline, config)
             )
         else:  # every first action was tried: the watch reads the policy's greedy first choice
-            pg_loss, entropy, first_choices = _all_first_loss(policy, groups, firsts)
+            pg_loss, entropy, first_choices = _all_first_loss(policy, groups, firsts, relabel or None, phi)
         loss = pg_loss - config.entropy_coef * entropy
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
         for group in opt.param_groups:
