@@ -33,6 +33,7 @@ rolled out by :mod:`puppeteer.rollout`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -52,7 +53,7 @@ from puppeteer.conductor_prompt import (
     load_prompt_config,
 )
 from puppeteer.envparts import BackendSpec, EnvConfig, EnvParts, env_parts
-from puppeteer.executor import EpisodeContext, Executor
+from puppeteer.executor import EpisodeContext, Executor, Extractor
 from puppeteer.lam_range import LamRange
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
 from puppeteer.reward import PuppeteerReward, check_cost_model, conductor_reward, discounted_returns
@@ -75,8 +76,17 @@ from puppeteer.workflow import (
 MAX_OBS_CHARS = 200_000
 RESPONSE_CHARS_IN_STATE = 1_500
 FOLLOWUP_ANSWER_CHARS = 800
+# graders whose extraction from a simulated completion's vouched answer_text equals their extraction
+# from its whole text (tests/test_sim_fast_path.py); any other grader always reads the whole text
+VOUCHED_GRADERS = frozenset(type(g) for g in default_graders().values())
+_MEMO_TASKS = 10_000  # tasks whose extractions are remembered before the memo starts over
 
 __all__ = ["ConductorEnv", "EnvConfig"]
+
+
+def _same_number(a: float, b: float) -> bool:
+    """Whether ``a`` and ``b`` compute alike: same type and value, and the same sign of zero."""
+    return type(a) is type(b) and a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
 def _lam_space() -> spaces.Box:
@@ -175,6 +185,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._rounds: list[dict[str, Any]] = []
         self._followup: Followup | None = None
         self._workflow: Workflow | None = None
+        self._ctx: EpisodeContext | None = None  # this episode's (built on its first call)
+        self._state_parts: list[str] = []  # obs["state"], a line per step so far
+        # extractions from vouched answer texts, per task object and grader: (task, grader, memo)
+        self._extractions: dict[int, tuple[Task, Grader, dict[tuple[str, bool], str | None]]] = {}
         if seed is not None:
             self.reset(seed=seed)
 
@@ -203,13 +217,26 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now (MaskablePPO convention)."""
-        return self._current_mask().astype(bool)
+        mask = self._mask.astype(bool)
+        if self._terminator_masked():
+            mask[self.pool.terminator_id] = False
+        return mask
 
     def _current_mask(self) -> np.ndarray:
         mask = self._mask.copy()
-        if self.config.mode == "step" and len(self._steps) < self.config.min_steps:
+        if self._terminator_masked():
             mask[self.pool.terminator_id] = 0
         return mask
+
+    def _terminator_masked(self) -> bool:
+        """Whether the Terminator is masked now (step mode, before ``min_steps`` agents acted)."""
+        return self.config.mode == "step" and len(self._steps) < self.config.min_steps
+
+    def _allowed(self, action: int) -> bool:
+        """``_current_mask()[action]`` of an in-range action, without copying the mask."""
+        return bool(self._mask[action]) and not (
+            action == self.pool.terminator_id and self._terminator_masked()
+        )
 
     def _grader(self) -> Grader:
         return self.graders[self.task.grader]
@@ -219,24 +246,56 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         return self.parts.grades.grade(self.task, answer, self._grader().grade)
 
     def _context(self) -> EpisodeContext:
-        task, grader = self.task, self._grader()
-        return EpisodeContext(
-            question=task.question,
-            item_key=task.id,
-            extract=lambda text, truncated: grader.extract(text, task, truncated=truncated),
-            answer_format=ANSWER_FORMATS.get(task.grader, DEFAULT_FORMAT),
-            sample_index=self._sample_index,
-            temperature=self.config.temperature,
-        )
+        """What every call of this episode shares (built once per episode)."""
+        if self._ctx is None:
+            task, grader = self.task, self._grader()
+            self._ctx = EpisodeContext(
+                question=task.question,
+                item_key=task.id,
+                extract=lambda text, truncated: grader.extract(text, task, truncated=truncated),
+                answer_format=ANSWER_FORMATS.get(task.grader, DEFAULT_FORMAT),
+                sample_index=self._sample_index,
+                temperature=self.config.temperature,
+                extract_vouched=self._vouched_extractor(task, grader),
+            )
+        return self._ctx
+
+    def _vouched_extractor(self, task: Task, grader: Grader) -> Extractor | None:
+        """The grader on a completion's vouched answer text, memoised per task (a simulated item is
+        answered with a few distinct texts); None for a grader not known to agree on it."""
+        if type(grader) not in VOUCHED_GRADERS:
+            return None
+        entry = self._extractions.get(id(task))
+        if entry is None or entry[0] is not task or entry[1] is not grader:
+            if len(self._extractions) >= _MEMO_TASKS:
+                self._extractions.clear()
+            entry = self._extractions[id(task)] = (task, grader, {})
+        memo = entry[2]
+
+        def extract(text: str, truncated: bool) -> str | None:
+            key = (text, truncated)
+            if key not in memo:
+                memo[key] = grader.extract(text, task, truncated=truncated)
+            return memo[key]
+
+        return extract
 
     def _state_text(self) -> str:
-        parts = []
-        for s in self._steps:
+        parts = self._state_parts  # one line per step, kept across the steps of an episode
+        if len(parts) > len(self._steps):
+            parts.clear()
+        for s in self._steps[len(parts) :]:
             text = s.completion.text
             if len(text) > RESPONSE_CHARS_IN_STATE:
                 text = "..." + text[-RESPONSE_CHARS_IN_STATE:]
             parts.append(f"[{s.index + 1}] {s.agent_name} ({self.pool.agent(s.agent_id).pattern}): {text}")
         return "\n".join(parts)[-MAX_OBS_CHARS:]
+
+    def _counts(self) -> np.ndarray:
+        counts = [0] * self.pool.n_actions
+        for s in self._steps:
+            counts[s.agent_id] += 1
+        return np.array(counts, dtype=np.int64)
 
     def _obs(self) -> dict[str, Any]:
         task = self.task
@@ -246,9 +305,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                 "state": self._state_text(),
                 "mask": self._current_mask(),
                 "step": len(self._steps),
-                "counts": np.bincount(
-                    [s.agent_id for s in self._steps], minlength=self.pool.n_actions
-                ).astype(np.int64),
+                "counts": self._counts(),
                 "signals": answer_signals([s.answer for s in self._steps]),
                 "lam": np.array([self._lam]),
             }
@@ -337,12 +394,12 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         n = self.config.samples_per_item
         self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
         self._steps, self._rewards, self._done = [], [], False
-        self._result, self._rendered = None, 0
+        self._result, self._rendered, self._ctx, self._state_parts = None, 0, None, []
         self._grades = {}
         self._depth, self._rounds, self._followup, self._workflow = 0, [], None, None
         self._mask = self._episode_mask(options)
         self._lam = self._episode_lam(options)
-        if self.config.mode == "step":
+        if self.config.mode == "step" and not _same_number(self._reward.lam, self._lam):
             self._reward = replace(self._base_reward, lam=self._lam)
         if self.render_mode == "human":
             self.render()
@@ -404,21 +461,17 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         return self._obs(), reward, True, False, self._info(**info)
 
     def _step_agent(self, action: Any):
-        # what Discrete.contains accepts: int, numpy integers and 0-d integer arrays (model.predict's output)
-        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
-            action = action.item()
-        if isinstance(action, bool) or not isinstance(action, int | np.integer):
-            shape = f" of shape {action.shape}" if isinstance(action, np.ndarray) else ""
-            raise InvalidAction(f"step-mode actions are agent ids (int), got {type(action).__name__}{shape}")
-        a = int(action)
+        if type(action) is not int:  # a plain int is the common case
+            action = self._agent_id(action)
+        a = action
         if not 0 <= a < self.pool.n_actions:
             raise InvalidAction(
                 f"action {a} out of range 0..{self.pool.terminator_id} (the last is the Terminator)"
             )
-        mask = self._current_mask()
-        if not mask[a] and self.config.invalid_action == "remap":
+        if not self._allowed(a) and self.config.invalid_action == "remap":
+            mask = self._current_mask()
             a = next(b for k in range(1, len(mask)) if mask[b := (a + k) % len(mask)])
-        if not mask[a]:
+        if not self._allowed(a):
             if a == self.pool.terminator_id:
                 raise InvalidAction(f"the Terminator is masked until {self.config.min_steps} agent(s) acted")
             raise InvalidAction(f"agent {a} ({self.pool.agent(a).name}) is not available")
@@ -434,6 +487,17 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         reward = self._reward.step_reward(f, t + 1)
         self._rewards.append(reward)
         return self._obs(), reward, False, False, self._info(step=step, cost=f, **self._graded_so_far())
+
+    @staticmethod
+    def _agent_id(action: Any) -> int:
+        """A step-mode action as an int: what Discrete.contains accepts (int, numpy integers and 0-d
+        integer arrays, model.predict's output)."""
+        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
+            action = action.item()
+        if isinstance(action, bool) or not isinstance(action, int | np.integer):
+            shape = f" of shape {action.shape}" if isinstance(action, np.ndarray) else ""
+            raise InvalidAction(f"step-mode actions are agent ids (int), got {type(action).__name__}{shape}")
+        return int(action)
 
     def _graded_so_far(self) -> dict[str, Any]:
         """The episode graded as if it ended now, so a wrapper's truncation (``TimeLimit``) is graded too.
@@ -454,7 +518,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     def _end_episode(self, f: float, t: int, terminated_by: str):
         answer = self._aggregate([s.answer for s in self._steps])
-        correct = self._grade(answer)
+        correct = self._grades[answer] if answer in self._grades else self._grade(answer)
         reward = self._reward.final_reward(correct, f, max(t, 1))
         returns = discounted_returns([*self._rewards, reward], self.config.gamma)
         traj = self._trajectory(answer, correct, returns[0] if returns else reward)

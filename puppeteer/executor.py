@@ -19,7 +19,7 @@ from puppeteer.reasoning import DEFAULT_FORMAT, Turn, pattern, worker_messages
 from puppeteer.sandbox import DEFAULT_LIMITS
 from puppeteer.tools import PythonTool, Tool, tool_prompt
 from puppeteer.tools.loop import arun_with_tools, run_with_tools
-from puppeteer.types import CallContext, Completion, CompletionRequest, Step, Workflow
+from puppeteer.types import Agent, CallContext, Completion, CompletionRequest, Step, Workflow
 from puppeteer.workflow import visible_steps
 
 T = TypeVar("T")
@@ -46,28 +46,78 @@ class EpisodeContext:
     answer_format: str = DEFAULT_FORMAT
     sample_index: int = 0
     temperature: float = 0.0
+    # extracts from a completion's vouched ``answer_text`` instead of its whole text (the caller's
+    # promise that ``extract`` would give the same there, e.g. memoised); None: always the text
+    extract_vouched: Extractor | None = None
+    # each earlier step as a later call sees it, made once per step: id -> (step, turn)
+    _turns: dict[int, tuple[Step, Turn]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def turn(self, step: Step) -> Turn:
+        """``step`` as the workers that see it are shown it (made once per step of the episode)."""
+        entry = self._turns.get(id(step))
+        if entry is None or entry[0] is not step:
+            entry = (step, Turn(step.agent_name, step.subtask, step.completion.text, step.answer))
+            self._turns[id(step)] = entry
+        return entry[1]
+
+
+def _answer(ctx: EpisodeContext, completion: Completion) -> str | None:
+    """The step's answer: from the part of the text its backend vouches for, where the episode takes
+    that (and the part is the text's end), else from the whole text."""
+    vouched = completion.answer_text
+    if vouched is not None and ctx.extract_vouched is not None and completion.text.endswith(vouched):
+        return ctx.extract_vouched(vouched, completion.truncated)
+    return ctx.extract(completion.text, completion.truncated)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What every call of one agent shares: the agent, its tools and their instructions."""
+
+    agent: Agent
+    tools: Mapping[str, Tool]
+    tool_help: str
+    runs_program: bool
 
 
 @dataclass(frozen=True)
 class Executor:
+    """Runs the agents of ``pool`` on ``backend`` with ``tools`` (the pool and tools are fixed once
+    it has run: what each agent gets is worked out on its first call)."""
+
     backend: Backend
     pool: Pool
     tools: Mapping[str, Tool] = field(default_factory=dict)
     max_tool_rounds: int = 3
     show_question: bool = True
+    _setups: dict[int, _Setup] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _setup(self, agent_id: int) -> _Setup:
+        setup = self._setups.get(agent_id)
+        if setup is None:
+            agent = self.pool.agent(agent_id)
+            agent_tools = {name: self.tools[name] for name in agent.tools if name in self.tools}
+            setup = _Setup(
+                agent,
+                agent_tools,
+                tool_prompt(tuple(agent_tools)) if agent_tools else "",
+                pattern(agent.pattern).runs_program,
+            )
+            self._setups[agent_id] = setup
+        return setup
 
     def _request(
         self, ctx: EpisodeContext, index: int, agent_id: int, subtask: str, visible: Sequence[Step]
     ) -> tuple[Mapping[str, Tool], CompletionRequest]:
-        agent = self.pool.agent(agent_id)
-        agent_tools = {name: self.tools[name] for name in agent.tools if name in self.tools}
+        setup = self._setup(agent_id)
+        agent, agent_tools = setup.agent, setup.tools
         messages = worker_messages(
             agent,
             ctx.question,
             subtask,
-            [Turn(s.agent_name, s.subtask, s.completion.text, s.answer) for s in visible],
+            [ctx.turn(s) for s in visible],
             answer_format=ctx.answer_format,
-            tool_help=tool_prompt(tuple(agent_tools)) if agent_tools else "",
+            tool_help=setup.tool_help,
             show_question=self.show_question,
             layout=self.pool.context_layout,
         )
@@ -97,7 +147,8 @@ class Executor:
         completion: Completion,
         tool_calls: int,
     ) -> Step:
-        if pattern(self.pool.agent(agent_id).pattern).runs_program:  # program of thought: run it
+        setup = self._setup(agent_id)
+        if setup.runs_program:  # program of thought: run it
             python = self.tools.get("python")
             limits = python.limits if isinstance(python, PythonTool) else DEFAULT_LIMITS
             completion = run_program(completion, limits).completion
@@ -105,11 +156,11 @@ class Executor:
         return Step(
             index=index,
             agent_id=agent_id,
-            agent_name=self.pool.agent(agent_id).name,
+            agent_name=setup.agent.name,
             subtask=subtask,
             visible=tuple(s.index for s in visible),
             completion=completion,
-            answer=ctx.extract(completion.text, completion.truncated),
+            answer=_answer(ctx, completion),
             tool_calls=tool_calls,
         )
 

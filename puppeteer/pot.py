@@ -56,11 +56,13 @@ def run_program(
     program = find_program(completion.text)
     if program is None:
         note = "\n\n[no program found]"
-        return ProgramRun(replace(completion, text=completion.text + note), None, None, None)
+        noted = replace(completion, text=completion.text + note, answer_text=None)
+        return ProgramRun(noted, None, None, None)
     result = run_python(program, limits=limits)
     answer = printed_answer(result.stdout) if result.ok else None
     text = f"{completion.text}\n\nProgram output:\n{_shown(result, max_output_chars)}"
     if answer is not None:
         text += f"\nAnswer: {answer}"
-    # ``truncated`` stays the model's own flag; "Answer:" is a committed answer for the extractor
-    return ProgramRun(replace(completion, text=text), program, result, answer)
+    # ``truncated`` stays the model's own flag; "Answer:" is a committed answer for the extractor; the
+    # backend's answer_text vouched for the program, not for this text
+    return ProgramRun(replace(completion, text=text, answer_text=None), program, result, answer)

@@ -14,6 +14,8 @@ from puppeteer.types import Completion, Step, Trajectory, Workflow
 
 def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
     d = asdict(t)
+    for step in d["steps"]:  # a backend's transport detail, derivable from the text: not recorded
+        step["completion"].pop("answer_text", None)
     d["prompt_tokens"] = t.prompt_tokens
     d["completion_tokens"] = t.completion_tokens
     d["cost_usd"] = t.cost_usd

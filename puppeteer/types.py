@@ -136,6 +136,11 @@ class Completion:
     truncated: bool = False  # generation stopped at max_tokens (finish reason "length")
     # seconds the call waited for the model before it ran (a local backend's queue); not in latency_s
     queue_s: float = 0.0
+    # a suffix of ``text`` that states the answer, set by a backend that vouches that the text before
+    # it holds nothing an answer extractor reads (no answer marker, box, number, option letter, code
+    # fence or continuation marker), so extracting from it gives what extracting from ``text`` gives
+    # (the simulator writes its texts so). None: only the whole text says. Not part of saved records.
+    answer_text: str | None = None
 
     @property
     def total_tokens(self) -> int:

@@ -21,18 +21,18 @@ Nothing here knows about Task objects: the environment hands in ``SimItem`` reco
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import math
 import re
 import struct
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from puppeteer.backends.sim_difficulty import DifficultyModel, conditional_accuracy
 from puppeteer.types import Agent, Completion, CompletionRequest, ModelSpec
@@ -306,6 +306,10 @@ def display_answer(answer: str, kind: str = "text") -> str:
     return " ".join(s.split())
 
 
+# the answers of earlier steps, normalized at every call that sees them: a few distinct strings
+_normalized = functools.lru_cache(maxsize=65_536)(normalize_answer)
+
+
 # --------------------------------------------------------------------------- distractors
 
 
@@ -479,6 +483,13 @@ _OPENERS: Mapping[str, str] = MappingProxyType(
 )
 
 
+# The reasoning lines (openers and filler) hold nothing an answer extractor reads: no answer marker,
+# box, digit, lone option letter, code fence or continuation marker ("Question:"). The final answer
+# part that follows them (``_render_final``) is therefore all an extractor needs, and completions
+# carry it as ``Completion.answer_text`` (tests/test_sim_fast_path.py checks every line against every
+# built-in grader).
+
+
 def _reasoning(pattern: str, completion_tokens: int, h: int) -> list[str]:
     if pattern == "direct":
         return []
@@ -486,6 +497,13 @@ def _reasoning(pattern: str, completion_tokens: int, h: int) -> list[str]:
     count = max(1, min(8, completion_tokens // 80))
     lines.extend(_FILLER[(h + 3 * i) % len(_FILLER)] for i in range(count))
     return lines
+
+
+@functools.lru_cache(maxsize=4096)
+def _reasoning_prefix(pattern: str, count: int, shift: int) -> str:
+    """The reasoning lines of ``_reasoning`` joined, each ending in a newline (one string per shape)."""
+    lines = _reasoning(pattern, 80 * count, shift)
+    return "".join(line + "\n" for line in lines)
 
 
 def _render_final(answer: str, kind: str) -> str:
@@ -506,12 +524,13 @@ def _uniforms(key: str, count: int) -> tuple[float, ...]:
     return tuple((v + 0.5) / _U64 for v in struct.unpack(f"<{count}Q", digest))
 
 
-@dataclass(frozen=True)
-class _Decision:
-    outcome: SimOutcome
-    kind: str
-    u_tokens: float
-    u_text: float
+_FIVE = struct.Struct("<5Q")
+
+
+def _five_uniforms(key: str) -> tuple[float, float, float, float, float]:
+    """``_uniforms(key, 5)``, unrolled (one per call of the simulator)."""
+    a, b, c, d, e = _FIVE.unpack(hashlib.blake2b(key.encode(), digest_size=40).digest())
+    return (a + 0.5) / _U64, (b + 0.5) / _U64, (c + 0.5) / _U64, (d + 0.5) / _U64, (e + 0.5) / _U64
 
 
 @dataclass(frozen=True)
@@ -522,6 +541,34 @@ class _Prepared:
     gold: str
     gold_key: str
     wrong: tuple[str, ...]
+    shared: float = 0.0  # sqrt(rho) * z: the item's part of every call's latent
+    own: float = 1.0  # sqrt(1 - rho): the weight of a call's own noise
+
+
+@dataclass(frozen=True)
+class _Worker:
+    """Constants of one (model, pattern, tools, item column and kind): accuracy and token draws."""
+
+    model: ModelSpec  # kept so that the id it is cached under stays this model's
+    p: float
+    threshold: float | None  # Phi^-1(p) when 0 < p < 1
+    log_mean: float  # log(max(mean tokens, 1)) - sigma^2 / 2
+    first_token_s: float
+    tokens_per_s: float
+
+
+class _Draw(NamedTuple):
+    """One call's decision (a :class:`SimOutcome`'s fields) and what its text and tokens draw from."""
+
+    answer: str
+    correct: bool
+    column: str | None
+    p: float
+    source: str
+    kind: str
+    u_tokens: float
+    u_text: float
+    worker: _Worker | None  # None: an item not in the answer key
 
 
 class SimBackend:
@@ -529,8 +576,10 @@ class SimBackend:
 
     ``answer_key`` maps ``CallContext.item_key`` to ``SimItem``; ``columns`` maps an item's domain
     to a skill column (unknown domains use ``default_column``, else the domain itself).
-    ``realtime=True`` really waits the simulated latency. Remaining keyword options are the
-    behavioural parameters of ``SimParams``.
+    ``realtime=True`` really waits the simulated latency. ``answer_text=True`` (the default) vouches
+    for each completion's final answer part (``Completion.answer_text``), which the env extracts from
+    instead of the whole text (same answers, a fraction of the time); ``False`` leaves only the text.
+    Remaining keyword options are the behavioural parameters of ``SimParams``.
     """
 
     name = "sim"
@@ -553,8 +602,10 @@ class SimBackend:
         tokens_sigma: float = 0.35,
         distractor_weights: Sequence[float] = (0.7, 0.2, 0.1),
         difficulty: Mapping[str, Any] | DifficultyModel | None = None,
+        answer_text: bool = True,
     ) -> None:
         self.answer_key: dict[str, SimItem] = dict(answer_key or {})
+        self.answer_text = bool(answer_text)
         self.columns: dict[str, str] = dict(columns or {})
         self.default_column = default_column
         self.seed = int(seed)
@@ -576,6 +627,8 @@ class SimBackend:
             else DifficultyModel.from_options(difficulty),
         )
         self._prepared: dict[str, _Prepared] = {}
+        self._workers: dict[tuple[int, str, str, tuple[str, ...], str], _Worker] = {}
+        self._wrong_edges: dict[int, tuple[float, ...]] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -606,6 +659,7 @@ class SimBackend:
             z = _STD_NORMAL.inv_cdf(u)
             if self.params.difficulty is not None:
                 z, _ = self.params.difficulty.latent(item.domain, item.visible_x, z)
+            rho = self.rho_for(item.domain)
             prepared = _Prepared(
                 item,
                 self.column_for(item.domain),
@@ -613,19 +667,30 @@ class SimBackend:
                 gold,
                 normalize_answer(gold, item.kind),
                 wrong,
+                math.sqrt(rho) * z,
+                math.sqrt(1.0 - rho),
             )
             self._prepared[key] = prepared
         return prepared
 
     def _pick_wrong(self, prepared: _Prepared, u: float) -> str:
-        weights = self.params.distractor_weights[: len(prepared.wrong)]
-        total = sum(weights) or 1.0
-        acc = 0.0
-        for w, answer in zip(weights, prepared.wrong, strict=True):
-            acc += w / total
-            if u < acc:
+        for edge, answer in zip(self._edges(len(prepared.wrong)), prepared.wrong, strict=True):
+            if u < edge:
                 return answer
         return prepared.wrong[-1]
+
+    def _edges(self, n: int) -> tuple[float, ...]:
+        """The cumulative shares of the first ``n`` distractor weights (the popularity of wrong answers)."""
+        edges = self._wrong_edges.get(n)
+        if edges is None:
+            weights = self.params.distractor_weights[:n]
+            total = sum(weights) or 1.0
+            acc, out = 0.0, []
+            for w in weights:
+                acc += w / total
+                out.append(acc)
+            edges = self._wrong_edges[n] = tuple(out)
+        return edges
 
     def visible_score(self, key: str) -> float | None:
         """The item's visible difficulty score ``d`` (None: no difficulty model or no feature)."""
@@ -655,9 +720,37 @@ class SimBackend:
 
     def decide(self, request: CompletionRequest) -> SimOutcome:
         """What the call answers and whether that is correct (no text, no tokens)."""
-        return self._decide(request).outcome
+        d = self._draw(request)
+        return SimOutcome(d.answer, d.correct, d.column, d.p, d.source)
 
-    def _decide(self, request: CompletionRequest) -> _Decision:
+    def _worker(
+        self, model: ModelSpec, column: str, pattern: str, tools: tuple[str, ...], kind: str
+    ) -> _Worker:
+        """The constants of a call by ``model`` with ``pattern`` and ``tools`` on a ``column``/``kind``
+        item (computed once)."""
+        key = (id(model), column, pattern, tools, kind)
+        worker = self._workers.get(key)
+        if worker is None or worker.model is not model:
+            p = shifted(
+                skill(model, column), self.params.pattern_shift(pattern) + self.params.tool_shift(tools, kind)
+            )
+            threshold = _STD_NORMAL.inv_cdf(p) if 0.0 < p < 1.0 else None
+            worker = _Worker(model, p, threshold, *self._token_constants(model, pattern))
+            self._workers[key] = worker
+        return worker
+
+    def _token_constants(self, model: ModelSpec, pattern: str) -> tuple[float, float, float]:
+        """log(mean tokens) - sigma^2 / 2, first-token seconds and tokens per second of a call."""
+        options: Mapping[str, Any] = model.options or {}
+        mean = float(options.get("tokens_mean", _DEFAULT_TOKENS_MEAN)) * self.params.token_multiplier(pattern)
+        sigma = self.params.tokens_sigma
+        return (
+            math.log(max(mean, 1.0)) - sigma * sigma / 2.0,
+            float(options.get("first_token_s", _DEFAULT_FIRST_TOKEN_S)),
+            float(options.get("tokens_per_s", _DEFAULT_TOKENS_PER_S)),
+        )
+
+    def _draw(self, request: CompletionRequest) -> _Draw:
         ctx = request.context
         pattern = ctx.pattern or "cot"
         visible = tuple(v for v in ctx.visible_answers if v and v.strip())
@@ -665,74 +758,72 @@ class SimBackend:
             f"{self.seed}|call|{ctx.item_key}|{request.model.target}|{pattern}|"
             f"{request.sample_index}|{ctx.step_index}|" + "\x1f".join(visible)
         )
-        u_e, u_wrong, u_choice, u_tokens, u_text = _uniforms(call_key, 5)
+        u_e, u_wrong, u_choice, u_tokens, u_text = _five_uniforms(call_key)
         item = self._prepare(ctx.item_key)
         if item is None:
             logger.debug("sim: item %r not in the answer key; replying generically", ctx.item_key)
-            return _Decision(SimOutcome("unknown", False, None, 0.0, "unknown"), "text", u_tokens, u_text)
+            return _Draw("unknown", False, None, 0.0, "unknown", "text", u_tokens, u_text, None)
         kind = item.item.kind
-
-        def result(answer: str, correct: bool, source: str) -> _Decision:
-            return _Decision(SimOutcome(answer, correct, item.column, p, source), kind, u_tokens, u_text)
-
-        p = shifted(
-            skill(request.model, item.column),
-            self.params.pattern_shift(pattern) + self.params.tool_shift(ctx.tools, kind),
+        worker = self._worker(request.model, item.column, pattern, ctx.tools, kind)
+        p = worker.p
+        own_correct = p >= 1.0 or (
+            worker.threshold is not None
+            and item.shared + item.own * _STD_NORMAL.inv_cdf(u_e) < worker.threshold
         )
-        rho = self.rho_for(item.item.domain)
-        latent = math.sqrt(rho) * item.z + math.sqrt(1.0 - rho) * _STD_NORMAL.inv_cdf(u_e)
-        own_correct = p >= 1.0 or (p > 0.0 and latent < _STD_NORMAL.inv_cdf(p))
         own_answer = item.gold if own_correct else self._pick_wrong(item, u_wrong)
 
-        reacts = pattern in REVISING_PATTERNS or pattern in FOLLOWING_PATTERNS
-        if not visible or not reacts:
-            return result(own_answer, own_correct, "own")
-
-        keys = [normalize_answer(v, kind) for v in visible]
-        majority_key = Counter(keys).most_common(1)[0][0]
-        majority_correct = majority_key == item.gold_key
-        majority = item.gold if majority_correct else display_answer(visible[keys.index(majority_key)], kind)
-        if pattern in FOLLOWING_PATTERNS:
-            if u_choice < self.params.follow_prob:
-                return result(majority, majority_correct, "followed")
-            return result(own_answer, own_correct, "own")
-        if majority_correct:
-            if u_choice < 1.0 - self.params.keep_slip * (1.0 - p):
-                return result(item.gold, True, "kept")
-            return result(self._pick_wrong(item, u_wrong), False, "dropped")
-        if own_correct:
-            return result(item.gold, True, "fixed")
-        return result(majority, False, "repeated")
+        answer, correct, source = own_answer, own_correct, "own"
+        if visible and (pattern in REVISING_PATTERNS or pattern in FOLLOWING_PATTERNS):
+            keys = [_normalized(v, kind) for v in visible]
+            counts: dict[str, int] = {}  # the first of the most frequent, as Counter.most_common
+            for k in keys:
+                counts[k] = counts.get(k, 0) + 1
+            majority_key = max(counts, key=counts.__getitem__)
+            majority_correct = majority_key == item.gold_key
+            majority = (
+                item.gold if majority_correct else display_answer(visible[keys.index(majority_key)], kind)
+            )
+            if pattern in FOLLOWING_PATTERNS:
+                if u_choice < self.params.follow_prob:
+                    answer, correct, source = majority, majority_correct, "followed"
+            elif majority_correct:
+                if u_choice < 1.0 - self.params.keep_slip * (1.0 - p):
+                    answer, correct, source = item.gold, True, "kept"
+                else:
+                    answer, correct, source = self._pick_wrong(item, u_wrong), False, "dropped"
+            elif own_correct:
+                answer, correct, source = item.gold, True, "fixed"
+            else:
+                answer, correct, source = majority, False, "repeated"
+        return _Draw(answer, correct, item.column, p, source, kind, u_tokens, u_text, worker)
 
     # ------------------------------------------------------------------ the completion
 
     def _build(self, request: CompletionRequest) -> Completion:
-        decision = self._decide(request)
+        draw = self._draw(request)
         model = request.model
-        options: Mapping[str, Any] = model.options or {}
         pattern = request.context.pattern or "cot"
-        mean = float(options.get("tokens_mean", _DEFAULT_TOKENS_MEAN)) * self.params.token_multiplier(pattern)
-        sigma = self.params.tokens_sigma
-        z = _STD_NORMAL.inv_cdf(decision.u_tokens)
-        tokens = max(1, round(math.exp(math.log(max(mean, 1.0)) - sigma * sigma / 2.0 + sigma * z)))
+        worker = draw.worker
+        if worker is None:  # an item not in the answer key: the model's token numbers, no skill needed
+            worker = _Worker(model, 0.0, None, *self._token_constants(model, pattern))
+        z = _STD_NORMAL.inv_cdf(draw.u_tokens)
+        tokens = max(1, round(math.exp(worker.log_mean + self.params.tokens_sigma * z)))
         if request.max_tokens and request.max_tokens > 0:
             tokens = min(tokens, request.max_tokens)
         prompt_tokens = math.ceil(sum(len(m.content) for m in request.messages) / 4)
-        latency = float(options.get("first_token_s", _DEFAULT_FIRST_TOKEN_S)) + tokens / float(
-            options.get("tokens_per_s", _DEFAULT_TOKENS_PER_S)
-        )
+        latency = worker.first_token_s + tokens / worker.tokens_per_s
 
-        outcome = decision.outcome
-        h = int(decision.u_text * 1_000_003)
-        if outcome.source == "unknown":
-            text = "I am not sure how to solve this one; my best guess follows.\nAnswer: unknown"
+        answer_text: str | None
+        if draw.source == "unknown":
+            answer_text = "Answer: unknown"
+            text = "I am not sure how to solve this one; my best guess follows.\n" + answer_text
+        elif pattern == "pot":  # program of thought: a program that prints the answer (run later)
+            answer_text = None
+            text = "\n".join(["```python", f"answer = {draw.answer!r}", "print(answer)", "```"])
         else:
-            lines = _reasoning(pattern, tokens, h)
-            if pattern == "pot":  # program of thought: a program that prints the answer
-                lines = ["```python", f"answer = {outcome.answer!r}", "print(answer)", "```"]
-            else:
-                lines.append(_render_final(outcome.answer, decision.kind))
-            text = "\n".join(lines)
+            answer_text = _render_final(draw.answer, draw.kind)
+            shift = int(draw.u_text * 1_000_003) % len(_FILLER)
+            text = _reasoning_prefix(pattern, max(1, min(8, tokens // 80)), shift) + answer_text
         return Completion(
             text=text,
             prompt_tokens=prompt_tokens,
@@ -741,6 +832,7 @@ class SimBackend:
             flops=model.flops(prompt_tokens, tokens),
             latency_s=latency,
             model=model.target,
+            answer_text=answer_text if self.answer_text else None,
         )
 
     def complete(self, request: CompletionRequest) -> Completion:

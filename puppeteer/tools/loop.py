@@ -63,8 +63,11 @@ def find_tool_call(text: str, tools: Mapping[str, Tool]) -> tuple[Tool, str] | N
 
 
 def merge(completions: list[Completion]) -> Completion:
-    """One completion for the whole loop: the last text, everything else summed."""
+    """One completion for the whole loop: the last text (with what its backend vouched for), everything
+    else summed."""
     last = completions[-1]
+    if len(completions) == 1:  # no tool was called: the one completion as it is
+        return last
     costs = [c.cost_usd for c in completions if c.cost_usd is not None]
     return Completion(
         text=last.text,
@@ -77,6 +80,7 @@ def merge(completions: list[Completion]) -> Completion:
         model=last.model,
         cached=all(c.cached for c in completions),
         truncated=last.truncated,
+        answer_text=last.answer_text,
     )
 
 
@@ -92,6 +96,8 @@ class _Loop:
     results: list[ToolResult] = field(default_factory=list)
 
     def next_request(self) -> CompletionRequest:
+        if not self.added:  # the first round: the request as given
+            return self.request
         return replace(self.request, messages=(*self.request.messages, *self.added))
 
     def observe(self, completion: Completion) -> tuple[Tool, str] | None:
