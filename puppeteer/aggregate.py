@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -15,7 +14,10 @@ def majority_vote(answers: Sequence[str | None]) -> str | None:
     Tie-break: among equally frequent answers, the one given most recently wins
     (later agents have seen more of the discussion).
     """
-    counts = Counter(a for a in answers if a is not None)
+    counts: dict[str, int] = {}  # a plain dict: a handful of answers, counted once per env step
+    for a in answers:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
     if not counts:
         return None
     best = max(counts.values())

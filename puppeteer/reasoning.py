@@ -14,6 +14,7 @@ the current user turn, "Agent X wrote: ...", with the answer it gave).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -143,12 +144,17 @@ Layout = Callable[[Sequence[Turn]], tuple[tuple[Message, ...], str]]
 """Earlier turns -> (messages placed before the request, text placed at the top of the request)."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _exchange(turn: Turn) -> tuple[Message, Message]:
+    """One earlier turn as a past user/assistant exchange (every later call of an episode shows it)."""
+    return Message("user", f"[{turn.agent_name}] {turn.subtask}"), Message("assistant", turn.response)
+
+
 def turns_layout(visible: Sequence[Turn]) -> tuple[tuple[Message, ...], str]:
     """Each earlier turn as a past user/assistant exchange (the worker 'wrote' the earlier work)."""
     messages: list[Message] = []
     for turn in visible:
-        messages.append(Message("user", f"[{turn.agent_name}] {turn.subtask}"))
-        messages.append(Message("assistant", turn.response))
+        messages.extend(_exchange(turn))
     return tuple(messages), ""
 
 
@@ -186,20 +192,38 @@ def worker_messages(
     layout: str = "turns",
 ) -> tuple[Message, ...]:
     """Messages for one worker call: system, earlier visible work (laid out by ``layout``), the request."""
-    p = pattern(agent.pattern)
-    system = f"{p.system} {tool_help}".strip()
     earlier, quoted = context_layout(layout)(visible)
-    messages: list[Message] = [Message("system", system), *earlier]
+    framing = _framing.__wrapped__ if quoted else _framing  # quoted work is new text at every call
+    system, request = framing(
+        agent.pattern, tool_help, question, subtask, quoted, bool(visible), answer_format, show_question
+    )
+    return (system, *earlier, request)
+
+
+@functools.lru_cache(maxsize=4096)
+def _framing(
+    pattern_name: str,
+    tool_help: str,
+    question: str,
+    subtask: str,
+    quoted: str,
+    sees_work: bool,
+    answer_format: str,
+    show_question: bool,
+) -> tuple[Message, Message]:
+    """The system message and the request of a worker call (the same for every call of an agent on a
+    subtask, whatever earlier work it sees)."""
+    p = pattern(pattern_name)
+    system = f"{p.system} {tool_help}".strip()
     parts = []
     if show_question and subtask.strip() != question.strip():
         parts.append(f"Problem:\n{question}")
     parts.append(subtask if subtask.strip() else question)
     if quoted:
         parts.append(quoted)
-    if visible and not p.reads_context:
+    if sees_work and not p.reads_context:
         parts.append("You may use the earlier work above.")
     parts.append(p.instruction)
     if p.asks_answer_format:
         parts.append(answer_format)
-    messages.append(Message("user", "\n\n".join(parts)))
-    return tuple(messages)
+    return Message("system", system), Message("user", "\n\n".join(parts))

@@ -11,7 +11,7 @@ puts in every step-mode observation (``obs["signals"]``) and the puppeteer polic
 
 from __future__ import annotations
 
-from collections import Counter
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,21 +34,27 @@ def is_integer(answer: str) -> bool:
         value = float(answer.replace(",", "").strip())
     except ValueError:
         return False
-    return bool(np.isfinite(value)) and value == int(value)
+    return math.isfinite(value) and value == int(value)
 
 
 def answer_signals(answers: Sequence[str | None]) -> np.ndarray:
     """The :data:`SIGNAL_NAMES` of the steps' extracted answers (``None``: no answer), float32."""
-    out = np.zeros(N_SIGNALS, dtype=np.float32)
     if not answers:
-        return out
+        return np.zeros(N_SIGNALS, dtype=np.float32)
     last = answers[-1]
-    given = [a for a in answers if a is not None]
-    top = max(Counter(given).values()) if given else 0
-    out[0] = last is not None
-    out[1] = last is None
-    out[2] = last is not None and is_integer(last)
-    out[3] = len(given) / len(answers)
-    out[4] = top / len(answers)
-    out[5] = top >= 2
-    return out
+    counts: dict[str, int] = {}  # a plain dict: a handful of answers, counted at every env step
+    for a in answers:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+    given = sum(counts.values())
+    top = max(counts.values()) if counts else 0
+    n = len(answers)
+    signals = (
+        last is not None,
+        last is None,
+        last is not None and is_integer(last),
+        given / n,
+        top / n,
+        top >= 2,
+    )
+    return np.array(signals, dtype=np.float32)

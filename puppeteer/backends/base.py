@@ -88,6 +88,9 @@ class Router:
         self._lock = threading.Lock()
 
     def backend(self, name: str) -> Backend:
+        backend = self._backends.get(name)  # created once: later calls need no lock
+        if backend is not None:
+            return backend
         with self._lock:
             if name not in self._backends:
                 backend = self._registry.create(name, **dict(self._options.get(name, {})))

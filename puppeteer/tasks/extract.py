@@ -176,8 +176,13 @@ def number_value(text: str) -> Fraction | None:
     return None if denominator == 0 else numerator / denominator
 
 
+_PLAIN_INT_RE = re.compile(r"-?[0-9]{1,300}")
+
+
 def normalize_number(text: str) -> str | None:
     """Canonical string of a number: '1,234.0' -> '1234', '0.50' -> '0.5', '6/8' -> '0.75', '1/3' -> '1/3'."""
+    if _PLAIN_INT_RE.fullmatch(text):  # the common case, without a Fraction: the same string
+        return str(int(text))
     value = number_value(text)
     if value is None:
         return None
