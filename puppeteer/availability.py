@@ -19,7 +19,8 @@ def resolve_available(pool: Pool, refs: Sequence[str | int]) -> np.ndarray:
                 raise ValueError("the terminator is always available; list agents only")
         else:
             i = int(ref)
-            pool.agent(i)  # range check
+            if not 0 <= i < len(pool):
+                raise ValueError(f"agent id {i} is not in pool {pool.name!r} (ids 0..{len(pool) - 1})")
         mask[i] = True
     if not mask.any():
         raise ValueError("an episode needs at least one available agent")

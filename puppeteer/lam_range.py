@@ -58,7 +58,7 @@ class LamRange:
         """A range from ``[low, high]`` (a list from Hydra, a tuple); None stays None."""
         if value is None or isinstance(value, LamRange):
             return value
-        if isinstance(value, str | bytes) or len(value) != 2:
+        if isinstance(value, str | bytes) or not hasattr(value, "__len__") or len(value) != 2:
             raise ValueError(f"lam_range={value!r}: give two numbers [low, high]")
         return cls(value[0], value[1])
 

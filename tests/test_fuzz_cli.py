@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -105,6 +107,23 @@ def _check(code: int, printed: str, scratch: Path) -> None:
     errors = [line for line in lines if line.startswith("error:") or ": error:" in line]
     assert len(errors) == 1, printed  # one line says what is wrong (argparse adds its usage above it)
     assert not any(scratch.iterdir()), f"a refused input wrote {sorted(p.name for p in scratch.iterdir())}"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """In-process training lets Hydra log to a file in the (deleted) scratch directory: take its
+    handlers away afterwards, so later tests do not log into a folder that no longer exists."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers:
+            root.removeHandler(handler)
+            handler.close()
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture

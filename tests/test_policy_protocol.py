@@ -120,8 +120,8 @@ def test_a_policy_running_its_own_episodes_is_used_as_is(pool: Pool, registered:
     result = evaluate(policy, EvalSettings(pool=pool, suite="arith", n=6, progress=False, concurrency=3))
     assert result.mean_calls == 2.0 and result.policy == "two-step:5"
     assert policy.forks == 2  # three concurrent items: the policy and two forks
-    with Orchestrator.load("two-step:2", pool) as orch:
-        steps = orch.answer("What is 2 + 2?").steps
+    with Orchestrator.load("two-step:2", pool, suite="arith") as orch:  # a simulated pool: a suite item
+        steps = orch.answer(load_suite("arith", "test")[0].question).steps
     assert [s.agent_name for s in steps] == [pool.agents[2].name, pool.agents[0].name]
 
 

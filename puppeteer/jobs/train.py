@@ -79,7 +79,9 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
 def _lam_range(cfg: Mapping[str, Any]) -> LamRange | None:
     """``lam_range`` of a training config (a Hydra list) as a checked range, or None."""
     value = cfg.get("lam_range")
-    return LamRange.of(list(value)) if value is not None else None
+    if value is None:
+        return None
+    return LamRange.of(list(value) if hasattr(value, "__iter__") and not isinstance(value, str) else value)
 
 
 def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
