@@ -93,20 +93,26 @@ class _GreedyGrammarSampler:
     """
 
     def __init__(self, lib: Any, ctx: Any, vocab: Any, n_vocab: int, grammar: str) -> None:
-        import numpy as np
-
         self._lib, self._ctx, self._n_vocab = lib, ctx, n_vocab
         self._grammar = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
         if not self._grammar:
             raise ValueError("llama.cpp could not parse the grammar")
         self._one = (lib.llama_token_data * 1)()
         self._one_array = lib.llama_token_data_array(self._one, 1, -1, False)
-        self._all = (lib.llama_token_data * n_vocab)()
-        self._all_array = lib.llama_token_data_array(self._all, n_vocab, -1, False)
-        view = np.frombuffer(self._all, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
-        self._view = view
-        self._ids = np.arange(n_vocab, dtype=np.int32)
+        self._all: Any = None  # the whole vocabulary's candidates, made on the first refusal only
         self.full_checks = 0  # steps whose best token the grammar refused (the whole vocabulary checked)
+
+    def _candidates(self) -> tuple[Any, Any]:
+        import numpy as np
+
+        if self._all is None:
+            buffer = (self._lib.llama_token_data * self._n_vocab)()
+            array = self._lib.llama_token_data_array(buffer, self._n_vocab, -1, False)
+            view = np.frombuffer(buffer, dtype=np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]))
+            self._all = (buffer, array, view, np.arange(self._n_vocab, dtype=np.int32))
+        _, array, view, ids = self._all
+        view["id"] = ids
+        return array, view
 
     def _logits(self, index: int) -> Any:
         import numpy as np
@@ -128,10 +134,10 @@ class _GreedyGrammarSampler:
             self._lib.llama_sampler_accept(self._grammar, token)
             return token
         self.full_checks += 1
-        view = self._view
-        view["id"], view["logit"], view["p"] = self._ids, logits, 0.0
-        self._all_array.size, self._all_array.selected, self._all_array.sorted = self._n_vocab, -1, False
-        self._lib.llama_sampler_apply(self._grammar, ctypes.byref(self._all_array))
+        array, view = self._candidates()
+        view["logit"], view["p"] = logits, 0.0
+        array.size, array.selected, array.sorted = self._n_vocab, -1, False
+        self._lib.llama_sampler_apply(self._grammar, ctypes.byref(array))
         token = int(view["id"][int(np.argmax(view["logit"]))])
         self._lib.llama_sampler_accept(self._grammar, token)
         return token
