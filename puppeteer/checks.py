@@ -31,8 +31,8 @@ def number(
     return x
 
 
-def integer(name: str, value: object, *, low: int | None = None) -> int:
-    """``value`` as an int (no bools, no fractions) >= ``low``, else ``ValueError`` naming ``name``."""
+def integer(name: str, value: object, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int (no bools, no fractions) in ``[low, high]``, else ``ValueError`` naming it."""
     if isinstance(value, bool):
         raise ValueError(f"{name}={value!r}: must be an integer")
     try:
@@ -43,6 +43,8 @@ def integer(name: str, value: object, *, low: int | None = None) -> int:
         raise ValueError(f"{name}={value!r}: must be an integer")
     if low is not None and x < low:
         raise ValueError(f"{name}={value!r}: must be >= {low}")
+    if high is not None and x > high:
+        raise ValueError(f"{name}={value!r}: must be <= {high}")
     return x
 
 

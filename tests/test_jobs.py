@@ -76,3 +76,24 @@ def test_train_job_builds_from_the_composed_config() -> None:
     assert env.config.min_steps == policy.config.min_steps == 1 and env.config.gamma == 0.9
     assert (len(env.tasks), len(eval_env.tasks)) == (6, 4)
     assert tcfg.seed == 5 and tcfg.episodes == 8 and job_of(cfg).seed == 5
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("max_steps", 99_999_999_999, "max_steps=99999999999: must be <= 256"),
+        ("k_available", 99_999_999_999, r"k_available=99999999999: must offer 1\.\.10 agents"),
+        ("k_available", 0, r"k_available=0: must offer 1\.\.10"),
+    ],
+)
+def test_sizes_beyond_what_the_pool_or_the_scorer_holds_are_refused_before_any_work(
+    key: str, value: int, message: str
+) -> None:
+    """Found by the CLI fuzz: an endless scorer allocation (max_steps) and a k-of-n subset larger than
+    the pool (k_available) used to fail only after Hydra had made its run directory."""
+    from puppeteer.jobs.hydra_entry import check_values
+    from puppeteer.train.config_schema import register_configs
+
+    register_configs()
+    with pytest.raises(ValueError, match=message):
+        check_values(["pool=sim-paper", f"{key}={value}"])

@@ -27,6 +27,7 @@ from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)
 
+MAX_STEPS_LIMIT = 256  # the scorer has one input per step index: a bound keeps its layers sane
 HELDOUT_LAMS = 5  # a lambda-conditioned run's held-out grid (results.json heldout_by_lam)
 
 
@@ -48,7 +49,7 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
         temperature=_get(cfg, "temperature", 0.0),
         samples_per_item=cfg.get("samples_per_item"),
     )
-    max_steps = integer("max_steps", cfg["max_steps"], low=1)
+    max_steps = integer("max_steps", cfg["max_steps"], low=1, high=MAX_STEPS_LIMIT)
     min_steps = integer("min_steps", _get(cfg, "min_steps", 0), low=0)
     if min_steps > max_steps:
         raise ValueError(f"min_steps={min_steps}: must be <= max_steps ({max_steps})")
@@ -67,8 +68,10 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
     if encoder is not None and encoder not in ENCODERS:
         raise ValueError(f"policy.encoder: unknown {encoder!r}; known: {', '.join(ENCODERS)}")
     k = cfg.get("k_available")
-    if k is not None and integer("k_available", k) < 1:
-        raise ValueError(f"k_available={k}: at least one agent must be offered")
+    if k is not None:
+        n_agents = len(configured_pool(cfg["pool"]).agents)
+        if not 1 <= integer("k_available", k) <= n_agents:
+            raise ValueError(f"k_available={k}: must offer 1..{n_agents} agents (the pool's size)")
     lam_range = _lam_range(cfg)
     if lam_range is not None and trainer.get("baseline") == "ema":
         raise ValueError(
