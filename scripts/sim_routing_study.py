@@ -7,6 +7,8 @@ Every run writes ``runs/lam{L}-s{S}/result.json`` and is skipped when that exist
 ``report.md``, ``results.json`` and ``front.png`` are drawn from them.
 
     python scripts/sim_routing_study.py --out docs/sim-routing/study            # the committed run
+    python scripts/sim_routing_study.py --pool sim-routing-v1 --suite mix-routing-v1 \
+        --out docs/sim-routing/study-v1 --lam 0.05 --seeds 1                    # the first world
     python scripts/sim_routing_study.py --out runs/srs --lam 0.05 --seeds 1      # one quick point
 """
 
@@ -34,7 +36,6 @@ from puppeteer.stats import mcnemar_exact
 from puppeteer.train.reinforce import ReinforceConfig, top_share, train
 
 log = logging.getLogger("sim_routing_study")
-POOL, SUITE = "sim-routing", "mix-routing"
 
 
 def _settings(lam: float) -> EnvConfig:
@@ -47,12 +48,12 @@ def _tercile(scores: list[float | None]) -> list[str]:
     return ["easy" if x <= lo else "hard" if x > hi else "mid" for x in xs]
 
 
-def references(out: Path, lam: float, n_eval: int) -> dict[str, Any]:
+def references(out: Path, lam: float, n_eval: int, pool_name: str, suite: str) -> dict[str, Any]:
     path = out / f"optimum-lam{lam:g}.json"
     if path.exists():
         return json.loads(path.read_text())
-    pool = load_pool(POOL)
-    env = build_env(_settings(lam), pool=pool, suite=SUITE, split="test", n_tasks=n_eval)
+    pool = load_pool(pool_name)
+    env = build_env(_settings(lam), pool=pool, suite=suite, split="test", n_tasks=n_eval)
     opt = visible_optimum(env)
     names = [a.name for a in pool.agents]
     ref = {
@@ -78,14 +79,14 @@ def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder:
     if path.exists():
         return json.loads(path.read_text())
     start = time.perf_counter()
-    pool = load_pool(POOL)
-    env = build_env(_settings(lam), pool=pool, suite=SUITE, split="train", n_tasks=args.n_train)
-    test = build_env(_settings(lam), pool=pool, suite=SUITE, split="test", n_tasks=args.n_eval)
+    pool = load_pool(args.pool)
+    env = build_env(_settings(lam), pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
+    test = build_env(_settings(lam), pool=pool, suite=args.suite, split="test", n_tasks=args.n_eval)
     config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
     policy = PuppeteerPolicy(pool, config, encoder=encoder, seed=seed)
     trainer = ReinforceConfig(
         episodes=args.episodes,
-        batch_episodes=64,
+        batch_episodes=args.batch_episodes,
         group_size=args.group_size,
         lr=args.lr,
         entropy_coef=args.entropy,
@@ -118,11 +119,11 @@ def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder:
     return result
 
 
-def report(out: Path, lams: list[float], seeds: int, n_eval: int) -> str:
+def report(out: Path, lams: list[float], seeds: int, n_eval: int, pool: str, suite: str) -> str:
     lines = [
-        "# sim-routing study [backend: sim]",
+        f"# {pool} study [backend: sim]",
         "",
-        "REINFORCE routers (one call per item, cost in US cents) on `sim-routing` / `mix-routing`, "
+        f"REINFORCE routers (one call per item, cost in US cents) on `{pool}` / `{suite}`, "
         f"greedy on {n_eval} held-out items; {seeds} seeds per lambda.",
         "",
         "| lambda | router accuracy (mean, min-max) | router return | % of optimum (mean, min) | "
@@ -185,11 +186,14 @@ def report(out: Path, lams: list[float], seeds: int, n_eval: int) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="docs/sim-routing/study")
+    p.add_argument("--pool", default="sim-routing")
+    p.add_argument("--suite", default="mix-routing")
     p.add_argument("--lam", default="0,0.05,0.3")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--n-train", type=int, default=256)
     p.add_argument("--n-eval", type=int, default=160)
     p.add_argument("--episodes", type=int, default=4096)
+    p.add_argument("--batch-episodes", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--entropy", type=float, default=0.01)
     p.add_argument("--group-size", type=int, default=4)
@@ -203,10 +207,10 @@ def main() -> None:
     lams = [float(x) for x in args.lam.split(",")]
     encoder = make_encoder(args.encoder)
     for lam in lams:
-        references(out, lam, args.n_eval)
+        references(out, lam, args.n_eval, args.pool, args.suite)
         for seed in range(args.seeds):
             run_one(out, lam, seed, args, encoder)
-    text = report(out, lams, args.seeds, args.n_eval)
+    text = report(out, lams, args.seeds, args.n_eval, args.pool, args.suite)
     (out / "report.md").write_text(text)
     print(text)
 

@@ -191,13 +191,32 @@ def test_code_items_are_graded_once_per_distinct_answer_and_the_simulators_gold_
 
 def test_the_routing_pool_and_suite_load_with_cited_skills() -> None:
     pool = load_pool("sim-routing")
-    assert len(pool) == 6
+    assert len(pool) == 8
     prices = [a.model.price_out for a in pool.agents]
     assert max(prices) / min(prices) >= 20
     tasks = load_suite("mix-routing", "test")
-    assert {t.domain for t in tasks} == {"gsm8k", "math500", "mmlu", "humaneval"}
+    domains = {"gsm8k", "math500", "mmlu", "humaneval", "gpqa-diamond"}
+    assert {t.domain for t in tasks} == domains
     opts = pool.backend_options["sim"]["difficulty"]
-    assert set(opts["quantiles"]) == {"gsm8k", "math500", "mmlu", "humaneval"}
+    assert set(opts["quantiles"]) == domains
+    skills = {a.name: a.model.options["skills"] for a in pool.agents}
+    best = {col: max(skills, key=lambda a: skills[a][col]) for col in ("MATH", "HumanEval", "GPQA")}
+    # each specialist leads its own column, and a frontier model leads GPQA: no agent is best everywhere
+    assert best == {"MATH": "math72b-cot", "HumanEval": "coder32b-cot", "GPQA": "sonnet35-cot"}
+
+
+def test_the_first_routing_world_keeps_its_items_and_their_order_under_its_new_name() -> None:
+    """``sim-routing-v1`` / ``mix-routing-v1`` are the world docs/lam-conditioned.md was measured on;
+    ``order_name`` keeps the items and their order of the suite's old name."""
+    assert len(load_pool("sim-routing-v1")) == 6
+    from puppeteer.tasks.spec import read_spec
+
+    spec = read_spec("mix-routing-v1")
+    assert spec.order_key == "mix-routing" and read_spec("mix-routing").order_key == "mix-routing"
+    ids = [t.id for t in load_suite("mix-routing-v1", "test", n=160)]
+    first = ["humaneval/145", "gsm8k/1307", "math500/243", "humaneval/36", "math500/375", "humaneval/61"]
+    assert ids[:6] == first  # as listed by mix-routing before the rename
+    assert len(ids) == 160 and {i.split("/")[0] for i in ids} == {"gsm8k", "math500", "mmlu", "humaneval"}
 
 
 def test_trying_every_first_agent_routes_where_sampling_commits_to_one(tmp_path: Path) -> None:

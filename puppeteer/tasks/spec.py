@@ -16,6 +16,7 @@ from puppeteer.tasks.packages import DataPackage
 _KEYS = frozenset(
     {
         "name",
+        "order_name",
         "description",
         "loader",
         "grader",
@@ -55,10 +56,16 @@ class SuiteSpec:
     stratify: str | None = None
     description: str = ""
     path: Path | None = None
+    order_name: str | None = None  # the name its seeded orders hash (a renamed suite keeps its items)
 
     @property
     def is_mix(self) -> bool:
         return bool(self.components)
+
+    @property
+    def order_key(self) -> str:
+        """What the suite's seeded splits and orders hash: ``order_name``, else ``name``."""
+        return self.order_name or self.name
 
 
 def _splits(raw: object, where: str) -> dict[str, float | int]:
@@ -131,6 +138,7 @@ def parse_spec(data: Mapping[str, Any], path: Path | None = None) -> SuiteSpec:
         stratify=str(data["stratify"]) if data.get("stratify") else None,
         description=str(data.get("description", "")),
         path=path,
+        order_name=str(data["order_name"]) if data.get("order_name") else None,
     )
 
 

@@ -55,7 +55,7 @@ def split_positions(spec: SuiteSpec, source: ItemSource) -> dict[str, tuple[int,
         groups[labels[i] if labels else ""].append(i)
     out: dict[str, list[int]] = {name: [] for name in spec.splits}
     for label in sorted(groups):
-        members = sorted(groups[label], key=lambda i: _key(spec.seed, spec.name, source.ids[i]))
+        members = sorted(groups[label], key=lambda i: _key(spec.seed, spec.order_key, source.ids[i]))
         start = 0
         for name, size in _cut_sizes(len(members), spec.splits).items():
             out[name].extend(members[start : start + size])
@@ -69,7 +69,7 @@ def _ordered(
     """The positions in the seeded order used for first-n sampling."""
 
     def h(i: int) -> bytes:
-        return _key(seed, spec.name, split, source.ids[i])
+        return _key(seed, spec.order_key, split, source.ids[i])
 
     labels = source.groups if spec.stratify and source.groups is not None else None
     if not labels:
@@ -183,7 +183,7 @@ class SuiteLibrary:
                 dataclasses.replace(t, suite=spec.name)
                 for t in self.load(comp.suite, split, n=quota, seed=seed)
             ]
-        return tuple(sorted(tasks, key=lambda t: _key(seed, spec.name, split, t.id)))
+        return tuple(sorted(tasks, key=lambda t: _key(seed, spec.order_key, split, t.id)))
 
 
 def available_suites() -> tuple[str, ...]:
