@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,11 +29,39 @@ def resolve_available(pool: Pool, refs: Sequence[str | int]) -> np.ndarray:
     return mask
 
 
-def draw_subset(rng: np.random.Generator, allowed: np.ndarray, k: int) -> np.ndarray:
-    """A boolean mask of ``k`` agents drawn without replacement from the ``allowed`` ones."""
+def draw_subset(
+    rng: np.random.Generator,
+    allowed: np.ndarray,
+    k: int,
+    excluded: frozenset[frozenset[int]] = frozenset(),
+) -> np.ndarray:
+    """A boolean mask of ``k`` agents drawn without replacement from the ``allowed`` ones, never one
+    of the ``excluded`` subsets (agent ids): held out of training, each drawn subset is uniform over
+    the rest."""
     candidates = np.flatnonzero(allowed)
     if not 1 <= k <= len(candidates):
         raise ValueError(f"k must be in 1..{len(candidates)} (the allowed agents), got {k}")
+    possible = math.comb(len(candidates), k)
+    blocked = sum(1 for s in excluded if len(s) == k and s <= set(candidates.tolist()))
+    if blocked >= possible:
+        raise ValueError(f"every {k}-of-{len(candidates)} subset is held out: nothing left to draw")
+    while True:  # rejection: at least one subset in C(n, k) is left
+        chosen = rng.choice(candidates, size=k, replace=False)
+        if frozenset(int(i) for i in chosen) not in excluded:
+            break
     mask = np.zeros(len(allowed), dtype=bool)
-    mask[rng.choice(candidates, size=k, replace=False)] = True
+    mask[chosen] = True
     return mask
+
+
+def holdout_subsets(n_agents: int, k: int, count: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:
+    """``count`` distinct k-of-n subsets (sorted agent ids), chosen by ``seed``: the subsets to keep
+    out of training (``EnvConfig.holdout_subsets``) and to evaluate on afterwards."""
+    if not 1 <= k <= n_agents:
+        raise ValueError(f"k must be in 1..{n_agents}, got {k}")
+    everything = list(itertools.combinations(range(n_agents), k))
+    if not 0 <= count < len(everything):
+        raise ValueError(f"count must be in 0..{len(everything) - 1} (leave some {k}-subsets to train on)")
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(everything), size=count, replace=False)
+    return tuple(everything[int(i)] for i in sorted(picks))

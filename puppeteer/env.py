@@ -15,8 +15,10 @@ an episode given none draws its own (:class:`~puppeteer.lam_range.LamRange`: log
 
 Worker subsets (k of n): ``reset(options={"available": [names or ids]})`` fixes the agents of one
 episode; ``k_available=k`` draws a random k-of-n subset each episode (from the agents not listed in
-``unavailable``). The observation's ``mask``, :meth:`action_masks`, the conductor prompt and the
-workflow parser all follow it: a workflow naming an unavailable agent is a parse error (reward 0).
+``unavailable``), never one of ``holdout_subsets`` (kept out of training to evaluate on;
+:func:`~puppeteer.availability.holdout_subsets` picks them). The observation's ``mask``,
+:meth:`action_masks`, the conductor prompt and the workflow parser all follow it: a workflow naming
+an unavailable agent is a parse error (reward 0).
 
 Recursion (workflow mode, ``max_depth >= 1``): the conductor is offered as one more worker with id
 ``len(pool)`` and may be named as the LAST step of a workflow. The steps before it run, and the
@@ -132,6 +134,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         k_available = config.k_available
         if k_available is not None and not 1 <= k_available <= n_base:
             raise ValueError(f"k_available must be in 1..{n_base} (the available agents), got {k_available}")
+        self._held_out = frozenset(frozenset(subset) for subset in config.holdout_subsets)
+        if any(max(subset) >= len(self.pool) for subset in self._held_out):
+            raise ValueError(f"holdout_subsets: agent ids must be in 0..{len(self.pool) - 1}")
         mode, max_steps = config.mode, config.max_steps
         self._prompt_config = load_prompt_config(config.prompt) if mode == "workflow" else None
         self._cost = check_cost_model(config.cost_model, (a.model for a in self.pool.agents))
@@ -432,7 +437,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                 raise ValueError("options['available'] names an agent the env was told is unavailable")
             mask[:n] = chosen
         elif self.config.k_available is not None:
-            mask[:n] = draw_subset(self.np_random, self._base_mask[:n].astype(bool), self.config.k_available)
+            mask[:n] = draw_subset(
+                self.np_random, self._base_mask[:n].astype(bool), self.config.k_available, self._held_out
+            )
         return mask
 
     def step(self, action: Any):  # type: ignore[override]

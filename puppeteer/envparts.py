@@ -63,6 +63,8 @@ class EnvConfig:
     samples_per_item: int | None = None
     show_question: bool = True
     k_available: int | None = None
+    # k-of-n subsets (agent ids) that ``k_available`` never draws: held out of training, for evaluation
+    holdout_subsets: tuple[tuple[int, ...], ...] = ()
     max_depth: int = 0
     prompt: str = DEFAULT_PROMPT
     unavailable: tuple[int, ...] = ()  # agent ids never offered in this env
@@ -91,6 +93,14 @@ class EnvConfig:
         if self.max_depth < 0 or (self.max_depth and self.mode != "workflow"):
             raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
         object.__setattr__(self, "unavailable", tuple(int(i) for i in self.unavailable))
+        held = tuple(tuple(sorted(int(i) for i in subset)) for subset in self.holdout_subsets)
+        object.__setattr__(self, "holdout_subsets", held)
+        if held and self.k_available is None:
+            raise ValueError(
+                "holdout_subsets needs k_available (they are k-of-n subsets kept out of its draws)"
+            )
+        if any(len(subset) != self.k_available or len(set(subset)) != len(subset) for subset in held):
+            raise ValueError(f"holdout_subsets: each must name {self.k_available} distinct agents")
         if self.invalid_action not in INVALID_ACTIONS:
             raise ValueError(
                 f"invalid_action must be one of {', '.join(INVALID_ACTIONS)}, got {self.invalid_action!r}"

@@ -7,8 +7,8 @@ Every run writes ``runs/lam{L}-s{S}/result.json`` and is skipped when that exist
 ``report.md``, ``results.json`` and ``front.png`` are drawn from them.
 
     python scripts/sim_routing_study.py --out docs/sim-routing/study            # the committed run
-    python scripts/sim_routing_study.py --pool sim-routing-v1 --suite mix-routing-v1 \
-        --out docs/sim-routing/study-v1 --lam 0.05 --seeds 1                    # the first world
+    python scripts/sim_routing_study.py --pool sim-routing-v1 --suite mix-routing-v1 --n-train 256 \
+        --n-eval 160 --episodes 4096 --batch-episodes 64 --out docs/sim-routing/study-v1 --lam 0.05 --seeds 1
     python scripts/sim_routing_study.py --out runs/srs --lam 0.05 --seeds 1      # one quick point
 """
 
@@ -188,12 +188,12 @@ def main() -> None:
     p.add_argument("--out", default="docs/sim-routing/study")
     p.add_argument("--pool", default="sim-routing")
     p.add_argument("--suite", default="mix-routing")
-    p.add_argument("--lam", default="0,0.05,0.3")
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--n-train", type=int, default=256)
-    p.add_argument("--n-eval", type=int, default=160)
-    p.add_argument("--episodes", type=int, default=4096)
-    p.add_argument("--batch-episodes", type=int, default=64)
+    p.add_argument("--lam", default="0.05,0,0.3,1")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--n-train", type=int, default=300)
+    p.add_argument("--n-eval", type=int, default=200)
+    p.add_argument("--episodes", type=int, default=65536)
+    p.add_argument("--batch-episodes", type=int, default=512)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--entropy", type=float, default=0.01)
     p.add_argument("--group-size", type=int, default=4)

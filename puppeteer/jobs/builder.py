@@ -72,7 +72,11 @@ class StepJob:
         Random k-of-n agent subsets (``settings.k_available``) and lambdas drawn per episode
         (``settings.lam_range``) apply to the training env only.
         """
-        settings = self.settings if training else replace(self.settings, k_available=None, lam_range=None)
+        settings = (
+            self.settings
+            if training
+            else replace(self.settings, k_available=None, holdout_subsets=(), lam_range=None)
+        )
         return build_env(
             settings,
             pool=self.pool,

@@ -72,6 +72,12 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
         n_agents = len(configured_pool(cfg["pool"]).agents)
         if not 1 <= integer("k_available", k) <= n_agents:
             raise ValueError(f"k_available={k}: must offer 1..{n_agents} agents (the pool's size)")
+    held = _holdout(cfg)
+    if held:
+        n_agents = len(configured_pool(cfg["pool"]).agents)
+        EnvConfig(mode="step", k_available=k, holdout_subsets=held)  # sizes, distinct ids
+        if any(i >= n_agents for subset in held for i in subset):
+            raise ValueError(f"holdout_subsets: agent ids must be in 0..{n_agents - 1}")
     lam_range = _lam_range(cfg)
     if lam_range is not None and trainer.get("baseline") == "ema":
         raise ValueError(
@@ -100,8 +106,19 @@ def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
         temperature=float(_get(cfg, "temperature", 0.0)),
         samples_per_item=cfg.get("samples_per_item"),
         k_available=cfg.get("k_available"),  # random k-of-n agent subsets while training only
+        holdout_subsets=_holdout(cfg),  # never drawn in training
         lam_range=_bounds(cfg),  # lambda drawn per episode while training only
     )
+
+
+def _holdout(cfg: Mapping[str, Any]) -> tuple[tuple[int, ...], ...]:
+    """``holdout_subsets`` of a training config as tuples of agent ids (none: ``()``)."""
+    value = cfg.get("holdout_subsets")
+    if value is None:
+        return ()
+    if isinstance(value, str) or not all(hasattr(v, "__iter__") and not isinstance(v, str) for v in value):
+        raise ValueError(f"holdout_subsets={value!r}: must be a list of lists of agent ids")
+    return tuple(tuple(integer("holdout_subsets", i, low=0) for i in subset) for subset in value)
 
 
 def _bounds(cfg: Mapping[str, Any]) -> tuple[float, float] | None:

@@ -139,6 +139,7 @@ class TrainConfig(EnvNode):  # type: ignore[misc,valid-type]
     policy: PolicyNode = field(default_factory=PolicyNode)
     trainer: Any = field(default_factory=TrainerNode)
     k_available: int | None = None  # random k-of-n agent subsets in the training env (None: all)
+    holdout_subsets: Any = None  # k-of-n subsets (agent ids) never drawn in training
     cache: str | None = None
     seed: int = 0
     out: str | None = None

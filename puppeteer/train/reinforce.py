@@ -262,12 +262,12 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
     ):
         if settings.get(key) == old:
             settings.pop(key)
-    # ``unavailable`` and ``lam_range`` joined the env config later: left out while empty, so older
-    # checkpoints resume
+    # ``unavailable``, ``lam_range`` and ``holdout_subsets`` joined the env config later: left out
+    # while empty, so older checkpoints resume
     env_settings = {
         k: v
         for k, v in asdict(env.config).items()
-        if (k != "unavailable" or v) and (k != "lam_range" or v is not None)
+        if (k not in ("unavailable", "holdout_subsets") or v) and (k != "lam_range" or v is not None)
     }
     return {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
