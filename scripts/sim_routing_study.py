@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from puppeteer.analytics.optimum import visible_optimum
+from puppeteer.availability import holdout_subsets
 from puppeteer.encoders import make_encoder
 from puppeteer.envbuild import EnvConfig, build_env
 from puppeteer.jobs.builder import env_copies
@@ -84,16 +85,7 @@ def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder:
     test = build_env(_settings(lam), pool=pool, suite=args.suite, split="test", n_tasks=args.n_eval)
     config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
     policy = PuppeteerPolicy(pool, config, encoder=encoder, seed=seed)
-    trainer = ReinforceConfig(
-        episodes=args.episodes,
-        batch_episodes=args.batch_episodes,
-        group_size=args.group_size,
-        lr=args.lr,
-        entropy_coef=args.entropy,
-        first_step=args.first_step,
-        eval_every=10**9,
-        seed=seed,
-    )
+    trainer = _trainer(args, seed)
     state = train(env, policy, trainer, run / "train")
     policy.config = replace(config, greedy=True)
     eps = run_lockstep(
@@ -117,6 +109,99 @@ def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder:
     path.write_text(json.dumps(result))
     log.info("lam %g seed %d: accuracy %.3f return %.3f", lam, seed, result["accuracy"], result["return"])
     return result
+
+
+def _trainer(args: argparse.Namespace, seed: int) -> ReinforceConfig:
+    return ReinforceConfig(
+        episodes=args.episodes,
+        batch_episodes=args.batch_episodes,
+        group_size=args.group_size,
+        lr=args.lr,
+        entropy_coef=args.entropy,
+        first_step=args.first_step,
+        eval_every=10**9,
+        seed=seed,
+    )
+
+
+def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder: Any) -> dict[str, Any]:
+    """One router trained on random k-of-n subsets with ``--holdout`` subsets never drawn, then each
+    held-out subset evaluated on the held-out items against that subset's own optimum."""
+    run = out / "runs" / f"subsets-lam{lam:g}-s{seed}"
+    path = run / "result.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    start = time.perf_counter()
+    pool = load_pool(args.pool)
+    n = len(pool)
+    held = holdout_subsets(n, args.k, args.holdout, seed=0)  # the same subsets for every seed
+    settings = replace(_settings(lam), k_available=args.k, holdout_subsets=held)
+    env = build_env(settings, pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
+    config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
+    policy = PuppeteerPolicy(pool, config, encoder=encoder, seed=seed)
+    # first_step=all tries every agent of the pool and does not combine with k-of-n draws: sampled
+    trainer = replace(_trainer(args, seed), first_step="sample")
+    train(env, policy, trainer, run / "train")
+    policy.config = replace(config, greedy=True)
+    names = [a.name for a in pool.agents]
+    rows = []
+    for subset in held:
+        off = tuple(i for i in range(n) if i not in subset)
+        test = build_env(
+            replace(_settings(lam), unavailable=off),
+            pool=pool,
+            suite=args.suite,
+            split="test",
+            n_tasks=args.n_eval,
+        )
+        opt = visible_optimum(test, available=subset)
+        eps = run_lockstep(
+            env_copies(test, 32), policy, [(10_000 + i, i) for i in range(len(test.tasks))], greedy=True
+        )
+        m = summarize(eps)
+        rows.append(
+            {
+                "subset": [names[i] for i in subset],
+                "return": m["return"],
+                "accuracy": m["accuracy"],
+                "optimum_return": opt.optimum.ret,
+                "pct_of_optimum": m["return"] / opt.optimum.ret,
+                "best_single_return": max(x.ret for x in opt.singles),
+                "routes": dict(Counter(names[e.actions[0]] for e in eps)),
+            }
+        )
+    result = {"lam": lam, "seed": seed, "k": args.k, "subsets": rows, "wall_s": time.perf_counter() - start}
+    path.write_text(json.dumps(result, indent=1))
+    ok = sum(r["pct_of_optimum"] >= 0.95 for r in rows)
+    log.info(
+        "subsets lam %g seed %d: %d of %d held-out subsets at >= 95%% of their optimum",
+        lam,
+        seed,
+        ok,
+        len(rows),
+    )
+    return result
+
+
+def subsets_report(out: Path) -> str:
+    runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("subsets-lam*-s*/result.json"))]
+    if not runs:
+        return ""
+    lines = [
+        "",
+        f"## Held-out agent subsets (k = {runs[0]['k']}, {len(runs[0]['subsets'])} never drawn in training)",
+        "",
+        "| lambda | seed | subsets at >= 95% of their optimum | worst (% of optimum, subset) | mean % |",
+        "|---:|---:|---:|---|---:|",
+    ]
+    for r in runs:
+        pct = [x["pct_of_optimum"] for x in r["subsets"]]
+        worst = min(r["subsets"], key=lambda x: x["pct_of_optimum"])
+        lines.append(
+            f"| {r['lam']:g} | {r['seed']} | {sum(p >= 0.95 for p in pct)} of {len(pct)} | "
+            f"{worst['pct_of_optimum']:.1%} ({', '.join(worst['subset'])}) | {np.mean(pct):.1%} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def report(out: Path, lams: list[float], seeds: int, n_eval: int, pool: str, suite: str) -> str:
@@ -200,6 +285,9 @@ def main() -> None:
     p.add_argument("--first-step", default="all", help="sample | all (trainer.first_step)")
     p.add_argument("--encoder", default="minilm")
     p.add_argument("--surface", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--subsets", type=int, default=0, help="seeds of the held-out subset study (0: none)")
+    p.add_argument("--k", type=int, default=3, help="agents per subset in the subset study")
+    p.add_argument("--holdout", type=int, default=10, help="subsets held out of training")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = Path(args.out)
@@ -210,7 +298,9 @@ def main() -> None:
         references(out, lam, args.n_eval, args.pool, args.suite)
         for seed in range(args.seeds):
             run_one(out, lam, seed, args, encoder)
-    text = report(out, lams, args.seeds, args.n_eval, args.pool, args.suite)
+    for seed in range(args.subsets):  # at the first lambda
+        subsets_run(out, lams[0], seed, args, encoder)
+    text = report(out, lams, args.seeds, args.n_eval, args.pool, args.suite) + subsets_report(out)
     (out / "report.md").write_text(text)
     print(text)
 
