@@ -147,6 +147,29 @@ def test_pareto_front_keeps_only_undominated_policies() -> None:
     assert [p.label for p in pareto_front(pts)] == ["cheap", "mid", "best"]
 
 
+def test_a_point_that_ties_with_another_is_drawn_beside_it_and_says_so(tmp_path: Path) -> None:
+    """Issue 33: the quickstart's trained router hid under the agent it tied with."""
+    from matplotlib import image
+
+    from puppeteer.analytics.plots import DODGE, CostPoint, accuracy_vs_cost, dodged
+
+    pts = [
+        CostPoint("single:a", 13.2, 0.633, 0.5, 0.75),
+        CostPoint("puppeteer (trained)", 13.25, 0.633, 0.5, 0.75),  # the same point within 1% of cost
+        CostPoint("random", 14.0, 0.367, 0.25, 0.5),
+        CostPoint("vote", 13.2, 0.633, 0.5, 0.75),
+    ]
+    placed = dodged(pts, log=True)
+    assert placed[0] == (13.2, "single:a") and placed[2] == (14.0, "random")
+    assert placed[1][0] == pytest.approx(13.25 * (1 + DODGE))
+    assert placed[1][1] == "puppeteer (trained) (same point as single:a; drawn right of it)"
+    assert placed[3][0] == pytest.approx(13.2 * (1 + DODGE) ** 2)  # two earlier twins
+    linear = dodged([CostPoint("x", 0.0, 0.5, 0.4, 0.6), CostPoint("y", 0.0, 0.5, 0.4, 0.6)], log=False)
+    assert linear[1][0] == pytest.approx(DODGE)  # zero cost: a linear axis, shifted by a share of it
+    png = accuracy_vs_cost({"held-out": pts}, tmp_path / "p.png", "t [backend: sim]", "model s")
+    assert image.imread(png).shape[0] > 100
+
+
 def test_baselines_table_rewrite_keeps_hand_written_notes(tmp_path: Path) -> None:
     module = baselines_table
     out = tmp_path / "table.md"

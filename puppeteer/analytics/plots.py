@@ -99,28 +99,55 @@ def pareto_front(points: Sequence[CostPoint]) -> list[CostPoint]:
     return front
 
 
+DODGE = 0.05  # a coincident point moves this share of the cost (log axis) or of the axis (linear) right
+
+
+def dodged(points: Sequence[CostPoint], log: bool) -> list[tuple[float, str]]:
+    """Where to draw each point on the cost axis, and its legend label: a point at the same accuracy and
+    (within 1%) the same cost as an earlier one moves right by ``DODGE`` per earlier twin (multiplied on
+    a log axis, added on a linear one) and its label names the point it coincides with, so a trained
+    router that ties with an agent stays visible instead of hiding under its marker."""
+    span = max((p.cost for p in points), default=0.0) - min((p.cost for p in points), default=0.0)
+    out: list[tuple[float, str]] = []
+    for i, p in enumerate(points):
+        twins = [
+            q
+            for q in points[:i]
+            if abs(q.accuracy - p.accuracy) < 1e-9 and abs(q.cost - p.cost) <= 0.01 * max(abs(q.cost), 1e-12)
+        ]
+        if not twins:
+            out.append((p.cost, p.label))
+            continue
+        shift = len(twins)
+        x = p.cost * (1 + DODGE) ** shift if log else p.cost + DODGE * shift * (span or 1.0)
+        out.append((x, f"{p.label} (same point as {twins[0].label}; drawn right of it)"))
+    return out
+
+
 def accuracy_vs_cost(
     panels: Mapping[str, Sequence[CostPoint]], path: str | Path, title: str, cost_label: str
 ) -> Path:
-    """One panel per suite: accuracy (95% interval) against cost per item (log axis); Pareto front dashed."""
+    """One panel per suite: accuracy (95% interval) against cost per item (log axis); Pareto front dashed.
+    Coincident points are drawn side by side (:func:`dodged`)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 6.5), squeeze=False)
     markers = "osD^vP*Xhp<>"
     for ax, (suite, points) in zip(axes[0], panels.items(), strict=True):
-        for i, p in enumerate(points):
+        log = all(p.cost > 0 for p in points)
+        for i, (p, (x, label)) in enumerate(zip(points, dodged(points, log), strict=True)):
             ax.errorbar(
-                p.cost,
+                x,
                 p.accuracy,
                 yerr=[[p.accuracy - p.ci_low], [p.ci_high - p.accuracy]],
                 fmt=markers[i % len(markers)],
                 color=plt.get_cmap("tab20")(i % 20),
                 capsize=3,
-                label=p.label,
+                label=label,
             )
         front = pareto_front(points)
         ax.plot(
             [p.cost for p in front], [p.accuracy for p in front], "k--", linewidth=0.8, label="Pareto front"
         )
-        if all(p.cost > 0 for p in points):
+        if log:
             ax.set_xscale("log")
         ax.set_xlabel(cost_label)
         ax.set_ylabel("accuracy")
