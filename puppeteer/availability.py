@@ -42,7 +42,8 @@ def draw_subset(
     if not 1 <= k <= len(candidates):
         raise ValueError(f"k must be in 1..{len(candidates)} (the allowed agents), got {k}")
     possible = math.comb(len(candidates), k)
-    blocked = sum(1 for s in excluded if len(s) == k and s <= set(candidates.tolist()))
+    allowed_ids = frozenset(candidates.tolist())
+    blocked = sum(1 for s in excluded if len(s) == k and s <= allowed_ids)
     if blocked >= possible:
         raise ValueError(f"every {k}-of-{len(candidates)} subset is held out: nothing left to draw")
     while True:  # rejection: at least one subset in C(n, k) is left

@@ -74,6 +74,23 @@ def references(out: Path, lam: float, n_eval: int, pool_name: str, suite: str) -
     return ref
 
 
+def _trained_router(
+    env: Any, args: argparse.Namespace, seed: int, encoder: Any, trainer: ReinforceConfig, run: Path
+) -> tuple[PuppeteerPolicy, Any]:
+    """A one-call router trained on ``env``, switched to greedy choices; and the training state."""
+    config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
+    policy = PuppeteerPolicy(env.pool, config, encoder=encoder, seed=seed)
+    state = train(env, policy, trainer, run / "train")
+    policy.config = replace(config, greedy=True)
+    return policy, state
+
+
+def _held_out(test: Any, policy: PuppeteerPolicy) -> list[Any]:
+    """The greedy router on every held-out item, on the draws the optimum ran (seed 10000 + item)."""
+    specs = [(10_000 + i, i) for i in range(len(test.tasks))]
+    return run_lockstep(env_copies(test, 32), policy, specs, greedy=True)
+
+
 def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder: Any) -> dict[str, Any]:
     run = out / "runs" / f"lam{lam:g}-s{seed}"
     path = run / "result.json"
@@ -83,14 +100,8 @@ def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder:
     pool = load_pool(args.pool)
     env = build_env(_settings(lam), pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
     test = build_env(_settings(lam), pool=pool, suite=args.suite, split="test", n_tasks=args.n_eval)
-    config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
-    policy = PuppeteerPolicy(pool, config, encoder=encoder, seed=seed)
-    trainer = _trainer(args, seed)
-    state = train(env, policy, trainer, run / "train")
-    policy.config = replace(config, greedy=True)
-    eps = run_lockstep(
-        env_copies(test, 32), policy, [(10_000 + i, i) for i in range(len(test.tasks))], greedy=True
-    )
+    policy, state = _trained_router(env, args, seed, encoder, _trainer(args, seed), run)
+    eps = _held_out(test, policy)
     names = [a.name for a in pool.agents]
     result = {
         "lam": lam,
@@ -137,12 +148,9 @@ def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, enco
     held = holdout_subsets(n, args.k, args.holdout, seed=0)  # the same subsets for every seed
     settings = replace(_settings(lam), k_available=args.k, holdout_subsets=held)
     env = build_env(settings, pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
-    config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
-    policy = PuppeteerPolicy(pool, config, encoder=encoder, seed=seed)
     # first_step=all tries every agent of the pool and does not combine with k-of-n draws: sampled
     trainer = replace(_trainer(args, seed), first_step="sample")
-    train(env, policy, trainer, run / "train")
-    policy.config = replace(config, greedy=True)
+    policy, _ = _trained_router(env, args, seed, encoder, trainer, run)
     names = [a.name for a in pool.agents]
     rows = []
     for subset in held:
@@ -155,9 +163,7 @@ def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, enco
             n_tasks=args.n_eval,
         )
         opt = visible_optimum(test, available=subset)
-        eps = run_lockstep(
-            env_copies(test, 32), policy, [(10_000 + i, i) for i in range(len(test.tasks))], greedy=True
-        )
+        eps = _held_out(test, policy)
         m = summarize(eps)
         rows.append(
             {

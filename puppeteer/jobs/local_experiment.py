@@ -463,7 +463,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         baselines(args, out, pool)
     if "report" in args.steps:
         rows = collect(out, pool)
-        print(report(out, pool, rows, args.suite, ceilings(out, pool, rows, args)))
+        report(out, pool, rows, args.suite, ceilings(out, pool, rows, args))
+        log.info("report: %s", out / "report.md")
 
 
 if __name__ == "__main__":
