@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from rich.console import Console
 
 from puppeteer.analytics.headroom import Outcomes, domain_route, oracle_route, probe_cross_fit, probe_route
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
@@ -463,8 +464,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         baselines(args, out, pool)
     if "report" in args.steps:
         rows = collect(out, pool)
-        report(out, pool, rows, args.suite, ceilings(out, pool, rows, args))
-        log.info("report: %s", out / "report.md")
+        # the command's output: the report it also wrote to report.md
+        text = report(out, pool, rows, args.suite, ceilings(out, pool, rows, args))
+        Console(soft_wrap=True).print(text, markup=False, highlight=False, emoji=False)
 
 
 if __name__ == "__main__":
