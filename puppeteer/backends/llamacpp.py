@@ -35,6 +35,13 @@ Options worth knowing:
   evaluate their common prompt prefix (a system prompt, the few-shot examples) once; the
   other sequences get its KV cells from the one that evaluated it
   (:class:`~puppeteer.backends.continuous.ContinuousBatcher`).
+- ``flash_attn`` (default True): llama.cpp's fused attention kernel, on both paths (so a batch
+  of one still runs the one-at-a-time path's kernels). With 16 sequences in one unified cache it
+  is what lets the engine match ``llama-server`` (docs/benchmarks.md, "Against llama-server");
+  greedy texts differ from ``flash_attn=False`` after the first tokens, as batched ones do.
+- ``kv_unified`` (default True): one KV cache that all sequences share, which prefix sharing
+  needs; ``False`` gives each of the ``n_parallel`` sequences its own stream of
+  ``kv_size / n_parallel`` cells (what ``llama-server --parallel N`` does), and turns sharing off.
 - ``extra_buffers``: llama.cpp's extra weight buffer types (AMX, CPU repack). The
   ggml in llama-cpp-python 0.3.36 compiled with ``-march=native`` on an AMX CPU
   crashes with SIGILL in its AMX matmul (tile config bug, ggml-org/llama.cpp PR
@@ -124,6 +131,7 @@ def load_llama(
     verbose: bool = False,
     extra_buffers: bool | None = None,
     cpu_variant: str | None = None,
+    flash_attn: bool = True,
 ) -> Llama:
     """A ``llama_cpp.Llama`` for ``path`` with the settings the backend uses (see module notes)."""
     from llama_cpp import Llama  # heavy import, only when a model is actually used
@@ -151,6 +159,7 @@ def load_llama(
             n_batch=n_batch,
             seed=seed,
             verbose=verbose,
+            flash_attn=flash_attn,
         )
 
 
@@ -242,9 +251,14 @@ class LlamaCppBackend(SyncBackend):
         kv_size: int | None = None,
         cpu_variant: str | None = None,
         share_prefix: bool = True,
+        flash_attn: bool = True,
+        kv_unified: bool = True,
     ) -> None:
         self.batching = batching
-        self.share_prefix = share_prefix
+        self.flash_attn = flash_attn
+        self.kv_unified = kv_unified
+        # llama.cpp copies KV cells between streams only whole: sharing a prefix needs one unified cache
+        self.share_prefix = share_prefix and kv_unified
         self.cpu_variant = cpu_variant
         self.n_parallel = n_parallel
         self.kv_size = kv_size or 2 * n_ctx
@@ -287,6 +301,7 @@ class LlamaCppBackend(SyncBackend):
             verbose=self.verbose,
             extra_buffers=self.extra_buffers,
             cpu_variant=self.cpu_variant,
+            flash_attn=self.flash_attn,
         )
         log.info(
             "loaded %s from %s in %.1fs (%d threads, n_ctx=%d)",
@@ -326,6 +341,7 @@ class LlamaCppBackend(SyncBackend):
                     n_ctx=self.n_ctx,
                     n_batch=max(self.n_batch, self.n_parallel),
                     n_threads=self.n_threads,
+                    kv_unified=self.kv_unified,
                 )
                 slot.batcher = ContinuousBatcher(
                     slot.engine,

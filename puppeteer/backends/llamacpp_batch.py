@@ -1,7 +1,9 @@
 """llama.cpp under the continuous batcher: an :class:`~puppeteer.backends.continuous.Engine` and chat calls.
 
 :class:`LlamaCppEngine` is a second llama.cpp context on a loaded ``llama_cpp.Llama``'s model
-with ``n_seq_max`` sequences in one unified KV cache of ``kv_size`` cells; it fills a
+with ``n_seq_max`` sequences in one unified KV cache of ``kv_size`` cells (or, with
+``kv_unified=False``, one stream of ``kv_size / n_seq_max`` cells per sequence; the other context
+settings, flash attention included, are the ``Llama``'s); it fills a
 ``llama_batch`` from :class:`~puppeteer.backends.continuous.BatchEntry` rows and samples with
 the sampler chain that ``Llama._init_sampler`` builds (same settings, same seed).
 
@@ -152,7 +154,15 @@ class LlamaCppEngine:
     """A batched llama.cpp context on ``llama``'s model (the ``Llama``'s own context is left alone)."""
 
     def __init__(
-        self, llama: Llama, *, n_seq_max: int, kv_size: int, n_ctx: int, n_batch: int, n_threads: int
+        self,
+        llama: Llama,
+        *,
+        n_seq_max: int,
+        kv_size: int,
+        n_ctx: int,
+        n_batch: int,
+        n_threads: int,
+        kv_unified: bool = True,
     ) -> None:
         import llama_cpp
         from llama_cpp import _internals
@@ -164,14 +174,16 @@ class LlamaCppEngine:
         self.fast_grammar = True
         self.n_seq_max = n_seq_max
         self.kv_size = kv_size
-        self.n_ctx = n_ctx
+        # one stream per sequence (kv_unified=False): a sequence holds at most its stream's cells
+        self.n_ctx = n_ctx if kv_unified else min(n_ctx, kv_size // n_seq_max)
         self.n_batch = n_batch
+        self.kv_unified = kv_unified
         params = llama_cpp.llama_context_params.from_buffer_copy(llama.context_params)
         params.n_ctx = kv_size
         params.n_batch = n_batch
         params.n_ubatch = min(n_batch, params.n_ubatch or n_batch)
         params.n_seq_max = n_seq_max
-        params.kv_unified = True
+        params.kv_unified = kv_unified
         params.n_threads = params.n_threads_batch = n_threads
         self._ctx = _internals.LlamaContext(model=llama._model, params=params, verbose=llama.verbose)
         self._memory = llama_cpp.llama_get_memory(self._ctx.ctx)
