@@ -375,3 +375,25 @@ def test_a_finished_run_evaluates_as_a_policy_spec_and_reproduces_its_own_heldou
     assert answered.trajectory.workflow is not None or answered.parse_error is not None
     assert (answered.parse_error is None) == heldout[task.id]["parsed"]
     assert answered.correct == heldout[task.id]["correct"]
+
+
+def test_per_item_subsets_reach_the_heldout_records_and_the_policy_spec(tmp_path: Path) -> None:
+    """k_available: every held-out item offers its own 2 of the preset's 4 agents, recorded with its
+    plan; evaluated as a policy spec, each item runs with the subset its prompt listed."""
+    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.pool import load_pool
+
+    run = tmp_path / "run"
+    cfg = conductor_cfg(FULL_FT, *TINY, "grpo.max_steps=1", "eval.before=false", "k_available=2")
+    run_conductor_training(cfg, run)
+    pool = load_pool("sim-paper")
+    allowed = {pool.index(name) for name in cfg["available"]}
+    lines = (run / "heldout_after.jsonl").read_text().splitlines()
+    heldout = {r["task_id"]: r for r in map(json.loads, lines)}
+    assert all(len(r["available"]) == 2 and set(r["available"]) <= allowed for r in heldout.values())
+    assert len({tuple(r["available"]) for r in heldout.values()}) > 1  # items differ
+    evaluate_policy(f"conductor:grpo:{run}", "sim-paper", "arith", n=3, out_dir=tmp_path / "eval")
+    evaluated = [json.loads(x) for x in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
+    for x in evaluated:
+        h = heldout[x["task_id"]]
+        assert x["correct"] == h["correct"] and (x["parse_error"] is None) == h["parsed"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 
@@ -208,7 +209,7 @@ def test_dataset_rows_carry_the_env_prompt_and_task_id(tasks: tuple[Task, ...]) 
     assert messages == [m.as_dict() for m in env.prompt().messages]  # the env's chat layout
     assert [m["role"] for m in messages[1:-1]] == ["user", "assistant"] * ((len(messages) - 2) // 2)
     assert tasks[3].question in messages[-1]["content"] and "model_id" in messages[-2]["content"]
-    assert chat.column_names == ["prompt", "task_id", "suite"]
+    assert chat.column_names == ["prompt", "task_id", "suite", "available"]
     with pytest.raises(ValueError, match="workflow-mode"):
         conductor_rows(ConductorEnv(mode="step", pool="sim-paper", tasks=tasks))
 
@@ -274,3 +275,28 @@ def test_reward_records_every_sample_with_its_grpo_step(tasks: tuple[Task, ...],
     assert [r["step"] for r in rows] == [1, 1, 2, 2]  # the step each batch was sampled for
     assert [r["reward"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
     assert rows[0]["completion"] == plan(GOOD) and rows[0]["parsed"] and not rows[1]["parsed"]
+
+
+def test_each_row_offers_its_own_subset_and_the_reward_env_uses_it(tasks: tuple[Task, ...]) -> None:
+    """k of n per row: the prompt lists the row's agents, the reward runs the plan with those agents,
+    the draw is the same on every call (seeded by task id), and held-out subsets never appear."""
+    env, _ = make_env(tasks, k_available=3)
+    rows = conductor_rows(env, chat=False, seed=5)
+    subsets = [tuple(r["available"]) for r in rows]
+    assert all(len(s) == 3 for s in subsets) and len(set(subsets)) > 1  # rows differ
+    assert subsets == [tuple(r["available"]) for r in conductor_rows(env, seed=5)]  # reproducible
+    for row, subset in zip(rows, subsets, strict=True):
+        table = row["prompt"].split("Agents:")[1].split("\n\n")[0]
+        listed = {int(m) for m in re.findall(r"^(\d+) \|", table, flags=re.M)}
+        assert listed == set(subset), (listed, subset)
+    reward = ConductorReward(env)
+    with_good = next(i for i, s in enumerate(subsets) if GOOD in s)
+    without = next(i for i, s in enumerate(subsets) if GOOD not in s)
+    ids = [tasks[with_good].id, tasks[without].id]
+    offered = [subsets[with_good], subsets[without]]
+    got = reward(prompts=["p"] * 2, completions=[plan(GOOD)] * 2, task_id=ids, available=offered)
+    assert got == [1.0, 0.0]  # the same plan is right where GOOD is offered, rejected where it is not
+    assert "not available" in (reward.last[1].parse_error or "")
+    held = (subsets[0],)
+    held_env, _ = make_env(tasks, k_available=3, holdout_subsets=held)
+    assert all(tuple(r["available"]) not in held for r in conductor_rows(held_env, seed=5))

@@ -7,8 +7,7 @@ concurrently, each in its own clone of the env (clones share the backend, so mod
 are loaded once)::
 
     from trl import GRPOConfig, GRPOTrainer
-    from puppeteer.conductor_prompt import ConductorPrompt
-from puppeteer.env import ConductorEnv
+    from puppeteer.env import ConductorEnv
     from puppeteer.integrations.trl import ConductorReward, conductor_dataset
 
     env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", split="train", n_tasks=64)
@@ -16,7 +15,10 @@ from puppeteer.env import ConductorEnv
                           train_dataset=conductor_dataset(env), args=GRPOConfig(output_dir="runs/grpo"))
 
 The dataset carries a ``task_id`` column; trl passes it to the reward function, which
-finds the item (and its gold answer) in the env's tasks. :class:`ConductorToolEnv` is the
+finds the item (and its gold answer) in the env's tasks. It also carries ``available``, the
+agent ids the row's prompt offers: with ``EnvConfig(k_available=k)`` every row gets its own
+k-of-n subset (seeded by its task id), and the reward env resets with that subset, so the
+plan is executed with the agents its prompt listed. :class:`ConductorToolEnv` is the
 same conductor as a multi-turn tool for ``GRPOTrainer(environment_factory=...)``.
 """
 
@@ -30,6 +32,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from puppeteer.conductor_prompt import ConductorPrompt
 from puppeteer.env import ConductorEnv
@@ -69,40 +73,55 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+@dataclass(frozen=True)
+class PlannedItem:
+    """One item as the conductor is asked about it: the task, its prompt, and the agents on offer."""
+
+    task: Task
+    prompt: ConductorPrompt
+    available: tuple[int, ...]  # agent ids the prompt lists (the episode's subset)
+
+
 def conductor_prompts(
-    env: ConductorEnv, tasks: Sequence[Task] | None = None
-) -> list[tuple[Task, ConductorPrompt]]:
-    """(task, the env's conductor prompt) for each task (default: all of the env's tasks).
+    env: ConductorEnv, tasks: Sequence[Task] | None = None, seed: int = 0
+) -> list[PlannedItem]:
+    """The env's conductor prompt for each task (default: all of the env's tasks), with its agents.
 
     ``prompt.text`` is ``obs["prompt"]``; ``prompt.messages`` is its chat layout (instructions,
-    then the few-shot examples as earlier user/assistant turns, then the question).
+    then the few-shot examples as earlier user/assistant turns, then the question). Each item is
+    reset with the seed ``item_seed(seed, task.id)``, so an env that draws a k-of-n subset per
+    episode (``k_available``) offers every item a subset of its own, the same on every call; the
+    subset is ``available``, for the reward env to reset with (the prompt and the reward agree).
     """
     if env.config.mode != "workflow":
         raise ValueError("the conductor needs a workflow-mode env (ConductorEnv(mode='workflow', ...))")
     probe = env.clone()
     out = []
     for task in tasks if tasks is not None else env.tasks:
-        probe.reset(options={"task": task})
-        out.append((task, probe.prompt()))
+        probe.reset(seed=item_seed(seed, task.id), options={"task": task})
+        offered = tuple(int(i) for i in np.flatnonzero(probe.available()))
+        out.append(PlannedItem(task, probe.prompt(), offered))
     return out
 
 
 def conductor_rows(
-    env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False
+    env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False, seed: int = 0
 ) -> list[dict[str, Any]]:
-    """Dataset rows: ``prompt`` (flat text, or the chat messages when ``chat``), ``task_id``, ``suite``.
+    """Dataset rows: ``prompt`` (flat text, or the chat messages when ``chat``), ``task_id``,
+    ``suite`` and ``available`` (the agent ids the prompt offers; :func:`conductor_prompts`).
 
     The chat layout puts the few-shot workflows in earlier assistant turns: measured with
     Qwen2.5-Coder-0.5B (docs/conductor.md), 7 of 8 plans parsed that way against 0 of 8 from the
     same content as one message.
     """
     rows = []
-    for task, prompt in conductor_prompts(env, tasks):
+    for item in conductor_prompts(env, tasks, seed):
         rows.append(
             {
-                "prompt": [m.as_dict() for m in prompt.messages] if chat else prompt.text,
-                "task_id": task.id,
-                "suite": task.suite,
+                "prompt": [m.as_dict() for m in item.prompt.messages] if chat else item.prompt.text,
+                "task_id": item.task.id,
+                "suite": item.task.suite,
+                "available": list(item.available),
             }
         )
     return rows
@@ -129,7 +148,7 @@ def prefixed_rows(
 
 
 def conductor_dataset(
-    env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False
+    env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False, seed: int = 0
 ) -> datasets.Dataset:
     """A ``datasets.Dataset`` of conductor prompts for ``GRPOTrainer(train_dataset=...)``.
 
@@ -138,7 +157,7 @@ def conductor_dataset(
     """
     import datasets
 
-    return datasets.Dataset.from_list(conductor_rows(env, tasks, chat=chat))
+    return datasets.Dataset.from_list(conductor_rows(env, tasks, chat=chat, seed=seed))
 
 
 def outcome_from(task_id: str, reward: float, info: Mapping[str, Any]) -> WorkflowOutcome:
@@ -215,37 +234,59 @@ class WorkflowScorer:
         finally:
             self._idle.put(env)
 
-    def score_one(self, task_id: str, completion: str | Sequence[Mapping[str, Any]]) -> WorkflowOutcome:
-        return self.episode(task_id, completion)[0]
+    def score_one(
+        self,
+        task_id: str,
+        completion: str | Sequence[Mapping[str, Any]],
+        available: Sequence[int] | None = None,
+    ) -> WorkflowOutcome:
+        return self.episode(task_id, completion, available)[0]
 
     def episode(
-        self, task_id: str, completion: str | Sequence[Mapping[str, Any]]
+        self,
+        task_id: str,
+        completion: str | Sequence[Mapping[str, Any]],
+        available: Sequence[int] | None = None,
     ) -> tuple[WorkflowOutcome, Trajectory, dict[str, Any]]:
         """The outcome, the trajectory and the eval line's conductor record (rounds, available agents;
-        no conductor calls: the caller generated the completion) of one completion."""
+        no conductor calls: the caller generated the completion) of one completion. ``available``:
+        the agent ids the completion's prompt offered (a dataset row's ``available``); None: the
+        env's own draw for the item."""
         task = self.task(task_id)
+        options: dict[str, Any] = {"task": task}
+        if available is not None:
+            options["available"] = [int(i) for i in available]
         with self._env() as env:
-            env.reset(seed=item_seed(self.seed, task_id), options={"task": task})
+            env.reset(seed=item_seed(self.seed, task_id), options=options)
             _, reward, _, _, info = env.step(self.answer_prefix + completion_text(completion))
             record = conductor_record(env, info, [])
         return outcome_from(task_id, float(reward), info), info["trajectory"], record
 
     def episodes(
-        self, task_ids: Sequence[str], completions: Sequence[str | Sequence[Mapping[str, Any]]]
+        self,
+        task_ids: Sequence[str],
+        completions: Sequence[str | Sequence[Mapping[str, Any]]],
+        available: Sequence[Sequence[int] | None] | None = None,
     ) -> list[tuple[WorkflowOutcome, Trajectory, dict[str, Any]]]:
-        """:meth:`episode` of every (task id, completion), in order; executed concurrently."""
+        """:meth:`episode` of every (task id, completion[, available]), in order; executed concurrently."""
         if len(task_ids) != len(completions):
             raise ValueError(f"{len(task_ids)} task ids for {len(completions)} completions")
+        offered = list(available) if available is not None else [None] * len(task_ids)
+        if len(offered) != len(task_ids):
+            raise ValueError(f"{len(offered)} available lists for {len(task_ids)} task ids")
         if len(task_ids) <= 1 or self.max_workers == 1:
-            return [self.episode(t, c) for t, c in zip(task_ids, completions, strict=True)]
+            return [self.episode(*args) for args in zip(task_ids, completions, offered, strict=True)]
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(task_ids))) as pool:
-            return list(pool.map(self.episode, task_ids, completions))
+            return list(pool.map(self.episode, task_ids, completions, offered))
 
     def score(
-        self, task_ids: Sequence[str], completions: Sequence[str | Sequence[Mapping[str, Any]]]
+        self,
+        task_ids: Sequence[str],
+        completions: Sequence[str | Sequence[Mapping[str, Any]]],
+        available: Sequence[Sequence[int] | None] | None = None,
     ) -> list[WorkflowOutcome]:
         """One outcome per (task id, completion), in order; executed concurrently."""
-        return [outcome for outcome, _, _ in self.episodes(task_ids, completions)]
+        return [outcome for outcome, _, _ in self.episodes(task_ids, completions, available)]
 
 
 class ConductorReward:
@@ -291,11 +332,13 @@ class ConductorReward:
         completions: Sequence[str | Sequence[Mapping[str, Any]]],
         task_id: Sequence[str] | None = None,
         log_metric: MetricLog | None = None,
+        available: Sequence[Sequence[int]] | None = None,
         **kwargs: Any,
     ) -> list[float]:
         if task_id is None:
             raise ValueError("the conductor reward needs a 'task_id' dataset column (see conductor_dataset)")
-        outcomes = self.scorer.score(list(task_id), list(completions))
+        # the row's agents (its prompt's subset): the reward env resets with them
+        outcomes = self.scorer.score(list(task_id), list(completions), available)
         self.last = tuple(outcomes)
         self._write(completions, outcomes, kwargs.get("trainer_state"))
         if log_metric is not None:
@@ -321,13 +364,18 @@ class ConductorToolEnv:
         self._seed = seed
         self._tasks = {t.id: t for t in env.tasks}
         self._task: Task | None = None
+        self._available: list[int] | None = None
         self.outcome: WorkflowOutcome | None = None
 
-    def reset(self, task_id: str | None = None, **kwargs: Any) -> str | None:
-        """Start a rollout on the row's item; the prompt holds the question: nothing is appended."""
+    def reset(
+        self, task_id: str | None = None, available: Sequence[int] | None = None, **kwargs: Any
+    ) -> str | None:
+        """Start a rollout on the row's item (with the row's agents, when it lists them); the prompt
+        holds the question: nothing is appended."""
         if task_id is None:
             raise ValueError("ConductorToolEnv.reset needs the row's task_id")
         self._task = self._tasks[task_id]
+        self._available = [int(i) for i in available] if available is not None else None
         self.outcome = None
         return None
 
@@ -345,7 +393,10 @@ class ConductorToolEnv:
         if self._task is None:
             raise RuntimeError("call reset() first")
         text = f"model_id = {model_id!r}\nsubtasks = {subtasks!r}\naccess_list = {access_list!r}"
-        self._env.reset(seed=item_seed(self._seed, self._task.id), options={"task": self._task})
+        options: dict[str, Any] = {"task": self._task}
+        if self._available is not None:
+            options["available"] = self._available
+        self._env.reset(seed=item_seed(self._seed, self._task.id), options=options)
         _, reward, _, _, info = self._env.step(text)
         self.outcome = outcome_from(self._task.id, float(reward), info)
         if not self.outcome.parsed:
@@ -371,6 +422,7 @@ __all__ = [
     "ConductorReward",
     "ConductorToolEnv",
     "ConductorToolEnvFactory",
+    "PlannedItem",
     "WorkflowOutcome",
     "WorkflowScorer",
     "completion_text",

@@ -98,6 +98,10 @@ class GRPOJob:
     answer_prefix: str = ""  # with chat: the assistant turn starts with this text (e.g. "model_id = [")
     prompt: str = "prompt-v1"  # the conductor prompt config (configs/conductor/<prompt>.yaml)
     available: tuple[str, ...] | None = None  # a fixed subset of the pool's agents (names), every episode
+    # each item offers its own random k of the available agents (prompt and reward env agree; the
+    # held-out items draw theirs too), never one of ``holdout_subsets`` (agent ids) in training
+    k_available: int | None = None
+    holdout_subsets: tuple[tuple[int, ...], ...] = ()
     format_reward_weight: float = 0.0  # > 0: add the graded format score (train/format_reward.py)
     time_budget_s: float | None = None  # stop training (checkpoint, then the held-out "after") past this
     lora: LoraSpec | None = None
@@ -151,6 +155,8 @@ class GRPOJob:
             format_reward_weight=float(cfg.get("format_reward_weight") or 0.0),
             time_budget_s=float(cfg["time_budget_s"]) if cfg.get("time_budget_s") else None,
             available=tuple(str(a) for a in cfg["available"]) if cfg.get("available") else None,
+            k_available=int(cfg["k_available"]) if cfg.get("k_available") else None,
+            holdout_subsets=tuple(tuple(int(i) for i in s) for s in cfg.get("holdout_subsets") or ()),
             lora=lora_spec,
             eval=EvalSpec(**eval_cfg),
             grpo=grpo,
@@ -159,8 +165,9 @@ class GRPOJob:
             cache=cfg.get("cache"),
         )
 
-    def env_config(self, pool: Any) -> EnvConfig:
-        """The workflow-mode env settings of this run (its agents, prompt, step limit and cost model)."""
+    def env_config(self, pool: Any, training: bool = True) -> EnvConfig:
+        """The workflow-mode env settings of this run (its agents, prompt, step limit and cost model);
+        ``training=False``: the held-out env, whose subsets may be the ones kept out of training."""
         unavailable: list[int] = []
         if self.available is not None:
             names = [a.name for a in pool.agents]
@@ -175,15 +182,19 @@ class GRPOJob:
             max_steps=self.workflow_max_steps,
             workflow_lam=self.workflow_lam,
             cost_model=self.cost_model,
+            k_available=self.k_available,
+            holdout_subsets=self.holdout_subsets if training else (),
         )
 
-    def env(self, split: str, n: int | None, pool: Any = None, tasks: Any = None) -> ConductorEnv:
+    def env(
+        self, split: str, n: int | None, pool: Any = None, tasks: Any = None, training: bool = True
+    ) -> ConductorEnv:
         """The workflow-mode env of this run on ``split`` (first ``n`` items), or on given ``tasks``."""
         from puppeteer.pool import Pool, load_pool
 
         pool = pool if isinstance(pool, Pool) else load_pool(self.pool)
         return ConductorEnv(
-            self.env_config(pool),
+            self.env_config(pool, training),
             pool=pool,
             **(dict(tasks=tasks) if tasks is not None else dict(suite=self.suite, split=split, n_tasks=n)),
             cache=self.cache,
@@ -362,7 +373,7 @@ def evaluate_conductor(
     answer_prefix: str = "",
 ) -> dict[str, Any]:
     """Greedy workflows for every item of ``env``, executed and graded: accuracy, parse rate, Wilson CIs."""
-    rows = conductor_rows(env, chat=chat)
+    rows = conductor_rows(env, chat=chat, seed=seed)
     if answer_prefix:
         rows = prefixed_rows(rows, tokenizer, answer_prefix)
     completions = generate(
@@ -375,12 +386,13 @@ def evaluate_conductor(
         bool(spec.autocast_bf16),
     )
     outcomes = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=answer_prefix).score(
-        [r["task_id"] for r in rows], completions
+        [r["task_id"] for r in rows], completions, [r["available"] for r in rows]
     )
     if records is not None:
         with records.open("w") as f:
-            for o, text in zip(outcomes, completions, strict=True):
-                f.write(json.dumps({**o.__dict__, "completion": answer_prefix + text}) + "\n")
+            for o, text, row in zip(outcomes, completions, rows, strict=True):
+                line = {**o.__dict__, "available": row["available"], "completion": answer_prefix + text}
+                f.write(json.dumps(line) + "\n")
     return heldout_summary(outcomes)
 
 
@@ -414,12 +426,12 @@ def paired_heldout(before: Path, after: Path) -> dict[str, Any] | None:
 def train_dataset(job: GRPOJob, env: ConductorEnv, tokenizer: PreTrainedTokenizerBase) -> Any:
     """The env's conductor prompts; with ``answer_prefix``, as text whose assistant turn is opened."""
     if not job.answer_prefix:
-        return conductor_dataset(env, chat=job.chat)
+        return conductor_dataset(env, chat=job.chat, seed=job.seed)
     import datasets
 
     if not job.chat:
         raise ValueError("answer_prefix needs chat=true (it opens the assistant turn of the chat template)")
-    rows = prefixed_rows(conductor_rows(env, chat=True), tokenizer, job.answer_prefix)
+    rows = prefixed_rows(conductor_rows(env, chat=True, seed=job.seed), tokenizer, job.answer_prefix)
     return datasets.Dataset.from_list(rows)
 
 
@@ -456,7 +468,7 @@ def run_conductor_training(
     (run / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
     start = time.perf_counter()
     train_env = job.env(job.train_split, job.n_train)
-    eval_env = job.env(job.eval_split, job.n_eval, pool=train_env.pool)
+    eval_env = job.env(job.eval_split, job.n_eval, pool=train_env.pool, training=False)
     model, tokenizer = load_conductor_model(job.model)
     if job.stop_after_access_list:
         install_access_list_stop(model, tokenizer)

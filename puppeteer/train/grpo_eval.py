@@ -86,7 +86,8 @@ class TrainedConductor:
         self.name = f"{GRPO_RUN_PREFIX}{self.run_dir}"
         self.batch_size = batch_size or self.job.eval.batch_size
         self._loaded = loaded
-        self._plans: dict[str, tuple[str, dict[str, Any]]] = {}  # task id -> (completion, its call record)
+        # task id -> (completion, its call record, the agent ids its prompt offered)
+        self._plans: dict[str, tuple[str, dict[str, Any], list[int]]] = {}
 
     def configure(
         self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
@@ -96,7 +97,7 @@ class TrainedConductor:
             raise UserError(
                 f"{self.name} was trained on pool {self.job.pool!r}: evaluate it there, not {pool.name!r}"
             )
-        return self.job.env_config(pool)
+        return self.job.env_config(pool, training=False)
 
     def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
         """Greedy plans for every item of ``env`` not planned yet, in batches."""
@@ -122,7 +123,8 @@ class TrainedConductor:
         )
         per_item = (time.perf_counter() - t0) / len(rows)
         for row, text in zip(rows, texts, strict=True):
-            self._plans[row["task_id"]] = (text, _call(tokenizer, row["prompt"], text, self.job, per_item))
+            call = _call(tokenizer, row["prompt"], text, self.job, per_item)
+            self._plans[row["task_id"]] = (text, call, row["available"])
 
     def episode(
         self, env: ConductorEnv, *, index: int, seed: int, options: Mapping[str, Any] | None = None
@@ -130,7 +132,9 @@ class TrainedConductor:
         options = dict(options or {})
         if options.get("available") and tuple(options["available"]) != tuple(self.job.available or ()):
             raise UserError(f"{self.name} plans for the agents it was trained with: {self.job.available}")
-        text, call = self._plans[env.tasks[index].id]
+        text, call, offered = self._plans[env.tasks[index].id]
+        if self.job.k_available is not None:  # each item's own subset, the one its prompt listed
+            options["available"] = offered
         plan = self.job.answer_prefix + text
         end = run_episode(env, lambda _obs, _info: plan, seed=seed, options={"task_index": index, **options})
         return end.trajectory, conductor_record(env, end.info, [call])
