@@ -35,6 +35,7 @@ from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.format_reward import FormatReward
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
+from puppeteer.train.plan_constraint import PlanGrammars, install_plan_constraint, plan_grammars
 from puppeteer.train.shared_prefix import install_shared_prefix
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ class GRPOJob:
     k_available: int | None = None
     holdout_subsets: tuple[tuple[int, ...], ...] = ()
     format_reward_weight: float = 0.0  # > 0: add the graded format score (train/format_reward.py)
+    # sample and evaluate every plan under its item's grammar (train/plan_constraint.py): all parse
+    constrained: bool = False
     time_budget_s: float | None = None  # stop training (checkpoint, then the held-out "after") past this
     lora: LoraSpec | None = None
     eval: EvalSpec = field(default_factory=EvalSpec)
@@ -153,6 +156,7 @@ class GRPOJob:
             answer_prefix=str(cfg.get("answer_prefix") or ""),
             prompt=str(cfg.get("prompt") or "prompt-v1"),
             format_reward_weight=float(cfg.get("format_reward_weight") or 0.0),
+            constrained=bool(cfg.get("constrained", False)),
             time_budget_s=float(cfg["time_budget_s"]) if cfg.get("time_budget_s") else None,
             available=tuple(str(a) for a in cfg["available"]) if cfg.get("available") else None,
             k_available=int(cfg["k_available"]) if cfg.get("k_available") else None,
@@ -184,6 +188,15 @@ class GRPOJob:
             cost_model=self.cost_model,
             k_available=self.k_available,
             holdout_subsets=self.holdout_subsets if training else (),
+        )
+
+    def plan_grammars(
+        self, tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, envs: Sequence[ConductorEnv]
+    ) -> PlanGrammars:
+        """The grammar of each of ``envs``' conductor prompts, sized to the shorter completion budget."""
+        budget = min(int(self.grpo.get("max_completion_length", 256)), self.eval.max_new_tokens)
+        return plan_grammars(
+            tokenizer, model, envs, self.chat, self.seed, self.workflow_max_steps, budget, self.answer_prefix
         )
 
     def env(
@@ -474,6 +487,8 @@ def run_conductor_training(
         install_access_list_stop(model, tokenizer)
     if job.share_prompt_prefix:
         install_shared_prefix(model)
+    if job.constrained:
+        install_plan_constraint(model, job.plan_grammars(tokenizer, model, (train_env, eval_env)))
     label = backend_label(job, train_env)
     log.info(
         "conductor GRPO: %s; %d train items, %d held-out", label, len(train_env.tasks), len(eval_env.tasks)

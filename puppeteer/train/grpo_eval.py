@@ -32,6 +32,7 @@ from puppeteer.rollout import conductor_record, run_episode
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.grpo import GRPOJob, generate
+from puppeteer.train.plan_constraint import install_plan_constraint
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -107,7 +108,10 @@ class TrainedConductor:
         if self._loaded is None:
             self._loaded = load_trained(self.run_dir, self.job)
         model, tokenizer = self._loaded
-        rows = conductor_rows(env, todo, chat=self.job.chat)
+        job = self.job
+        if job.constrained:  # the run's plans were sampled under their items' grammars: so are these
+            install_plan_constraint(model, job.plan_grammars(tokenizer, model, [env]))
+        rows = conductor_rows(env, todo, chat=self.job.chat, seed=job.seed)
         if self.job.answer_prefix:
             rows = prefixed_rows(rows, tokenizer, self.job.answer_prefix)
         t0 = time.perf_counter()
