@@ -17,6 +17,12 @@ policy trained over a range of lambdas (``lam_range``), ``lam``: this request's 
 (``extra_body={"lam": 0.2}`` from the openai client), clamped into the trained range; ``usage.lam``
 is the lambda the request was routed at. A policy trained at one lambda refuses ``lam`` (400).
 
+Every answer (streamed or not) carries its price in USD in the ``x-litellm-response-cost`` header,
+which litellm reads into its spend tracking: ``litellm.completion(model="openai/puppeteer",
+api_base=...)`` returns it as ``response._hidden_params["response_cost"]`` and hands it to success
+callbacks as ``kwargs["response_cost"]`` (``litellm.completion_cost()`` looks prices up in litellm's
+own price map, which has no entry for a router, and raises).
+
 Errors use OpenAI's error body: 400 for a malformed request, 502 when a backend fails,
 503 when the server is saturated; the server stays up either way. At most
 ``max_concurrency`` requests are routed at once; others wait up to ``queue_timeout_s``.
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+COST_HEADER = "x-litellm-response-cost"  # litellm reads it into response._hidden_params["response_cost"]
 
 
 class ContentPart(BaseModel):
@@ -284,10 +291,18 @@ def create_app(
                 for event in stream_chunks(result, body.model, request_id, created, include):
                     yield event
 
-            return StreamingResponse(events(), media_type="text/event-stream")
-        return JSONResponse(completion_body(result, body.model, request_id, created))
+            return StreamingResponse(events(), media_type="text/event-stream", headers=cost_header(result))
+        return JSONResponse(
+            completion_body(result, body.model, request_id, created), headers=cost_header(result)
+        )
 
     return app
+
+
+def cost_header(result: OrchestratorResult) -> dict[str, str]:
+    """The request's price in USD as the header litellm reads into its spend tracking
+    (``response._hidden_params["response_cost"]``, the ``response_cost`` of its callbacks)."""
+    return {COST_HEADER: f"{float(result.cost_usd or 0.0):.10g}"}
 
 
 def known_graders() -> set[str]:

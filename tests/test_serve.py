@@ -261,3 +261,31 @@ def test_lone_surrogates_and_unknown_models_get_openai_shaped_answers(server) ->
         assert missing.status_code == 404
         err = missing.json()["error"]
         assert err["type"] == "model_not_found" and "puppeteer" in err["message"]
+
+
+def test_litellm_spend_tracking_sees_the_routers_cost(server: str) -> None:
+    """A litellm user calling the served router gets its price in litellm's own spend tracking: the
+    response's ``response_cost`` and the success callbacks' ``kwargs["response_cost"]``."""
+    litellm = pytest.importorskip("litellm")
+    seen: list[float] = []
+
+    def record(kwargs, response, start, end) -> None:  # litellm's success-callback signature
+        seen.append(kwargs.get("response_cost"))
+
+    messages = [{"role": "user", "content": ITEMS[1].question}]
+    saved = litellm.success_callback
+    litellm.success_callback = [record]
+    try:
+        reply = litellm.completion(
+            model="openai/puppeteer", api_base=server, api_key="unused", messages=messages
+        )
+        cost = reply.usage.cost_usd  # the router's own usage field, passed through by litellm
+        assert cost > 0
+        assert reply._hidden_params["response_cost"] == pytest.approx(cost)
+        for _ in range(100):  # litellm runs its callbacks in a thread of its own
+            if seen:
+                break
+            time.sleep(0.05)
+        assert seen and seen[0] == pytest.approx(cost)
+    finally:
+        litellm.success_callback = saved
