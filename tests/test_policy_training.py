@@ -275,3 +275,40 @@ def test_the_state_reads_who_is_on_offer() -> None:
         policy.scorer.mask_in.weight.normal_()
     assert terminator_logit(obs) != terminator_logit(narrower)
     assert policy.scorer.mask_in.weight.requires_grad
+
+
+def test_task_dims_projects_the_question_onto_the_training_tasks_top_directions(tmp_path: Path) -> None:
+    """task_dims=k: after fit_inputs the scorer reads a rank-k view of the question, so two questions
+    that differ only outside the training tasks' top k directions get the same logits; saved and
+    loaded with the policy; refused below 1."""
+    env = _env()
+    policy = PuppeteerPolicy(env.pool, replace(FAST, task_dims=2), seed=0)
+    questions = [t.question for t in env.tasks]
+    policy.fit_inputs(questions)
+    scorer = policy.scorer
+    proj = scorer.task_proj
+    assert torch.linalg.matrix_rank(proj).item() == 2
+    assert torch.allclose(proj @ proj, proj, atol=1e-4)  # an orthogonal projection
+    emb = torch.as_tensor(policy.encoder.encode(questions[:2]), dtype=torch.float32)
+    z = (emb - scorer.task_shift) * scorer.task_scale
+    outside = z[1] - z[1] @ proj  # the part of question 1 that the projection drops
+    moved = emb[0] + outside / scorer.task_scale  # question 0 plus that part, in raw embedding space
+    n = env.pool.n_actions
+    args = (
+        torch.zeros(1, emb.shape[1]),
+        torch.zeros(1, dtype=torch.long),
+        torch.zeros(1, n),
+        torch.ones(1, n),
+    )
+    with torch.no_grad():
+        a = scorer(emb[:1], *args)
+        b = scorer(moved[None], *args)
+    assert torch.allclose(a, b, atol=1e-4)
+    full = PuppeteerPolicy(env.pool, FAST, seed=0)
+    full.fit_inputs(questions)
+    with torch.no_grad():
+        assert not torch.allclose(full.scorer(emb[:1], *args), full.scorer(moved[None], *args), atol=1e-4)
+    loaded = PuppeteerPolicy.load(policy.save(tmp_path / "p"), env.pool, encoder=policy.encoder)
+    assert loaded.config.task_dims == 2 and torch.equal(loaded.scorer.task_proj, proj)
+    with pytest.raises(ValueError, match="task_dims"):
+        PolicyConfig(task_dims=0)

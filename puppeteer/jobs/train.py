@@ -150,6 +150,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             min_steps=int(_get(cfg, "min_steps", 0)),
             signals=bool(_get(pc, "signals", False)),
             surface=bool(_get(pc, "surface", False)),
+            task_dims=int(pc["task_dims"]) if _get(pc, "task_dims", None) is not None else None,
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

@@ -65,8 +65,14 @@ class PolicyConfig:
     # [low, high]: the policy reads the episode's lambda (obs["lam"]) and is used at any lambda in this
     # range (puppeteer.lam_range); None: a policy for the one lambda it was trained at
     lam_range: tuple[float, float] | None = None
+    # k: the scorer reads the (standardised) question embedding projected onto its k principal
+    # directions among the training tasks (fit_inputs): a low-rank view that cannot tell apart the
+    # items of one kind, a prior towards routes that generalise; None: every direction ("norm" only)
+    task_dims: int | None = None
 
     def __post_init__(self) -> None:
+        if self.task_dims is not None and (self.task_dims < 1 or self.layers != "norm"):
+            raise ValueError(f"policy.task_dims must be >= 1 (with layers=norm), got {self.task_dims}")
         if self.layers not in SCORER_LAYERS:
             raise ValueError(f"policy.layers: unknown {self.layers!r}; known: {', '.join(SCORER_LAYERS)}")
         lam_range = LamRange.of(self.lam_range)
@@ -105,6 +111,7 @@ class Scorer(nn.Module):
         n_surface: int = 0,
         layers: str = "norm",
         n_lam: int = 0,
+        task_dims: int | None = None,
     ) -> None:
         super().__init__()
         self.max_steps = max_steps
@@ -136,6 +143,9 @@ class Scorer(nn.Module):
         if self.standardize:
             self.register_buffer("task_shift", torch.zeros(dim))
             self.register_buffer("task_scale", torch.ones(dim))
+        self.task_dims = task_dims
+        if task_dims is not None:  # the projection onto the top task_dims directions (identity until fit)
+            self.register_buffer("task_proj", torch.eye(dim))
         if n_signals:
             # the signals also move each action's logit directly: through the MLP alone, two states
             # that differ only in a few signal inputs saturate its tanh units before they separate
@@ -173,6 +183,8 @@ class Scorer(nn.Module):
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
         if self.standardize:
             task = (task - self.task_shift) * self.task_scale
+        if self.task_dims is not None:
+            task = task @ self.task_proj
         parts = [task, state, onehot, counts.float() / self.max_steps]
         if self.n_signals:
             if signals is None:
@@ -229,6 +241,7 @@ class PuppeteerPolicy:
             n_surface=N_SURFACE if config.surface else 0,
             layers=config.layers,
             n_lam=N_LAM_FEATURES if config.lam_range is not None else 0,
+            task_dims=config.task_dims,
         )
         self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
 
@@ -238,7 +251,8 @@ class PuppeteerPolicy:
         return LamRange.of(self.config.lam_range)
 
     def fit_inputs(self, texts: Sequence[str]) -> None:
-        """Standardise the task embedding per dimension by these (training) tasks' statistics."""
+        """Standardise the task embedding per dimension by these (training) tasks' statistics and,
+        with ``task_dims``, project it onto their ``task_dims`` principal directions."""
         if not self.scorer.standardize or not texts:
             return
         emb = torch.as_tensor(self.encoder.encode(list(dict.fromkeys(texts))), dtype=torch.float32)
@@ -246,6 +260,11 @@ class PuppeteerPolicy:
             self.scorer.task_shift.copy_(emb.mean(dim=0))
             std = emb.std(dim=0) if len(emb) > 1 else torch.ones(emb.shape[1])
             self.scorer.task_scale.copy_(1.0 / (std + 1e-2 * float(std.mean()) + 1e-6))
+            if self.scorer.task_dims is not None:
+                z = (emb - self.scorer.task_shift) * self.scorer.task_scale
+                _, _, vh = torch.linalg.svd(z, full_matrices=False)
+                top = vh[: self.scorer.task_dims]  # (k, dim): the directions the training tasks vary most
+                self.scorer.task_proj.copy_(top.T @ top)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PuppeteerPolicy:
         """A twin with its own scorer that shares the pool and the (frozen, cached) encoder.
@@ -351,8 +370,9 @@ class PuppeteerPolicy:
         d.mkdir(parents=True, exist_ok=True)
         atomic_torch_save(self.scorer.state_dict(), d / "policy.pt")
         config = asdict(self.config)
-        if config["lam_range"] is None:  # a fixed-lambda policy saves what it saved before the setting
-            del config["lam_range"]
+        for key in ("lam_range", "task_dims"):  # unset: the file is what it was before the setting
+            if config[key] is None:
+                del config[key]
         meta = {
             "config": config,
             "pool": self.pool.name,

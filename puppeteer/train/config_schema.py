@@ -72,6 +72,7 @@ class PolicyNode:
     hidden: int = 128
     signals: bool = False  # read obs["signals"] (answered / whole number / agreement): learns cascades
     surface: bool = False  # read the question's length and number count (puppeteer.surface)
+    task_dims: int | None = None  # read the question on its k principal directions among training tasks
 
 
 @dataclass
