@@ -47,7 +47,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--available", default=None, help="comma-separated agent names (a fixed subset)")
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
-    p.add_argument("--out-dir", default=str(ROOT / "docs" / "conductor-runs"))
+    p.add_argument("--out-dir", default=str(ROOT / "docs" / "conductor"))
     p.add_argument("--table", default=str(ROOT / "docs" / "conductor-results.md"))
     p.add_argument("--table-only", action="store_true", help="only rewrite the table from the run files")
     return p.parse_args(argv)

@@ -8,7 +8,7 @@ alike. Writes counts, parse errors, plan shapes and tokens per second (no item t
 Calls go through the shared response cache, so a re-run replays (its speeds are then meaningless).
 
     python scripts/conductor_grammar_probe.py --pool local-v2 --suite mix-math-mmlu --n 40 \\
-        --out docs/conductor-runs/grammar-probe-local-v2.json
+        --out docs/conductor/grammar-probe-local-v2.json
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ conductor on the same held-out items, prompts and agent subsets with ``constrain
 writes ``heldout_free.json`` / ``heldout_free.jsonl`` to OUT: the paired check of what the grammar
 changes (parse rate, accuracy) with everything else equal.
 
-    python scripts/conductor_heldout_free.py docs/conductor-runs/constrained-sim-routing-k4/config.json OUT
+    python scripts/conductor_heldout_free.py docs/conductor/constrained-sim-routing-k4/config.json OUT
 """
 
 from __future__ import annotations
