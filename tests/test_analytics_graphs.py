@@ -137,3 +137,69 @@ def test_agent_names_with_dollar_signs_are_drawn_as_written(tmp_path: Path) -> N
     report = build_report([run], tmp_path / "report")
     assert all(p.stat().st_size > 2000 for p in report.images)
     assert "cheap$bot" in report.html.read_text()
+
+
+def _boxes_overlap(a: object, b: object) -> bool:
+    return bool(a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("n_agents", [3, 8, 12])
+def test_graph_labels_of_a_large_pool_cover_no_node_and_no_other_label(n_agents: int) -> None:
+    """Issue 33: node labels were drawn on the nodes' centres, so the long names of a large pool
+    ran into each other and into the nodes. Each label's box on the rendered figure must be clear
+    of every other label and every node."""
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    from puppeteer.analytics.graph_report import graph_figure
+
+    names = [f"qwen{i}.5b-program-of-thought" for i in range(n_agents)]
+    g = nx.DiGraph()
+    for i, n in enumerate(names):
+        g.add_node(n, activations=10 + i)
+        g.add_edge(n, names[(i + 1) % n_agents], weight=1 + i)
+    fig = graph_figure(g, "a pool with long agent names")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    ax = fig.axes[0]
+    labels = [t for t in ax.texts if (t.get_gid() or "").startswith("label:")]
+    assert len(labels) == n_agents
+    label_boxes = [t.get_window_extent(renderer) for t in labels]
+    nodes = ax.collections[0]  # the node circles, drawn first
+    # each node's marker is centred on its offset; its radius in display units from its area (points^2)
+    offsets = nodes.get_offset_transform().transform(nodes.get_offsets())
+    radii = np.sqrt(np.asarray(nodes.get_sizes()) / np.pi) * fig.dpi / 72.0
+    assert len(offsets) == len(radii) == n_agents
+    for i, a in enumerate(label_boxes):
+        for b in label_boxes[i + 1 :]:
+            assert not _boxes_overlap(a, b), (a, b)
+        for (cx, cy), r in zip(offsets, radii, strict=True):
+            # the nearest point of the label's box to the node's centre lies outside the node
+            nx_ = min(max(cx, a.x0), a.x1)
+            ny_ = min(max(cy, a.y0), a.y1)
+            assert np.hypot(nx_ - cx, ny_ - cy) > r
+    fig_box = fig.bbox
+    assert all(b.x0 >= fig_box.x0 - 1 and b.x1 <= fig_box.x1 + 1 for b in label_boxes)  # nothing cut off
+    plt.close(fig)
+
+
+def test_html_report_keeps_a_wide_table_inside_a_narrow_window(step_run: Path, tmp_path: Path) -> None:
+    """Issue 33: the metrics table is wider than a narrow window; it scrolls in its own box and the
+    page itself does not overflow sideways (measured in headless Chromium)."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium); CI installs it")
+    report = build_report([step_run], tmp_path / "report")
+    probe = (
+        "<script>const t=document.getElementById('metrics');"
+        "document.body.setAttribute('data-page',document.documentElement.scrollWidth);"
+        "document.body.setAttribute('data-view',window.innerWidth);"
+        "document.body.setAttribute('data-table',t.scrollWidth);</script></body>"
+    )
+    page = tmp_path / "probe.html"
+    page.write_text(report.html.read_text().replace("</body>", probe))
+    dom = _chromium_run(browser, "--window-size=420,900", "--dump-dom", page.resolve().as_uri()).stdout
+    got = {k: int(v) for k, v in re.findall(r'data-(page|view|table)="(\d+)"', dom)}
+    assert set(got) == {"page", "view", "table"}, dom[:500]
+    assert got["table"] > got["view"]  # the table really is wider than the window
+    assert got["page"] <= got["view"]  # and the page does not scroll sideways because of it

@@ -18,7 +18,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import networkx as nx
+import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from puppeteer.analytics import graphs
 from puppeteer.analytics.plots import _title, plain, save
@@ -27,6 +29,7 @@ from puppeteer.analytics.store import find_runs, load
 log = logging.getLogger(__name__)
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+.wide{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}
 th,td{border:1px solid #bbb;padding:3px 8px;text-align:right}th{background:#eee}
 img{max-width:100%;border:1px solid #ddd;margin:0.3em 0}h2{border-bottom:1px solid #ccc}
@@ -48,22 +51,38 @@ def run_label(run_path: str, policy: str | None) -> str:
     return f"{name} ({kind})" if kind and kind not in name else name
 
 
-def draw_graph(g: nx.DiGraph, path: Path, title: str) -> Path:
-    """Agents as nodes sized by activations, edges as wide as their share of all transitions."""
-    fig, ax = plt.subplots(figsize=(6, 5))
+LABEL_GAP = 4.0  # points between a node's circle and its label, which sits outside the circle of nodes
+
+
+def graph_figure(g: nx.DiGraph, title: str) -> Figure:
+    """Agents as nodes sized by activations, edges as wide as their share of all transitions.
+
+    Nodes lie on a circle; each label sits on the same ray just outside it, aligned away from the
+    centre (left of a node on the left, right on the right, above the top, below the bottom), so
+    long agent names of a large pool neither cover the nodes nor run into each other."""
+    fig, ax = plt.subplots(figsize=(7, 6))
     if len(g):
         pos = nx.circular_layout(g)
         acts = [g.nodes[n].get("activations", 1) for n in g]
         top = max(acts) or 1
-        nx.draw_networkx_nodes(
-            g,
-            pos,
-            ax=ax,
-            node_size=[300 + 1500 * a / top for a in acts],
-            node_color="#8ecae6",
-            edgecolors="#023047",
-        )
-        nx.draw_networkx_labels(g, pos, labels={n: plain(str(n)) for n in g}, ax=ax, font_size=8)
+        sizes = [300 + 1500 * a / top for a in acts]  # marker areas, points^2
+        nx.draw_networkx_nodes(g, pos, ax=ax, node_size=sizes, node_color="#8ecae6", edgecolors="#023047")
+        for (n, (x, y)), size in zip(pos.items(), sizes, strict=True):
+            # on the node's ray, LABEL_GAP points beyond its circle's edge, aligned away from the centre
+            ux, uy = np.array([x, y]) / (float(np.hypot(x, y)) or 1.0)
+            off = float(np.sqrt(size / np.pi)) + LABEL_GAP
+            ha = "center" if abs(ux) < 0.15 else ("left" if ux > 0 else "right")
+            va = ("bottom" if uy > 0 else "top") if ha == "center" else "center"
+            ax.annotate(
+                plain(str(n)),
+                (x, y),
+                xytext=(off * ux, off * uy),
+                textcoords="offset points",
+                ha=ha,
+                va=va,
+                fontsize=8,
+                gid=f"label:{n}",
+            )
         weights = [d["weight"] for *_, d in g.edges(data=True)]
         wmax = max(weights, default=1)
         nx.draw_networkx_edges(
@@ -76,12 +95,19 @@ def draw_graph(g: nx.DiGraph, path: Path, title: str) -> Path:
             connectionstyle="arc3,rad=0.1",
             node_size=1200,
         )
+        ax.set_xlim(-2.0, 2.0)  # room beside the circle for the labels
+        ax.set_ylim(-1.45, 1.45)
     else:
         ax.text(0.5, 0.5, "no agent activations", ha="center")
-    ax.margins(0.2)  # room for the node circles and labels at the edge of the layout
     ax.set_axis_off()
     ax.set_title(_title(title), fontsize=9)
-    return save(fig, path)
+    fig.tight_layout()
+    return fig
+
+
+def draw_graph(g: nx.DiGraph, path: Path, title: str) -> Path:
+    """The graph's figure (``graph_figure``) as a PNG."""
+    return save(graph_figure(g, title), path)
 
 
 def plot_distribution(table: pd.DataFrame, path: Path, title: str) -> Path:
@@ -114,7 +140,10 @@ def _img(path: Path, alt: str) -> str:
 
 
 def _table(df: pd.DataFrame, table_id: str) -> str:
-    return df.to_html(index=False, table_id=table_id, border=0, float_format=lambda x: f"{x:.3f}")
+    # a table wider than the page (many metrics, long run labels) scrolls in its own box instead of
+    # pushing the whole page sideways
+    table = df.to_html(index=False, table_id=table_id, border=0, float_format=lambda x: f"{x:.3f}")
+    return f'<div class="wide">{table}</div>'
 
 
 def build_report(
