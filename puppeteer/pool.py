@@ -1,13 +1,14 @@
 """Agent pools: load ``agents/<pool>.yaml`` into an ordered, immutable pool.
 
 An agent's id is its position. The Terminator is a distinguished member of every
-pool with id ``len(agents)``: in step mode choosing it ends the episode.
+pool with id ``len(agents)``: in step mode choosing it ends the episode. Measured agent cards
+(``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.cards`) are loaded with the pool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from puppeteer.cards import CardError, PoolCards, cards_path
 from puppeteer.reasoning import CONTEXT_LAYOUTS, PATTERNS
 from puppeteer.resources import find_yaml
 from puppeteer.types import EMPTY, Agent, ModelSpec, Step
@@ -39,6 +41,8 @@ class Pool:
     independent_solvers: bool = False
     # a shipped outcome table (``puppeteer.replay``): its calls are served without loading a model
     replay: Path | None = None
+    # measured agent cards (``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.cards`); None: none
+    cards: PoolCards | None = None
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -121,6 +125,7 @@ class Pool:
             context_layout=self.context_layout,
             independent_solvers=self.independent_solvers,
             replay=self.replay,
+            cards=self.cards,
         )
 
     def backends(self) -> tuple[str, ...]:
@@ -222,11 +227,18 @@ def load_pool(name_or_path: str | Path) -> Pool:
     except UnicodeDecodeError:
         raise PoolError(f"{path}: not a text (UTF-8) file") from None
     try:
-        return pool_from_dict(raw, base=path.parent)
+        pool = pool_from_dict(raw, base=path.parent)
     except PoolError as e:
         raise PoolError(f"{path}: {e}") from None
     except (AttributeError, TypeError, ValueError) as e:
         raise PoolError(f"{path}: not a pool definition ({type(e).__name__}: {e})") from None
+    card_file = cards_path(path)
+    if not card_file.is_file():
+        return pool
+    try:
+        return replace(pool, cards=PoolCards.load(card_file))
+    except CardError as e:
+        raise PoolError(str(e)) from None
 
 
 def configured_pool(node: Mapping[str, Any]) -> Pool:

@@ -294,8 +294,16 @@ def shrink_ab(argv: list[str], tmp: Path) -> list[str]:
     return _set(_set(argv, "--n", "20"), "--out", str(tmp / "ab"))
 
 
+def shrink_pool(argv: list[str], tmp: Path) -> list[str]:
+    if argv[1:2] != ["cards"]:
+        return argv
+    # cards go to the scratch directory, not beside the shipped pool
+    return _set(_set(argv, "--per-domain", "2"), "--out", str(tmp / "cards.json"))
+
+
 SHRINK: dict[str, Callable[[list[str], Path], list[str]]] = {
     "ab": shrink_ab,
+    "pool": shrink_pool,
     "eval": shrink_eval,
     "train": shrink_train,
 }

@@ -1,5 +1,5 @@
 """``puppeteer pool``: list the shipped pools, show one pool's agents, measure the embedded models'
-single-stream speeds that a pool declares (``calibrate``)."""
+single-stream speeds that a pool declares (``calibrate``), measure the agents' cards (``cards``)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,20 @@ def configure_pool(p: argparse.ArgumentParser) -> None:
     cal.add_argument("--tokens", type=int, default=64, help="completion tokens of the decode request")
     cal.add_argument("--repeat", type=int, default=6, help="filler repeats in the prompt (~6: ~300 tokens)")
     cal.add_argument("--out", "--json", dest="out", default=None, help="also write the results as JSON")
+    cards = sub.add_parser(
+        "cards",
+        help="measure each agent's card (price, speed, accuracy per domain) and store it beside the pool",
+        description="Call every agent of the pool once on the first N items per domain of a calibration "
+        "split of the suite (never its test split), through the env, and write the cards "
+        "(<pool>.cards.json beside the pool's YAML, where the pool loader finds them; policy.cards=true "
+        "reads them). Every call is a real call on a pool of real models.",
+    )
+    cards.add_argument("--pool", required=True, help="pool name (agents/<name>.yaml) or a YAML path")
+    cards.add_argument("--suite", required=True, help="the suite whose domains the cards measure")
+    cards.add_argument("--split", default="train", help="calibration split (train | validation)")
+    cards.add_argument("--per-domain", type=int, default=20, help="calibration items per domain")
+    cards.add_argument("--seed", type=int, default=0, help="item i is reset with seed + i")
+    cards.add_argument("--out", default=None, help="write here instead of beside the pool")
 
 
 def pool_command(args: argparse.Namespace, console: Console) -> int:
@@ -39,6 +53,8 @@ def pool_command(args: argparse.Namespace, console: Console) -> int:
 
     if args.pool_cmd == "calibrate":
         return _calibrate(args, console)
+    if args.pool_cmd == "cards":
+        return _cards(args, console)
     if args.pool_cmd == "list":
         for path in sorted(data_dir("agents").glob("*.yaml")):
             pool = load_pool(path)
@@ -77,6 +93,28 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
     calibrate(models, args.threads, args.reps, args.tokens, args.repeat, out=args.out, on_model=show)
     if args.out:
         console.print(f"written: {args.out}", markup=False, highlight=False)
+    return 0
+
+
+def _cards(args: argparse.Namespace, console: Console) -> int:
+    import json
+
+    from puppeteer.cards import AgentCard, cards_path
+    from puppeteer.jobs.cards import measure_cards
+    from puppeteer.pool import load_pool
+    from puppeteer.resources import find_yaml
+
+    pool = load_pool(args.pool)
+    out = args.out or cards_path(find_yaml("agents", args.pool))
+
+    def show(card: AgentCard) -> None:
+        console.print(json.dumps(card.to_dict()), markup=False, highlight=False, soft_wrap=True)
+
+    cards = measure_cards(
+        pool, args.suite, split=args.split, per_domain=args.per_domain, seed=args.seed, on_agent=show
+    )
+    cards.save(out)
+    console.print(f"written: {out}", markup=False, highlight=False)
     return 0
 
 

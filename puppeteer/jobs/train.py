@@ -151,6 +151,8 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             signals=bool(_get(pc, "signals", False)),
             surface=bool(_get(pc, "surface", False)),
             task_dims=int(pc["task_dims"]) if _get(pc, "task_dims", None) is not None else None,
+            cards=bool(_get(pc, "cards", False)),
+            cards_linear=bool(_get(pc, "cards_linear", False)),
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

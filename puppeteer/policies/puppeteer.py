@@ -13,6 +13,19 @@ clamped into the trained range, two features, through first-layer weights of the
 logit gains a bilinear term
 (W l) . g(e_a): how far each agent's score moves with the price, read through the agent's own
 representation.
+With ``PolicyConfig.cards`` (agents it has never seen, issue 36 section 3), e_a is the agent's text
+embedding, frozen, beside its measured card (:mod:`puppeteer.cards`: price, speed, accuracy per
+domain, standardised by the training pool's statistics), and no parameter belongs to an agent id:
+the counts of who has acted move each action's logit through one shared weight, the state does not
+read the availability mask (unavailable agents are still masked out of the logits), the signals move
+the logits through the agent's representation, and the logit gains a bilinear term (V h) . c_a
+that reads the card's price per call linearly, and a term w(h) * acc_a(s): the agent's measured
+accuracy on the question's domain, the domain read by a classifier fitted on the training
+questions' domains (:meth:`PuppeteerPolicy.fit_inputs`), weighed per state. The whole card (every
+domain's accuracy) is also part of the agent's representation g(e_a). An agent's score depends only
+on its text and card, so the policy scores agents added after training
+(:meth:`PuppeteerPolicy.with_pool`). With ``PolicyConfig.cards_linear`` the agent enters only
+through the price and domain-accuracy terms (no text, no MLP over the agent).
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from puppeteer.cards import PRICE_LINEAR, card_scale
 from puppeteer.encoders import CachedEncoder, make_encoder
 from puppeteer.lam_range import N_LAM_FEATURES, LamRange
 from puppeteer.pool import Pool
@@ -69,8 +83,19 @@ class PolicyConfig:
     # directions among the training tasks (fit_inputs): a low-rank view that cannot tell apart the
     # items of one kind, a prior towards routes that generalise; None: every direction ("norm" only)
     task_dims: int | None = None
+    # read each agent's measured card (Pool.cards, puppeteer.cards) and keep no parameter per agent id:
+    # a policy that scores agents it has never seen ("norm" only)
+    cards: bool = False
+    # with cards: an agent enters the score only through its card's price per call and its accuracy on
+    # the question's domain (no text, no MLP over the agent): what transfers to a new agent by
+    # construction, and nothing that the cards do not say (docs/unseen-agents.md)
+    cards_linear: bool = False
 
     def __post_init__(self) -> None:
+        if self.cards and self.layers != "norm":
+            raise ValueError("policy.cards needs policy.layers=norm")
+        if self.cards_linear and not self.cards:
+            raise ValueError("policy.cards_linear needs policy.cards")
         if self.task_dims is not None and (self.task_dims < 1 or self.layers != "norm"):
             raise ValueError(f"policy.task_dims must be >= 1 (with layers=norm), got {self.task_dims}")
         if self.layers not in SCORER_LAYERS:
@@ -112,14 +137,29 @@ class Scorer(nn.Module):
         layers: str = "norm",
         n_lam: int = 0,
         task_dims: int | None = None,
+        cards: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        n_domains: int = 0,
+        cards_linear: bool = False,
     ) -> None:
+        """``cards``: the agents' raw card features (agents x features, the Terminator excluded) and
+        the shift and scale that standardise them (:func:`puppeteer.cards.card_scale`); its last
+        ``n_domains`` features are the accuracies per domain."""
         super().__init__()
         self.max_steps = max_steps
         self.n_signals = n_signals
         self.n_surface = n_surface
         self.n_lam = n_lam
-        self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
-        state_in = 2 * dim + (max_steps + 1) + n_actions + n_signals + n_surface
+        self.n_card = 0 if cards is None else int(cards[0].shape[1])
+        self.cards_linear = cards_linear
+        if cards is None:
+            self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
+        else:
+            raw, shift, scale = cards
+            self.register_buffer("card_shift", torch.as_tensor(shift, dtype=torch.float32).clone())
+            self.register_buffer("card_scale", torch.as_tensor(scale, dtype=torch.float32).clone())
+            self.set_agents(agent_init, raw)
+        # with cards, who has acted enters through one shared weight per action instead (count_logit)
+        state_in = 2 * dim + (max_steps + 1) + (0 if self.n_card else n_actions) + n_signals + n_surface
         if layers == "tanh":
             self.state_net = nn.Sequential(nn.Linear(state_in, hidden), nn.Tanh(), nn.Linear(hidden, hidden))
             self.head = nn.Sequential(nn.Linear(3 * hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
@@ -134,7 +174,8 @@ class Scorer(nn.Module):
             self.head = nn.Sequential(
                 nn.LayerNorm(3 * hidden), nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)
             )
-        self.agent_net = nn.Linear(dim, hidden)
+        # a card is read as its standardised features and a Terminator indicator (n_card + 1 numbers)
+        self.agent_net = nn.Linear(dim + (self.n_card + 1 if self.n_card else 0), hidden)
         # "norm" also standardises the task embedding per dimension (statistics of the training tasks,
         # set by PuppeteerPolicy.fit_inputs; identity until then): a frozen sentence encoder's vectors
         # share a large common direction, and the differences between questions that a router must
@@ -146,16 +187,39 @@ class Scorer(nn.Module):
         self.task_dims = task_dims
         if task_dims is not None:  # the projection onto the top task_dims directions (identity until fit)
             self.register_buffer("task_proj", torch.eye(dim))
-        if n_signals:
+        if n_signals and not self.n_card:
             # the signals also move each action's logit directly: through the MLP alone, two states
             # that differ only in a few signal inputs saturate its tanh units before they separate
             self.signal_logits = nn.Linear(n_signals, n_actions, bias=False)
             nn.init.zeros_(self.signal_logits.weight)
-        # who is on offer enters the state's first layer through weights of its own, zero at the start:
-        # an untrained scorer (and the random draws of every other layer) is what it was before the
-        # state read the mask, and the mask's effect is learned from nothing
-        self.mask_in = nn.Linear(n_actions, hidden, bias=False)
-        nn.init.zeros_(self.mask_in.weight)
+        if n_signals and self.n_card:  # the same, through the agent's representation: (W z) . g(e_a)
+            self.signal_agent = nn.Linear(n_signals, hidden, bias=False)
+            nn.init.zeros_(self.signal_agent.weight)
+        if self.n_card:
+            # the card's price per call (what the return charges, lambda x cents) and the Terminator
+            # indicator read linearly per state, (V h) . c_a. Not the other features: among a few
+            # training agents they measure general strength (frontier models lead every domain, are
+            # slower and cost more), and read linearly they held a specialist, strong on one domain and
+            # cheap, below a generalist on the specialist's own domain (measured: docs/unseen-agents.md)
+            self.card_linear = [PRICE_LINEAR, self.n_card]
+            self.card_logits = nn.Linear(hidden, len(self.card_linear), bias=False)
+            nn.init.zeros_(self.card_logits.weight)
+            self.count_logit = nn.Parameter(torch.zeros(1))
+            # the card's accuracy on the question's domain, weighed per state: p(domain | question) from
+            # a classifier on the standardised question (fitted by PuppeteerPolicy.fit_inputs; uniform
+            # until then), and one weight w(h) for whichever agents are on offer
+            self.n_domains = n_domains
+            self.register_buffer("domain_w", torch.zeros(dim, n_domains))
+            self.register_buffer("domain_b", torch.zeros(n_domains))
+            self.match_logit = nn.Linear(hidden, 1)
+            nn.init.zeros_(self.match_logit.weight)
+            nn.init.zeros_(self.match_logit.bias)
+        else:
+            # who is on offer enters the state's first layer through weights of its own, zero at the
+            # start: an untrained scorer (and the random draws of every other layer) is what it was
+            # before the state read the mask, and the mask's effect is learned from nothing
+            self.mask_in = nn.Linear(n_actions, hidden, bias=False)
+            nn.init.zeros_(self.mask_in.weight)
         if n_lam:
             # the price enters the state's first layer through weights of its own, at their default
             # scale: among the hundreds of (standardised) text inputs of the first layer its two
@@ -167,6 +231,44 @@ class Scorer(nn.Module):
             # over to agents the policy has not seen. Zero at the start, like the mask's weights.
             self.lam_agent = nn.Linear(n_lam, hidden, bias=False)
             nn.init.zeros_(self.lam_agent.weight)
+
+    def set_agents(self, agent_init: np.ndarray, card_raw: np.ndarray) -> None:
+        """(Cards only.) The agents this scorer scores: their text embeddings (the Terminator's last)
+        and raw card features (agents only); neither is a parameter nor saved with the weights."""
+        text = torch.as_tensor(agent_init, dtype=torch.float32).clone()
+        raw = torch.as_tensor(card_raw, dtype=torch.float32).clone()
+        if raw.ndim != 2 or raw.shape[0] != text.shape[0] - 1:
+            raise ValueError(f"{text.shape[0] - 1} agents but card features of shape {tuple(raw.shape)}")
+        if hasattr(self, "card_shift") and raw.shape[1] != self.card_shift.shape[0]:
+            n = self.card_shift.shape[0]
+            raise ValueError(f"cards of {raw.shape[1]} features; this scorer reads {n}")
+        self.register_buffer("agent_text", text, persistent=False)
+        self.register_buffer("agent_card", raw, persistent=False)
+
+    def card_inputs(self) -> torch.Tensor:
+        """(Cards only.) Per action: the standardised card and a Terminator indicator, (A + 1, n + 1)."""
+        std = (self.agent_card - self.card_shift) * self.card_scale
+        cards = torch.cat([std, torch.zeros(1, std.shape[1])], dim=0)
+        terminator = torch.zeros(cards.shape[0], 1)
+        terminator[-1] = 1.0
+        return torch.cat([cards, terminator], dim=-1)
+
+    def standardized(self, task: torch.Tensor) -> torch.Tensor:
+        return (task - self.task_shift) * self.task_scale if self.standardize else task
+
+    def domain_accuracy(self, task: torch.Tensor) -> torch.Tensor:
+        """(Cards only.) Each action's standardised card accuracy on the question's domain, (batch, A + 1)
+        (the Terminator's: 0), under the domain classifier's probabilities."""
+        p = torch.softmax(self.standardized(task) @ self.domain_w + self.domain_b, dim=-1)
+        acc = self.card_inputs()[:, self.n_card - self.n_domains : self.n_card]  # (A + 1, D)
+        return p @ acc.T
+
+    def agents(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """g(e_a) for every action (A + 1, hidden), and the card inputs (None without cards)."""
+        if not self.n_card:
+            return self.agent_net(self.agent_emb), None
+        card = self.card_inputs()
+        return self.agent_net(torch.cat([self.agent_text, card], dim=-1)), card
 
     def forward(
         self,
@@ -181,11 +283,13 @@ class Scorer(nn.Module):
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
-        if self.standardize:
-            task = (task - self.task_shift) * self.task_scale
+        matched = self.domain_accuracy(task) if self.n_card and self.n_domains else None
+        task = self.standardized(task)
         if self.task_dims is not None:
             task = task @ self.task_proj
-        parts = [task, state, onehot, counts.float() / self.max_steps]
+        parts = [task, state, onehot]
+        if not self.n_card:
+            parts.append(counts.float() / self.max_steps)
         if self.n_signals:
             if signals is None:
                 raise ValueError(f"this scorer reads {self.n_signals} answer signals; none given")
@@ -196,19 +300,34 @@ class Scorer(nn.Module):
                 raise ValueError(f"this scorer reads {self.n_surface} surface features; none given")
             parts.append(surface.float())
         first, act, second = self.state_net
-        pre = first(torch.cat(parts, dim=-1)) + self.mask_in(mask.float())
+        pre = first(torch.cat(parts, dim=-1))
+        if not self.n_card:
+            pre = pre + self.mask_in(mask.float())
         if self.n_lam:
             if lam is None:
                 raise ValueError(f"this scorer reads {self.n_lam} lambda features; none given")
             lam = lam.float()
             pre = pre + self.lam_in(lam)
         h = second(act(pre))
-        g = self.agent_net(self.agent_emb)  # (A, hidden)
+        if self.cards_linear:  # the agent only through its card's price and domain accuracy
+            card = self.card_inputs()
+            logits = self.card_logits(h) @ card[:, self.card_linear].T
+            logits = logits + self.count_logit * counts.float() / self.max_steps
+            if matched is not None:
+                logits = logits + self.match_logit(h) * matched
+            return logits.masked_fill(~mask.bool(), float("-inf"))
+        g, card = self.agents()  # (A + 1, hidden)
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
         logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
         if signals is not None and self.n_signals:
-            logits = logits + self.signal_logits(signals)
+            extra = self.signal_agent(signals) @ g.T if self.n_card else self.signal_logits(signals)
+            logits = logits + extra
+        if card is not None:
+            acted = self.count_logit * counts.float() / self.max_steps
+            logits = logits + self.card_logits(h) @ card[:, self.card_linear].T + acted
+        if matched is not None:
+            logits = logits + self.match_logit(h) * matched
         if lam is not None and self.n_lam:
             logits = logits + self.lam_agent(lam) @ g.T
         return logits.masked_fill(~mask.bool(), float("-inf"))
@@ -229,33 +348,87 @@ class PuppeteerPolicy:
         self.pool = pool
         self.config = config
         self.encoder = encoder or make_encoder(config.encoder, **dict(config.encoder_options))
-        texts = [agent_text(pool, i) for i in range(len(pool))] + [TERMINATOR_TEXT]
+        cards = None
+        if config.cards:
+            raw = pool_cards(pool)
+            cards = (raw, *card_scale(raw))  # standardised by this (the training) pool's statistics
         torch.manual_seed(seed)
         self.scorer = Scorer(
             self.encoder.dim,
             pool.n_actions,
             config.max_steps,
             config.hidden,
-            self.encoder.encode(texts),
+            self._agent_texts(pool),
             n_signals=N_SIGNALS if config.signals else 0,
             n_surface=N_SURFACE if config.surface else 0,
             layers=config.layers,
             n_lam=N_LAM_FEATURES if config.lam_range is not None else 0,
             task_dims=config.task_dims,
+            cards=cards,
+            n_domains=len(card_domains(pool)) if config.cards else 0,
+            cards_linear=config.cards_linear,
         )
         self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
+
+    def _agent_texts(self, pool: Pool) -> np.ndarray:
+        texts = [agent_text(pool, i) for i in range(len(pool))] + [TERMINATOR_TEXT]
+        return self.encoder.encode(texts)
+
+    def with_pool(self, pool: Pool) -> PuppeteerPolicy:
+        """(``cards`` only.) A twin with the same weights that scores the agents of ``pool``, agents it
+        has never seen included, by their text and card (standardised as in training)."""
+        if not self.config.cards:
+            raise ValueError("only a policy with policy.cards scores another pool's agents")
+        domains = card_domains(self.pool)
+        if card_domains(pool) != domains:
+            raise ValueError(
+                f"pool {pool.name!r}'s cards cover domains {card_domains(pool)}; this policy reads {domains}"
+            )
+        twin = copy.deepcopy(self)
+        twin.pool = pool
+        twin.scorer.set_agents(self._agent_texts(pool), pool_cards(pool))
+        return twin
 
     @property
     def lam_range(self) -> LamRange | None:
         """The range of lambdas this policy was trained over (None: one fixed lambda)."""
         return LamRange.of(self.config.lam_range)
 
-    def fit_inputs(self, texts: Sequence[str]) -> None:
+    def fit_inputs(self, texts: Sequence[str], domains: Sequence[str] | None = None) -> None:
         """Standardise the task embedding per dimension by these (training) tasks' statistics and,
-        with ``task_dims``, project it onto their ``task_dims`` principal directions."""
+        with ``task_dims``, project it onto their ``task_dims`` principal directions; with ``cards``
+        and the tasks' ``domains``, fit the classifier that says which card accuracy a question needs."""
         if not self.scorer.standardize or not texts:
             return
         emb = torch.as_tensor(self.encoder.encode(list(dict.fromkeys(texts))), dtype=torch.float32)
+        self._fit_stats(emb)
+        if self.config.cards and domains is not None:
+            self._fit_domains(texts, domains)
+
+    def _fit_domains(self, texts: Sequence[str], domains: Sequence[str]) -> None:
+        """Ridge multinomial logistic regression of the card's domain on the standardised question."""
+        known = card_domains(self.pool)
+        pairs = dict((t, known.index(d)) for t, d in zip(texts, domains, strict=True) if d in known)
+        if len({*pairs.values()}) < 2:
+            return  # one domain (or none the cards know): the classifier stays uniform
+        x = self.scorer.standardized(torch.as_tensor(self.encoder.encode(list(pairs)), dtype=torch.float32))
+        y = torch.as_tensor(list(pairs.values()))
+        w = torch.zeros(x.shape[1], len(known), requires_grad=True)
+        b = torch.zeros(len(known), requires_grad=True)
+        opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=200, line_search_fn="strong_wolfe")
+
+        def loss() -> torch.Tensor:
+            opt.zero_grad()
+            value = nn.functional.cross_entropy(x @ w + b, y) + 1e-3 * (w * w).sum()
+            value.backward()
+            return value
+
+        opt.step(loss)
+        with torch.no_grad():
+            self.scorer.domain_w.copy_(w.detach())
+            self.scorer.domain_b.copy_(b.detach())
+
+    def _fit_stats(self, emb: torch.Tensor) -> None:
         with torch.no_grad():
             self.scorer.task_shift.copy_(emb.mean(dim=0))
             std = emb.std(dim=0) if len(emb) > 1 else torch.ones(emb.shape[1])
@@ -373,23 +546,55 @@ class PuppeteerPolicy:
         for key in ("lam_range", "task_dims"):  # unset: the file is what it was before the setting
             if config[key] is None:
                 del config[key]
-        meta = {
+        for key in ("cards", "cards_linear"):
+            if not config[key]:
+                del config[key]
+        meta: dict[str, Any] = {
             "config": config,
             "pool": self.pool.name,
             "agents": [a.name for a in self.pool.agents],
         }
+        if self.config.cards:
+            meta["card_domains"] = list(card_domains(self.pool))
         (d / "policy.json").write_text(json.dumps(meta, indent=2))
         return d
 
     @classmethod
     def load(cls, directory: str | Path, pool: Pool, encoder: CachedEncoder | None = None) -> PuppeteerPolicy:
+        """A saved policy for ``pool``: the pool it was trained on or, with ``cards``, any pool whose
+        cards cover the same domains (agents it has never seen are scored by their text and card)."""
         d = Path(directory)
         meta = json.loads((d / "policy.json").read_text())
-        if meta["agents"] != [a.name for a in pool.agents]:
-            raise ValueError(f"policy was trained on agents {meta['agents']}, pool {pool.name!r} differs")
         raw = meta["config"]
+        names = [a.name for a in pool.agents]
+        if meta["agents"] != names:
+            if not raw.get("cards"):
+                raise ValueError(f"policy was trained on agents {meta['agents']}, pool {pool.name!r} differs")
+            if list(card_domains(pool)) != meta["card_domains"]:
+                raise ValueError(
+                    f"policy reads cards of domains {meta['card_domains']}; pool {pool.name!r}'s cards "
+                    f"cover {list(card_domains(pool))}"
+                )
+            new = [n for n in names if n not in meta["agents"]]
+            if new:
+                log.info("policy %s scores agents it was not trained with by their cards: %s", d, new)
         raw["encoder_options"] = tuple(tuple(x) for x in raw.get("encoder_options", ()))
         raw.setdefault("layers", "tanh")  # saved before the scorer's layers were a choice
         policy = cls(pool, PolicyConfig(**raw), encoder=encoder)
+        # with cards, the saved card_shift/card_scale (the training pool's) replace this pool's
         policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
         return policy
+
+
+def pool_cards(pool: Pool) -> np.ndarray:
+    """The raw card features of ``pool``'s agents (:meth:`puppeteer.cards.PoolCards.features`)."""
+    if pool.cards is None:
+        raise ValueError(
+            f"pool {pool.name!r} has no agent cards (policy.cards reads them); measure them: "
+            f"puppeteer pool cards --pool {pool.name.split('[')[0]} --suite SUITE"
+        )
+    return pool.cards.features([a.name for a in pool.agents])
+
+
+def card_domains(pool: Pool) -> tuple[str, ...]:
+    return pool.cards.domains if pool.cards is not None else ()

@@ -73,6 +73,8 @@ class PolicyNode:
     signals: bool = False  # read obs["signals"] (answered / whole number / agreement): learns cascades
     surface: bool = False  # read the question's length and number count (puppeteer.surface)
     task_dims: int | None = None  # read the question on its k principal directions among training tasks
+    cards: bool = False  # read each agent's measured card (agents/<pool>.cards.json): scores unseen agents
+    cards_linear: bool = False  # with cards: the agent only through its card's price and domain accuracy
 
 
 @dataclass

@@ -259,6 +259,9 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
+        (pol, "task_dims", None),
+        (pol, "cards", False),
+        (pol, "cards_linear", False),
     ):
         if settings.get(key) == old:
             settings.pop(key)
@@ -525,7 +528,7 @@ def train(
             logger.rewind(state.episodes)  # metrics logged after the checkpoint are logged again
         log.info("resumed from update %d (%d episodes)", state.update, state.episodes)
     else:  # a fresh start: lines left by a run killed before its first checkpoint are not kept
-        policy.fit_inputs([t.question for t in env.tasks])
+        policy.fit_inputs([t.question for t in env.tasks], [t.domain for t in env.tasks])
         if traj_path.exists():
             traj_path.write_bytes(b"")
         if isinstance(logger, Rewindable):

@@ -1,0 +1,98 @@
+"""Measure a pool's agent cards (:mod:`puppeteer.cards`), the job behind ``puppeteer pool cards``.
+
+Each agent is called once on each item of a small calibration split, through the env as an
+evaluation runs it (one call, then the Terminator; cost model ``usd``): the first ``per_domain``
+items of each domain of the suite's ``split`` (``train`` by default; the ``test`` split is refused,
+so that no card has seen the items a policy is judged on). The card records the mean price per
+call in US cents, the completion tokens per second of the calls (single stream: the backend's own
+latency of each call, summed) and the share of items answered right per domain.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from types import MappingProxyType
+
+from puppeteer.cards import AgentCard, PoolCards
+from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.errors import UserError
+from puppeteer.pool import Pool
+from puppeteer.rollout import run_actions
+from puppeteer.tasks.suites import load_suite
+from puppeteer.types import Task
+
+log = logging.getLogger(__name__)
+
+FORBIDDEN_SPLITS = ("test", "all")  # the items policies are judged on (or a split holding them)
+
+
+def calibration_tasks(suite: str, split: str = "train", per_domain: int = 20) -> tuple[Task, ...]:
+    """The first ``per_domain`` items of each domain of ``suite``'s ``split``, in the split's order."""
+    if split in FORBIDDEN_SPLITS:
+        raise UserError(f"cards are measured on a calibration split, never on {split!r} (the held-out items)")
+    if per_domain < 1:
+        raise UserError(f"per_domain must be >= 1, got {per_domain}")
+    taken: Counter[str] = Counter()
+    chosen = []
+    for task in load_suite(suite, split):
+        if taken[task.domain] < per_domain:
+            taken[task.domain] += 1
+            chosen.append(task)
+    if not chosen:
+        raise UserError(f"suite {suite!r} has no items in split {split!r}")
+    return tuple(chosen)
+
+
+def measure_cards(
+    pool: Pool,
+    suite: str,
+    *,
+    split: str = "train",
+    per_domain: int = 20,
+    seed: int = 0,
+    on_agent: Callable[[AgentCard], None] | None = None,
+) -> PoolCards:
+    """Every agent of ``pool`` on the calibration split (item ``i`` reset with ``seed + i``)."""
+    tasks = calibration_tasks(suite, split, per_domain)
+    settings = EnvConfig(mode="step", lam=0.0, max_steps=1, min_steps=1, cost_model="usd")
+    env = build_env(settings, pool=pool, tasks=tasks)
+    domains = tuple(sorted({t.domain for t in tasks}))
+    stop = pool.terminator_id
+    cards = []
+    for a, agent in enumerate(pool.agents):
+        right: defaultdict[str, int] = defaultdict(int)
+        seen: Counter[str] = Counter()
+        cents, tokens, seconds = 0.0, 0, 0.0
+        for i, task in enumerate(tasks):
+            end = run_actions(env, [a, stop], seed=seed + i, options={"task_index": i})
+            seen[task.domain] += 1
+            right[task.domain] += int(end.correct)
+            cents += 100.0 * end.usd
+            for step in end.trajectory.steps:
+                tokens += step.completion.completion_tokens
+                seconds += step.completion.latency_s
+        card = AgentCard(
+            name=agent.name,
+            cents_per_call=cents / len(tasks),
+            tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
+            accuracy=MappingProxyType({d: right[d] / seen[d] for d in domains}),
+            items=MappingProxyType({d: seen[d] for d in domains}),
+        )
+        log.info("card %s: %s", agent.name, card.to_dict())
+        if on_agent is not None:
+            on_agent(card)
+        cards.append(card)
+    env.close()
+    return PoolCards(
+        pool=pool.name,
+        suite=suite,
+        split=split,
+        per_domain=per_domain,
+        domains=domains,
+        cards=tuple(cards),
+    )
+
+
+__all__ = ["calibration_tasks", "measure_cards"]
