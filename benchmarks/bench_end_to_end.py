@@ -28,8 +28,28 @@ from pathlib import Path
 from puppeteer.analytics.sidebyside import ARMS, Workload, done_keys, read_rows, table
 
 
-def _quickstart(run: Path, cache: Path) -> list[str]:
-    return ["puppeteer", "quickstart", "--out", str(run / "qs"), "--cache", str(cache)]
+def _quickstart(n_train: int, n_eval: int, episodes: int) -> Callable[[Path, Path], list[str]]:
+    # --replay off: the quickstart's pool ships every response it needs (agents/local-mix.replay/),
+    # so without it the run would time the replay, not the models
+    def command(run: Path, cache: Path) -> list[str]:
+        return [
+            "puppeteer",
+            "quickstart",
+            "--replay",
+            "off",
+            "--n-train",
+            str(n_train),
+            "--n-eval",
+            str(n_eval),
+            "--episodes",
+            str(episodes),
+            "--out",
+            str(run / "qs"),
+            "--cache",
+            str(cache),
+        ]
+
+    return command
 
 
 def _baselines(specs: tuple[str, ...], n: int) -> Callable[[Path, Path], list[str]]:
@@ -71,13 +91,15 @@ SINGLES = (
 )
 
 
-def workloads(n_baselines: int) -> dict[str, Workload]:
+def workloads(
+    n_baselines: int, qs_train: int = 16, qs_eval: int = 16, qs_episodes: int = 512
+) -> dict[str, Workload]:
     return {
         "quickstart": Workload(
             "quickstart",
-            "`puppeteer quickstart` (train 128 episodes on 12 items, evaluate 6 policies on 12 held-out "
-            "items)",
-            _quickstart,
+            f"`puppeteer quickstart --replay off` (pool local-mix, 8 agents on 2 models: train {qs_episodes} "
+            f"episodes on {qs_train} items, evaluate 6 policies on {qs_eval} held-out items)",
+            _quickstart(qs_train, qs_eval, qs_episodes),
         ),
         "baselines": Workload(
             "baselines",
@@ -125,9 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/e2e")
     p.add_argument("--workloads", nargs="+", default=["quickstart", "baselines"])
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--n-baselines", type=int, default=8, help="GSM8K items of the baselines workload")
+    p.add_argument("--n-baselines", type=int, default=16, help="GSM8K items of the baselines workload")
+    p.add_argument("--qs-train", type=int, default=16, help="training items of the quickstart workload")
+    p.add_argument("--qs-eval", type=int, default=16, help="held-out items of the quickstart workload")
+    p.add_argument("--qs-episodes", type=int, default=512, help="REINFORCE episodes, quickstart workload")
     args = p.parse_args(argv)
-    ws = workloads(args.n_baselines)
+    ws = workloads(args.n_baselines, args.qs_train, args.qs_eval, args.qs_episodes)
     unknown = sorted(set(args.workloads) - set(ws))
     if unknown:
         p.error(f"unknown workload(s) {unknown}; choose from {sorted(ws)}")

@@ -78,7 +78,9 @@ def _trained_router(
     env: Any, args: argparse.Namespace, seed: int, encoder: Any, trainer: ReinforceConfig, run: Path
 ) -> tuple[PuppeteerPolicy, Any]:
     """A one-call router trained on ``env``, switched to greedy choices; and the training state."""
-    config = PolicyConfig(encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface)
+    config = PolicyConfig(
+        encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface, task_dims=args.task_dims
+    )
     policy = PuppeteerPolicy(env.pool, config, encoder=encoder, seed=seed)
     state = train(env, policy, trainer, run / "train")
     policy.config = replace(config, greedy=True)
@@ -291,6 +293,12 @@ def main() -> None:
     p.add_argument("--first-step", default="all", help="sample | all (trainer.first_step)")
     p.add_argument("--encoder", default="minilm")
     p.add_argument("--surface", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--task-dims",
+        type=int,
+        default=None,
+        help="policy.task_dims: the question vector projected onto the training questions' top k directions",
+    )
     p.add_argument("--subsets", type=int, default=0, help="seeds of the held-out subset study (0: none)")
     p.add_argument("--k", type=int, default=3, help="agents per subset in the subset study")
     p.add_argument("--holdout", type=int, default=10, help="subsets held out of training")
@@ -298,6 +306,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
+    (out / "settings.json").write_text(json.dumps(vars(args), indent=1))  # what produced the runs
     lams = [float(x) for x in args.lam.split(",")]
     encoder = make_encoder(args.encoder)
     for lam in lams:

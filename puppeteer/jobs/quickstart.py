@@ -85,9 +85,11 @@ class QuickstartConfig:
     # llama.cpp decodes the pending calls of a model together (issue 13); False: one call at a time,
     # the path before batching, kept for side-by-side benchmarks (benchmarks/bench_end_to_end.py)
     batching: bool = True
-    # episodes stepped together: a whole training batch, so its distinct calls are pending at once
-    # and batch per model (with 4, one group's episodes ran alone and mostly shared one call)
-    parallel_envs: int = 16
+    # episodes stepped together: a whole training batch (batch_episodes), so all of an update's distinct
+    # calls are pending at once and batch per model. With 16, a batch of 64 ran as 4 chunks of 16
+    # calls over two models, and training gained only 1.12x from batching (docs/benchmarks.md).
+    # Results do not depend on it (each episode has its own seed; same curves with 16 and 64).
+    parallel_envs: int = 64
 
 
 def replay_note(pool: Pool) -> str | None:
