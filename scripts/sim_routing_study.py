@@ -30,6 +30,7 @@ from puppeteer.availability import holdout_subsets
 from puppeteer.encoders import make_encoder
 from puppeteer.envbuild import EnvConfig, build_env
 from puppeteer.jobs.builder import env_copies
+from puppeteer.jobs.study import episodes_to_reach, episodes_to_stay
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import load_pool
 from puppeteer.rollout import run_lockstep, summarize
@@ -75,14 +76,20 @@ def references(out: Path, lam: float, n_eval: int, pool_name: str, suite: str) -
 
 
 def _trained_router(
-    env: Any, args: argparse.Namespace, seed: int, encoder: Any, trainer: ReinforceConfig, run: Path
+    env: Any,
+    args: argparse.Namespace,
+    seed: int,
+    encoder: Any,
+    trainer: ReinforceConfig,
+    run: Path,
+    eval_env: Any = None,
 ) -> tuple[PuppeteerPolicy, Any]:
     """A one-call router trained on ``env``, switched to greedy choices; and the training state."""
     config = PolicyConfig(
         encoder=args.encoder, max_steps=1, min_steps=1, surface=args.surface, task_dims=args.task_dims
     )
     policy = PuppeteerPolicy(env.pool, config, encoder=encoder, seed=seed)
-    state = train(env, policy, trainer, run / "train")
+    state = train(env, policy, trainer, run / "train", eval_env=eval_env)
     policy.config = replace(config, greedy=True)
     return policy, state
 
@@ -191,6 +198,70 @@ def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, enco
     return result
 
 
+def baseline_run(
+    out: Path, lam: float, baseline: str, seed: int, args: argparse.Namespace, encoder: Any
+) -> dict[str, Any]:
+    """One router trained with ``trainer.baseline=baseline`` and sampled first steps (with
+    ``first_step=all`` and one call the first decision's gradient is exact and no baseline matters),
+    its greedy held-out return measured every ``--eval-every`` updates on the optimum's draws."""
+    run = out / "runs" / f"baseline-{baseline}-lam{lam:g}-s{seed}"
+    path = run / "result.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    start = time.perf_counter()
+    pool = load_pool(args.pool)
+    env = build_env(_settings(lam), pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
+    test = build_env(_settings(lam), pool=pool, suite=args.suite, split="test", n_tasks=args.n_eval)
+    trainer = replace(
+        _trainer(args, seed), first_step="sample", baseline=baseline, eval_every=args.eval_every
+    )
+    _, state = _trained_router(env, args, seed, encoder, trainer, run, eval_env=test)
+    curve = [(h["episodes"], h["eval/return"]) for h in state.history if "eval/return" in h]
+    result = {
+        "lam": lam,
+        "baseline": baseline,
+        "seed": seed,
+        "curve": curve,
+        "wall_s": time.perf_counter() - start,
+    }
+    path.write_text(json.dumps(result))
+    log.info("baseline %s lam %g seed %d: final held-out return %.3f", baseline, lam, seed, curve[-1][1])
+    return result
+
+
+def baseline_report(out: Path, lam: float) -> str:
+    runs = [
+        json.loads(p.read_text())
+        for p in sorted((out / "runs").glob(f"baseline-*-lam{lam:g}-s*/result.json"))
+    ]
+    if not runs:
+        return ""
+    optimum = json.loads((out / f"optimum-lam{lam:g}.json").read_text())["optimum"]["ret"]
+    lines = [
+        "",
+        f"## Baseline against none (lambda {lam:g}, sampled first step, greedy held-out return)",
+        "",
+        "Episodes until the held-out return stays at or above a share of the optimum's return "
+        f"({optimum:.3f}) for the rest of training (never: '-'); first reached in brackets.",
+        "",
+        "| baseline | seed | 90% | 95% | 97% | final return (% of optimum) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in runs:
+        cells = []
+        for share in (0.9, 0.95, 0.97):
+            stay = episodes_to_stay(r["curve"], share * optimum)
+            reach = episodes_to_reach(r["curve"], share * optimum)
+            cells.append(
+                f"{'-' if stay is None else f'{stay:,.0f}'} ({'-' if reach is None else f'{reach:,.0f}'})"
+            )
+        final = r["curve"][-1][1]
+        lines.append(
+            f"| {r['baseline']} | {r['seed']} | {' | '.join(cells)} | {final:.3f} ({final / optimum:.1%}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def subsets_report(out: Path) -> str:
     runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("subsets-lam*-s*/result.json"))]
     if not runs:
@@ -276,6 +347,59 @@ def report(out: Path, lams: list[float], seeds: int, n_eval: int, pool: str, sui
     return "\n".join(lines) + "\n"
 
 
+def front_plot(out: Path, lams: list[float]) -> Path | None:
+    """Accuracy against cost (cents per item) per lambda: each seed's router, their mean, the
+    optimum's own curve and every single agent; ``front.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from puppeteer.analytics.plots import save
+
+    rows = []
+    for lam in sorted(lams):
+        runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob(f"lam{lam:g}-s*/result.json"))]
+        ref = json.loads((out / f"optimum-lam{lam:g}.json").read_text())
+        if runs:
+            rows.append((lam, runs, ref))
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for s in rows[0][2]["singles"]:
+        ax.scatter(s["cost"], s["accuracy"], marker="s", color="0.6", s=18)
+        ax.annotate(
+            s["name"],
+            (s["cost"], s["accuracy"]),
+            fontsize=7,
+            color="0.4",
+            xytext=(3, -8),
+            textcoords="offset points",
+        )
+    opt = [(r["optimum"]["cost"], r["optimum"]["accuracy"]) for _, _, r in rows]
+    ax.plot(*zip(*opt, strict=True), "k--", marker="o", label="optimum given what the question shows")
+    for (lam, _, _), xy in zip(rows, opt, strict=True):
+        ax.annotate(f"λ={lam:g}", xy, fontsize=7, xytext=(-8, 6), textcoords="offset points")
+    mean = [
+        (np.mean([r["usd"] * 100 for r in runs]), np.mean([r["accuracy"] for r in runs]))
+        for _, runs, _ in rows
+    ]
+    ax.plot(*zip(*mean, strict=True), "-", marker="D", color="C0", label="learned router, mean of seeds")
+    for (lam, runs, _), (x, y) in zip(rows, mean, strict=True):
+        ax.scatter(
+            [r["usd"] * 100 for r in runs], [r["accuracy"] for r in runs], color="C0", alpha=0.35, s=14
+        )
+        ax.annotate(f"λ={lam:g}", (x, y), fontsize=8, xytext=(4, 4), textcoords="offset points", color="C0")
+    ax.set_xscale("log")
+    ax.set_xlabel("cost per item (US cents, log)")
+    ax.set_ylabel("held-out accuracy")
+    ax.set_title(
+        f"{len(rows[0][1])} seeds per lambda, {len(rows[0][1][0]['correct'])} held-out items [backend: sim]"
+    )
+    ax.legend(fontsize=8, loc="lower right")
+    return save(fig, out / "front.png")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="docs/sim-routing/study")
@@ -302,6 +426,12 @@ def main() -> None:
     p.add_argument("--subsets", type=int, default=0, help="seeds of the held-out subset study (0: none)")
     p.add_argument("--k", type=int, default=3, help="agents per subset in the subset study")
     p.add_argument("--holdout", type=int, default=10, help="subsets held out of training")
+    p.add_argument(
+        "--baselines", type=int, default=0, help="seeds of the baseline-against-none ablation (0: none)"
+    )
+    p.add_argument(
+        "--eval-every", type=int, default=2, help="updates between held-out evaluations (ablation)"
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = Path(args.out)
@@ -315,8 +445,16 @@ def main() -> None:
             run_one(out, lam, seed, args, encoder)
     for seed in range(args.subsets):  # at the first lambda
         subsets_run(out, lams[0], seed, args, encoder)
-    text = report(out, lams, args.seeds, args.n_eval, args.pool, args.suite) + subsets_report(out)
+    for seed in range(args.baselines):  # at the first lambda
+        for baseline in ("group", "none"):
+            baseline_run(out, lams[0], baseline, seed, args, encoder)
+    text = (
+        report(out, lams, args.seeds, args.n_eval, args.pool, args.suite)
+        + subsets_report(out)
+        + baseline_report(out, lams[0])
+    )
     (out / "report.md").write_text(text)
+    front_plot(out, lams)
     print(text)
 
 

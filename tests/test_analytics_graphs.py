@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from analytics_fixtures import trajectory, write_eval_run, write_train_run
 
@@ -95,6 +96,9 @@ def test_html_report_is_self_contained(step_run: Path, tmp_path: Path) -> None:
         assert f'id="{table_id}"' in html
     assert all(p.stat().st_size > 2000 for p in report.images)
     assert len(report.metrics) == 2
+    evo = pd.read_csv(tmp_path / "report" / "evolution.csv")  # the numbers behind evolution.png
+    assert evo["episodes"].sum() == 8  # every training episode, once, in order of its stretch
+    assert evo["checkpoint"].is_monotonic_increasing
 
 
 def _chromium_run(browser: str, *args: str) -> subprocess.CompletedProcess[str]:

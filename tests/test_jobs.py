@@ -97,3 +97,14 @@ def test_sizes_beyond_what_the_pool_or_the_scorer_holds_are_refused_before_any_w
     register_configs()
     with pytest.raises(ValueError, match=message):
         check_values(["pool=sim-paper", f"{key}={value}"])
+
+
+def test_episodes_to_stay_counts_from_the_last_rise_above_the_target() -> None:
+    from puppeteer.jobs.study import episodes_to_reach, episodes_to_stay
+
+    curve = [(100, 0.5), (200, 0.95), (300, 0.8), (400, 0.91), (500, 0.99)]
+    assert episodes_to_reach(curve, 0.9) == 200  # touched once, then fell back
+    assert episodes_to_stay(curve, 0.9) == 400
+    assert episodes_to_stay(curve, 0.95) == 500
+    assert episodes_to_stay([*curve, (600, 0.7)], 0.9) is None  # ends below
+    assert episodes_to_stay([], 0.9) is None

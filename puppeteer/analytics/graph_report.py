@@ -215,6 +215,7 @@ def build_report(
         evo_parts.append(evo)
     if evo_parts:
         evo_df = pd.concat(evo_parts, ignore_index=True)
+        evo_df.to_csv(out / "evolution.csv", index=False)  # the numbers behind evolution.png
         p = plot_evolution(
             evo_df, out / "evolution.png", f"graph metrics across training [backend: {backends}]"
         )

@@ -223,7 +223,9 @@ def _front_command(args: argparse.Namespace, console: Console) -> int:
 # ----------------------------------------------------------------------------- graph
 def configure_graph(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", help="run directories (eval or training) or folders of runs")
-    p.add_argument("--out", default="runs/graph", help="output directory (report.html, PNGs, metrics.csv)")
+    p.add_argument(
+        "--out", default="runs/graph", help="output directory (report.html, PNGs, metrics.csv, evolution.csv)"
+    )
     p.add_argument("--checkpoints", type=int, default=6, help="stretches of training updates to compare")
 
 

@@ -91,6 +91,19 @@ def episodes_to_reach(curve: Sequence[tuple[float, float]], target: float) -> fl
     return None
 
 
+def episodes_to_stay(curve: Sequence[tuple[float, float]], target: float) -> float | None:
+    """The episodes after which every later point of ``curve`` is at least ``target`` (the first point
+    of the last run above it); None when the curve ends below. Unlike :func:`episodes_to_reach`, a
+    policy that touches the target once and falls back does not count."""
+    since = None
+    for episodes, value in curve:
+        if value < target:
+            since = None
+        elif since is None:
+            since = episodes
+    return since
+
+
 def run_study(
     cfg: StudyConfig, out: str | Path, docs: str | Path, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
