@@ -287,6 +287,41 @@ def test_items_are_hard_for_everyone(pool: Pool, models: dict[str, ModelSpec]) -
     assert abs(_phi(matrix0["qwen3-32b"], matrix0["gemma-3-27b"])) < 0.05
 
 
+def test_repeat_corr_makes_an_agent_asked_again_agree_with_itself(
+    pool: Pool, models: dict[str, ModelSpec]
+) -> None:
+    items = letter_items("r", "mmlu", 2000)
+    keys = list(items)
+    model = models["qwen3-32b"]
+
+    def first_and_repeat(**overrides: object) -> tuple[list[bool], list[bool]]:
+        backend = make_backend(pool, **overrides)
+        backend.add_items(items)
+        first = [o.correct for o in outcomes(backend, model, keys, step=0)]
+        again = [o.correct for o in outcomes(backend, model, keys, step=1)]  # same episode, a later step
+        return first, again
+
+    first0, again0 = first_and_repeat()
+    first1, again1 = first_and_repeat(repeat_corr=1.0)
+    firsth, againh = first_and_repeat(repeat_corr=0.5)
+    assert first1 == again1  # a repeat is as right or wrong as the first call
+    phi0, phih = _phi(first0, again0), _phi(firsth, againh)
+    assert phi0 < 0.35 < phih < 0.95  # only the item latent shared by default; more with repeat_corr
+    for xs in (first0, first1, firsth, again1, againh):  # every call keeps the table's accuracy
+        assert accuracy_of(xs) == pytest.approx(0.835, abs=0.03)
+    # another sample of the item (another episode) draws afresh
+    backend = make_backend(pool, repeat_corr=1.0)
+    backend.add_items(items)
+    other = [o.correct for o in outcomes(backend, model, keys, sample=1)]
+    assert other != first1
+    with pytest.raises(ValueError, match="repeat_corr"):
+        make_backend(pool, repeat_corr=1.5)
+
+
+def accuracy_of(xs: Sequence[bool]) -> float:
+    return sum(xs) / len(xs)
+
+
 def test_wrong_workers_agree_on_wrong_answers(pool: Pool, models: dict[str, ModelSpec]) -> None:
     backend = make_backend(pool)
     numbers = numeric_items("w", "math500")

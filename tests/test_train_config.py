@@ -223,6 +223,10 @@ def test_train_into_a_file_is_one_line_not_a_traceback(
         "policy.encoder=nope",
         "cost_model=nope",
         "k_available=0",
+        "pool.options={sim:{repeat_corr:3}}",
+        "pool.options={sim:{nope:1}}",
+        "pool.options={llamacpp:{n_threads:1}}",
+        "pool.options=3",
     ],
 )
 def test_a_bad_value_fails_before_anything_is_written(
@@ -235,3 +239,23 @@ def test_a_bad_value_fails_before_anything_is_written(
     out = capsys.readouterr().out
     assert out.startswith("error:") and len(out.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_pool_options_reach_the_backend_and_the_resume_fingerprint(composer) -> None:
+    """``pool.options`` merges over the pool file's backend options; a run resumed with other options
+    is refused (they change the draws)."""
+    from puppeteer.jobs.train import job_of
+    from puppeteer.train.reinforce import run_fingerprint
+
+    def job(*overrides: str):
+        base = ("pool=sim-routing", "suite=mix-routing", "policy.encoder=hashing")
+        return job_of(OmegaConf.to_container(composer(*base, *overrides), resolve=True))
+
+    plain, rep = job(), job("pool.options={sim:{repeat_corr:1.0}}")
+    plain_env, rep_env = plain.env("train"), rep.env("train")
+    assert plain_env.backend_spec.options == {}
+    assert dict(rep_env.backend_spec.options["sim"]) == {"repeat_corr": 1.0}
+    fp_plain = run_fingerprint(plain_env, plain.policy(), plain.trainer)
+    fp_rep = run_fingerprint(rep_env, rep.policy(), rep.trainer)
+    assert "backend" not in fp_plain  # a plain run's fingerprint as before
+    assert "repeat_corr" in fp_rep["backend"] and fp_rep["policy"] == fp_plain["policy"]

@@ -111,10 +111,18 @@ class SimParams:
     tokens_sigma: float = 0.35
     distractor_weights: tuple[float, ...] = (0.7, 0.2, 0.1)
     difficulty: DifficultyModel | None = None  # the part of the item latent that the question shows
+    # the share of a call's own noise that the same model with the same pattern draws again when it is
+    # called on the item again in one episode: 0 (the default) makes every call independent given the
+    # item, so repeating one cheap agent and voting gains as much as asking different ones; 1 makes a
+    # repeat as right or wrong as the first call, as a temperature-0 model asked again mostly is
+    # (docs/sim-routing.md, "Emergent graphs"). The marginal accuracy of every call is unchanged.
+    repeat_corr: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rho < 1.0:
             raise ValueError(f"rho must be in [0, 1), got {self.rho}")
+        if not 0.0 <= self.repeat_corr <= 1.0:
+            raise ValueError(f"repeat_corr must be in [0, 1], got {self.repeat_corr}")
         if not 0.0 <= self.keep_slip <= 1.0 or not 0.0 <= self.follow_prob <= 1.0:
             raise ValueError("keep_slip and follow_prob must be probabilities")
         if not self.distractor_weights or any(w < 0 for w in self.distractor_weights):
@@ -602,6 +610,7 @@ class SimBackend:
         tokens_sigma: float = 0.35,
         distractor_weights: Sequence[float] = (0.7, 0.2, 0.1),
         difficulty: Mapping[str, Any] | DifficultyModel | None = None,
+        repeat_corr: float = 0.0,
         answer_text: bool = True,
     ) -> None:
         self.answer_key: dict[str, SimItem] = dict(answer_key or {})
@@ -625,6 +634,7 @@ class SimBackend:
             difficulty=difficulty
             if isinstance(difficulty, DifficultyModel) or difficulty is None
             else DifficultyModel.from_options(difficulty),
+            repeat_corr=float(repeat_corr),
         )
         self._prepared: dict[str, _Prepared] = {}
         self._workers: dict[tuple[int, str, str, tuple[str, ...], str], _Worker] = {}
@@ -750,6 +760,17 @@ class SimBackend:
             float(options.get("tokens_per_s", _DEFAULT_TOKENS_PER_S)),
         )
 
+    def _call_noise(self, u_e: float, item_key: str, request: CompletionRequest, pattern: str) -> float:
+        """A call's own standard-normal noise; with ``repeat_corr`` r > 0, sqrt(r) of it is drawn once per
+        (episode sample, item, model, pattern), so the same agent asked again shares it."""
+        z = _STD_NORMAL.inv_cdf(u_e)
+        r = self.params.repeat_corr
+        if r <= 0.0:
+            return z
+        key = f"{self.seed}|repeat|{item_key}|{request.model.target}|{pattern}|{request.sample_index}"
+        z_repeat = _STD_NORMAL.inv_cdf(_uniforms(key, 1)[0])
+        return math.sqrt(r) * z_repeat + math.sqrt(1.0 - r) * z
+
     def _draw(self, request: CompletionRequest) -> _Draw:
         ctx = request.context
         pattern = ctx.pattern or "cot"
@@ -768,7 +789,8 @@ class SimBackend:
         p = worker.p
         own_correct = p >= 1.0 or (
             worker.threshold is not None
-            and item.shared + item.own * _STD_NORMAL.inv_cdf(u_e) < worker.threshold
+            and item.shared + item.own * self._call_noise(u_e, ctx.item_key, request, pattern)
+            < worker.threshold
         )
         own_answer = item.gold if own_correct else self._pick_wrong(item, u_wrong)
 

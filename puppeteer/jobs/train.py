@@ -78,6 +78,7 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
         EnvConfig(mode="step", k_available=k, holdout_subsets=held)  # sizes, distinct ids
         if any(i >= n_agents for subset in held for i in subset):
             raise ValueError(f"holdout_subsets: agent ids must be in 0..{n_agents - 1}")
+    _check_backend_options(cfg["pool"])
     lam_range = _lam_range(cfg)
     if lam_range is not None and trainer.get("baseline") == "ema":
         raise ValueError(
@@ -158,8 +159,37 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),
         suite=cfg["suite"]["name"],
         seed=int(cfg["seed"]),
-        backend=BackendSpec.of(cache=cache),
+        backend=BackendSpec.of(_backend_options(cfg["pool"]), cache=cache),
     )
+
+
+def _check_backend_options(node: Mapping[str, Any]) -> None:
+    """``pool.options`` names backends of the pool, and the simulator accepts its values."""
+    options = _backend_options(node)
+    if not options:
+        return
+    pool = configured_pool(node)
+    unknown = sorted(set(options) - set(pool.backends()))
+    if unknown:
+        has = ", ".join(pool.backends())
+        raise ValueError(f"pool.options.{unknown[0]}: the pool has no {unknown[0]} backend (it has {has})")
+    if "sim" in options:
+        from puppeteer.backends.sim import SimBackend
+
+        try:
+            SimBackend(**{**dict(pool.backend_options.get("sim") or {}), **options["sim"]})
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"pool.options.sim: {exc}") from exc
+
+
+def _backend_options(node: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """``pool.options``: per backend, options merged over the pool file's (``{sim: {repeat_corr: 1}}``)."""
+    options = node.get("options")
+    if not options:
+        return None
+    if not isinstance(options, Mapping) or not all(isinstance(v, Mapping) for v in options.values()):
+        raise ValueError(f"pool.options: expected {{backend: {{option: value}}}}, got {options!r}")
+    return {str(k): dict(v) for k, v in options.items()}
 
 
 def build(

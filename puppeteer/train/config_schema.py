@@ -61,6 +61,8 @@ class PoolConfig:
 
     name: str = "sim-paper"
     agents: list[str] | None = None  # train and evaluate on these agents only (their order); None: all
+    # backend options merged over the pool file's, per backend: pool.options={sim:{repeat_corr:1.0}}
+    options: Any = None
 
 
 @dataclass

@@ -272,13 +272,18 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         for k, v in asdict(env.config).items()
         if (k not in ("unavailable", "holdout_subsets") or v) and (k != "lam_range" or v is not None)
     }
-    return {
+    fingerprint = {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
         "policy": json.dumps(pol, sort_keys=True, default=str),
         "env": json.dumps(env_settings, sort_keys=True, default=str),
         "agents": json.dumps([a.name for a in env.pool.agents]),
         "tasks": hashlib.sha256("\n".join(t.id for t in env.tasks).encode()).hexdigest(),
     }
+    # backend options given over the pool's (pool.options) change the draws; left out while none
+    spec = env.backend_spec
+    if spec is not None and spec.options:
+        fingerprint["backend"] = json.dumps({k: dict(v) for k, v in spec.options.items()}, sort_keys=True)
+    return fingerprint
 
 
 def _check_resumable(
