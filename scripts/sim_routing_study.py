@@ -100,15 +100,21 @@ def _held_out(test: Any, policy: PuppeteerPolicy) -> list[Any]:
     return run_lockstep(env_copies(test, 32), policy, specs, greedy=True)
 
 
+def _train_and_test(args: argparse.Namespace, lam: float) -> tuple[Any, Any, Any]:
+    """The pool, its training env and its held-out env at ``lam``."""
+    pool = load_pool(args.pool)
+    env = build_env(_settings(lam), pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
+    test = build_env(_settings(lam), pool=pool, suite=args.suite, split="test", n_tasks=args.n_eval)
+    return pool, env, test
+
+
 def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder: Any) -> dict[str, Any]:
     run = out / "runs" / f"lam{lam:g}-s{seed}"
     path = run / "result.json"
     if path.exists():
         return json.loads(path.read_text())
     start = time.perf_counter()
-    pool = load_pool(args.pool)
-    env = build_env(_settings(lam), pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
-    test = build_env(_settings(lam), pool=pool, suite=args.suite, split="test", n_tasks=args.n_eval)
+    pool, env, test = _train_and_test(args, lam)
     policy, state = _trained_router(env, args, seed, encoder, _trainer(args, seed), run)
     eps = _held_out(test, policy)
     names = [a.name for a in pool.agents]
@@ -209,9 +215,7 @@ def baseline_run(
     if path.exists():
         return json.loads(path.read_text())
     start = time.perf_counter()
-    pool = load_pool(args.pool)
-    env = build_env(_settings(lam), pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
-    test = build_env(_settings(lam), pool=pool, suite=args.suite, split="test", n_tasks=args.n_eval)
+    _, env, test = _train_and_test(args, lam)
     trainer = replace(
         _trainer(args, seed), first_step="sample", baseline=baseline, eval_every=args.eval_every
     )
