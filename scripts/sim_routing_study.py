@@ -100,6 +100,11 @@ def _held_out(test: Any, policy: PuppeteerPolicy) -> list[Any]:
     return run_lockstep(env_copies(test, 32), policy, specs, greedy=True)
 
 
+def _finished(path: Path) -> dict[str, Any] | None:
+    """A run's result when an earlier invocation wrote it (the study resumes run by run)."""
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def _train_and_test(args: argparse.Namespace, lam: float) -> tuple[Any, Any, Any]:
     """The pool, its training env and its held-out env at ``lam``."""
     pool = load_pool(args.pool)
@@ -111,8 +116,8 @@ def _train_and_test(args: argparse.Namespace, lam: float) -> tuple[Any, Any, Any
 def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder: Any) -> dict[str, Any]:
     run = out / "runs" / f"lam{lam:g}-s{seed}"
     path = run / "result.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if (done := _finished(path)) is not None:
+        return done
     start = time.perf_counter()
     pool, env, test = _train_and_test(args, lam)
     policy, state = _trained_router(env, args, seed, encoder, _trainer(args, seed), run)
@@ -155,8 +160,8 @@ def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, enco
     held-out subset evaluated on the held-out items against that subset's own optimum."""
     run = out / "runs" / f"subsets-lam{lam:g}-s{seed}"
     path = run / "result.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if (done := _finished(path)) is not None:
+        return done
     start = time.perf_counter()
     pool = load_pool(args.pool)
     n = len(pool)
@@ -212,8 +217,8 @@ def baseline_run(
     its greedy held-out return measured every ``--eval-every`` updates on the optimum's draws."""
     run = out / "runs" / f"baseline-{baseline}-lam{lam:g}-s{seed}"
     path = run / "result.json"
-    if path.exists():
-        return json.loads(path.read_text())
+    if (done := _finished(path)) is not None:
+        return done
     start = time.perf_counter()
     _, env, test = _train_and_test(args, lam)
     trainer = replace(
