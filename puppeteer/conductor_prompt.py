@@ -139,6 +139,8 @@ class PromptConfig:
     n_examples: int = 2
     thought_as_comment: bool = True
     example_set: str = "v1"  # a key of EXAMPLE_SETS
+    # the price of cost (issue 36): a line with {lam} and {unit}, shown when the env states the price
+    price: str = ""
 
     def __post_init__(self) -> None:
         if self.example_set not in EXAMPLE_SETS:
@@ -154,6 +156,14 @@ def load_prompt_config(name: str = DEFAULT_PROMPT) -> PromptConfig:
     if unknown:
         raise ValueError(f"unknown keys in {path}: {sorted(unknown)}")
     return PromptConfig(**raw)
+
+
+@dataclass(frozen=True)
+class Price:
+    """The price of cost the conductor is told: ``lam`` reward points per ``unit`` of cost."""
+
+    lam: float
+    unit: str
 
 
 @dataclass(frozen=True)
@@ -198,11 +208,13 @@ def build_prompt(
     followup: Followup | None = None,
     config: PromptConfig | None = None,
     n_examples: int | None = None,
+    price: Price | None = None,
 ) -> ConductorPrompt:
     """The conductor prompt: only ``available`` agents, examples from other domains than ``domain``.
 
     ``self_id`` offers the conductor itself as a worker (recursion); ``followup`` makes this an
-    inner planning round that sees its parent's workflow and last answer.
+    inner planning round that sees its parent's workflow and last answer; ``price`` adds the
+    config's price line (the episode's lambda per unit of cost) after the output format.
     """
     cfg = config or load_prompt_config()
     family = DOMAIN_FAMILIES.get(domain, domain)
@@ -215,6 +227,10 @@ def build_prompt(
     ]
     if self_id is not None:
         system.append(cfg.recursion.format(self_id=self_id))
+    if price is not None:
+        if not cfg.price:
+            raise ValueError(f"prompt {cfg.version} has no price line: use a prompt config with 'price'")
+        system.append(cfg.price.format(lam=f"{price.lam:g}", unit=price.unit))
     messages = [Message("system", "\n\n".join(s.strip() for s in system))]
     for e in examples:
         messages.append(Message("user", f"Question: {e.question}"))
@@ -248,6 +264,7 @@ def conductor_prompt(
     self_id: int | None = None,
     followup: Followup | None = None,
     config: PromptConfig | None = None,
+    price: Price | None = None,
 ) -> str:
     """The ready-to-use conductor prompt as one text (see :func:`build_prompt`)."""
     return build_prompt(
@@ -260,4 +277,5 @@ def conductor_prompt(
         followup=followup,
         config=config,
         n_examples=n_examples,
+        price=price,
     ).text

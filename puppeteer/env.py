@@ -51,6 +51,7 @@ from puppeteer.checks import number
 from puppeteer.conductor_prompt import (
     ConductorPrompt,
     Followup,
+    Price,
     build_prompt,
     load_prompt_config,
 )
@@ -58,7 +59,13 @@ from puppeteer.envparts import BackendSpec, EnvConfig, EnvParts, env_parts
 from puppeteer.executor import EpisodeContext, Executor, Extractor
 from puppeteer.lam_range import LamRange
 from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
-from puppeteer.reward import PuppeteerReward, check_cost_model, conductor_reward, discounted_returns
+from puppeteer.reward import (
+    COST_UNITS,
+    PuppeteerReward,
+    check_cost_model,
+    conductor_reward,
+    discounted_returns,
+)
 from puppeteer.signals import N_SIGNALS, answer_signals
 from puppeteer.spaces import UnicodeText
 from puppeteer.tasks import Grader, default_graders
@@ -139,6 +146,8 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ValueError(f"holdout_subsets: agent ids must be in 0..{len(self.pool) - 1}")
         mode, max_steps = config.mode, config.max_steps
         self._prompt_config = load_prompt_config(config.prompt) if mode == "workflow" else None
+        if config.states_price and self._prompt_config is not None and not self._prompt_config.price:
+            raise ValueError(f"prompt {config.prompt!r} has no price line to state the price of cost")
         self._cost = check_cost_model(config.cost_model, (a.model for a in self.pool.agents))
         phi = config.phi
         self._base_reward = PuppeteerReward(
@@ -353,6 +362,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             self_id=self.self_id,
             followup=self._followup,
             config=self._prompt_config,
+            price=Price(self._lam, COST_UNITS[self.config.cost_model]) if self.config.states_price else None,
         )
 
     def _trajectory(

@@ -74,6 +74,9 @@ class EnvConfig:
     # [low, high]: each episode draws its lambda from this range (puppeteer.lam_range: log-uniform)
     # unless ``reset(options={"lam": x})`` gives one; None: every episode prices cost at ``lam``
     lam_range: tuple[float, float] | None = None
+    # workflow mode: the conductor's prompt states the episode's price of cost (the prompt config's
+    # price line); always on with ``lam_range``, where the price differs from episode to episode
+    price_in_prompt: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -90,6 +93,10 @@ class EnvConfig:
             temperature=self.temperature,
             samples_per_item=self.samples_per_item,
         )
+        if self.price_in_prompt and self.mode != "workflow":
+            raise ValueError(
+                "price_in_prompt states the price in the conductor's prompt: needs mode='workflow'"
+            )
         if self.max_depth < 0 or (self.max_depth and self.mode != "workflow"):
             raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
         object.__setattr__(self, "unavailable", tuple(int(i) for i in self.unavailable))
@@ -107,6 +114,11 @@ class EnvConfig:
             )
         lam_range = LamRange.of(self.lam_range)
         object.__setattr__(self, "lam_range", lam_range.bounds if lam_range is not None else None)
+
+    @property
+    def states_price(self) -> bool:
+        """Whether the conductor's prompt states each episode's price of cost (workflow mode)."""
+        return self.mode == "workflow" and (self.price_in_prompt or self.lam_range is not None)
 
 
 CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(EnvConfig))

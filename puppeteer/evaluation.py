@@ -553,6 +553,7 @@ def evaluate_policy(
     max_depth: int = 0,
     concurrency: int | None = None,
     ray: RayExecutor | None = None,
+    price_in_prompt: bool = False,
 ) -> EvalResult:
     """:func:`evaluate` with its settings as keywords (see :class:`EvalSettings`)."""
     return evaluate(
@@ -566,7 +567,11 @@ def evaluate_policy(
             out_dir=out_dir,
             cache=cache,
             episode=EpisodeSettings(
-                lam=lam, max_steps=max_steps, max_depth=max_depth, k_available=k_available
+                lam=lam,
+                max_steps=max_steps,
+                max_depth=max_depth,
+                k_available=k_available,
+                price_in_prompt=price_in_prompt,
             ),
             available=tuple(available) if available else None,
             progress=progress,

@@ -41,6 +41,17 @@ COST_MODELS: Mapping[str, CostFn] = MappingProxyType(
 )
 
 
+# what one unit of each cost model is, in words (the conductor's price line states lambda per unit)
+COST_UNITS: Mapping[str, str] = MappingProxyType(
+    {
+        "tokens": "1,000 tokens (prompt and completion, all agents)",
+        "flops": "TFLOP of the agents' compute",
+        "usd": "US cent of the agents' price",
+        "minutes": "minute of the agents' model time",
+    }
+)
+
+
 # cost models that price a call by the model's declared single-stream speed
 NEEDS_SPEED = frozenset({"minutes"})
 

@@ -209,7 +209,7 @@ def test_dataset_rows_carry_the_env_prompt_and_task_id(tasks: tuple[Task, ...]) 
     assert messages == [m.as_dict() for m in env.prompt().messages]  # the env's chat layout
     assert [m["role"] for m in messages[1:-1]] == ["user", "assistant"] * ((len(messages) - 2) // 2)
     assert tasks[3].question in messages[-1]["content"] and "model_id" in messages[-2]["content"]
-    assert chat.column_names == ["prompt", "task_id", "suite", "available"]
+    assert chat.column_names == ["prompt", "task_id", "suite", "available", "lam"]
     with pytest.raises(ValueError, match="workflow-mode"):
         conductor_rows(ConductorEnv(mode="step", pool="sim-paper", tasks=tasks))
 

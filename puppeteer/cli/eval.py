@@ -107,6 +107,12 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         help="conductor policies: how often the conductor may call itself (recursion)",
     )
     p.add_argument(
+        "--price-in-prompt",
+        action="store_true",
+        help="conductor policies: the prompt states the price of cost (--lam per unit of the cost "
+        "model); a conductor trained over a lambda range always sees it",
+    )
+    p.add_argument(
         "--concurrency",
         type=int,
         default=None,
@@ -153,6 +159,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         progress=not (args.quiet or args.json) and ray is None,
         available=available,
         k_available=args.k_available,
+        price_in_prompt=args.price_in_prompt,
         max_depth=args.max_depth,
         concurrency=args.concurrency,
         ray=ray,

@@ -18,8 +18,11 @@ The dataset carries a ``task_id`` column; trl passes it to the reward function, 
 finds the item (and its gold answer) in the env's tasks. It also carries ``available``, the
 agent ids the row's prompt offers: with ``EnvConfig(k_available=k)`` every row gets its own
 k-of-n subset (seeded by its task id), and the reward env resets with that subset, so the
-plan is executed with the agents its prompt listed. :class:`ConductorToolEnv` is the
-same conductor as a multi-turn tool for ``GRPOTrainer(environment_factory=...)``.
+plan is executed with the agents its prompt listed. The ``lam`` column is the row's price of
+cost: with ``EnvConfig(lam_range=(low, high))`` every row draws its own, its prompt states it
+(the prompt config's price line) and the reward env prices the workflow at it.
+:class:`ConductorToolEnv` is the same conductor as a multi-turn tool for
+``GRPOTrainer(environment_factory=...)``.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class PlannedItem:
     task: Task
     prompt: ConductorPrompt
     available: tuple[int, ...]  # agent ids the prompt lists (the episode's subset)
+    lam: float = 0.0  # the episode's price of cost (the reward's lambda; stated in the prompt when priced)
 
 
 def conductor_prompts(
@@ -91,7 +95,8 @@ def conductor_prompts(
     then the few-shot examples as earlier user/assistant turns, then the question). Each item is
     reset with the seed ``item_seed(seed, task.id)``, so an env that draws a k-of-n subset per
     episode (``k_available``) offers every item a subset of its own, the same on every call; the
-    subset is ``available``, for the reward env to reset with (the prompt and the reward agree).
+    subset is ``available``, for the reward env to reset with (the prompt and the reward agree);
+    the same holds for the episode's price of cost ``lam`` (drawn per item with ``lam_range``).
     """
     if env.config.mode != "workflow":
         raise ValueError("the conductor needs a workflow-mode env (ConductorEnv(mode='workflow', ...))")
@@ -100,7 +105,7 @@ def conductor_prompts(
     for task in tasks if tasks is not None else env.tasks:
         probe.reset(seed=item_seed(seed, task.id), options={"task": task})
         offered = tuple(int(i) for i in np.flatnonzero(probe.available()))
-        out.append(PlannedItem(task, probe.prompt(), offered))
+        out.append(PlannedItem(task, probe.prompt(), offered, probe.lam))
     return out
 
 
@@ -108,7 +113,8 @@ def conductor_rows(
     env: ConductorEnv, tasks: Sequence[Task] | None = None, chat: bool = False, seed: int = 0
 ) -> list[dict[str, Any]]:
     """Dataset rows: ``prompt`` (flat text, or the chat messages when ``chat``), ``task_id``,
-    ``suite`` and ``available`` (the agent ids the prompt offers; :func:`conductor_prompts`).
+    ``suite``, ``available`` (the agent ids the prompt offers) and ``lam`` (the price of cost the
+    reward uses; :func:`conductor_prompts`).
 
     The chat layout puts the few-shot workflows in earlier assistant turns: measured with
     Qwen2.5-Coder-0.5B (docs/conductor.md), 7 of 8 plans parsed that way against 0 of 8 from the
@@ -122,6 +128,7 @@ def conductor_rows(
                 "task_id": item.task.id,
                 "suite": item.task.suite,
                 "available": list(item.available),
+                "lam": item.lam,
             }
         )
     return rows
@@ -239,23 +246,27 @@ class WorkflowScorer:
         task_id: str,
         completion: str | Sequence[Mapping[str, Any]],
         available: Sequence[int] | None = None,
+        lam: float | None = None,
     ) -> WorkflowOutcome:
-        return self.episode(task_id, completion, available)[0]
+        return self.episode(task_id, completion, available, lam)[0]
 
     def episode(
         self,
         task_id: str,
         completion: str | Sequence[Mapping[str, Any]],
         available: Sequence[int] | None = None,
+        lam: float | None = None,
     ) -> tuple[WorkflowOutcome, Trajectory, dict[str, Any]]:
         """The outcome, the trajectory and the eval line's conductor record (rounds, available agents;
         no conductor calls: the caller generated the completion) of one completion. ``available``:
-        the agent ids the completion's prompt offered (a dataset row's ``available``); None: the
-        env's own draw for the item."""
+        the agent ids the completion's prompt offered (a dataset row's ``available``); ``lam``: the
+        price of cost its prompt stated (a row's ``lam``); None: the env's own draw for the item."""
         task = self.task(task_id)
         options: dict[str, Any] = {"task": task}
         if available is not None:
             options["available"] = [int(i) for i in available]
+        if lam is not None:
+            options["lam"] = float(lam)
         with self._env() as env:
             env.reset(seed=item_seed(self.seed, task_id), options=options)
             _, reward, _, _, info = env.step(self.answer_prefix + completion_text(completion))
@@ -267,26 +278,33 @@ class WorkflowScorer:
         task_ids: Sequence[str],
         completions: Sequence[str | Sequence[Mapping[str, Any]]],
         available: Sequence[Sequence[int] | None] | None = None,
+        lam: Sequence[float | None] | None = None,
     ) -> list[tuple[WorkflowOutcome, Trajectory, dict[str, Any]]]:
-        """:meth:`episode` of every (task id, completion[, available]), in order; executed concurrently."""
+        """:meth:`episode` of every (task id, completion[, available, lam]), in order; executed
+        concurrently."""
         if len(task_ids) != len(completions):
             raise ValueError(f"{len(task_ids)} task ids for {len(completions)} completions")
         offered = list(available) if available is not None else [None] * len(task_ids)
         if len(offered) != len(task_ids):
             raise ValueError(f"{len(offered)} available lists for {len(task_ids)} task ids")
+        prices = list(lam) if lam is not None else [None] * len(task_ids)
+        if len(prices) != len(task_ids):
+            raise ValueError(f"{len(prices)} lam values for {len(task_ids)} task ids")
+        args = list(zip(task_ids, completions, offered, prices, strict=True))
         if len(task_ids) <= 1 or self.max_workers == 1:
-            return [self.episode(*args) for args in zip(task_ids, completions, offered, strict=True)]
+            return [self.episode(*a) for a in args]
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(task_ids))) as pool:
-            return list(pool.map(self.episode, task_ids, completions, offered))
+            return list(pool.map(lambda a: self.episode(*a), args))
 
     def score(
         self,
         task_ids: Sequence[str],
         completions: Sequence[str | Sequence[Mapping[str, Any]]],
         available: Sequence[Sequence[int] | None] | None = None,
+        lam: Sequence[float | None] | None = None,
     ) -> list[WorkflowOutcome]:
         """One outcome per (task id, completion), in order; executed concurrently."""
-        return [outcome for outcome, _, _ in self.episodes(task_ids, completions, available)]
+        return [outcome for outcome, _, _ in self.episodes(task_ids, completions, available, lam)]
 
 
 class ConductorReward:
@@ -333,12 +351,13 @@ class ConductorReward:
         task_id: Sequence[str] | None = None,
         log_metric: MetricLog | None = None,
         available: Sequence[Sequence[int]] | None = None,
+        lam: Sequence[float] | None = None,
         **kwargs: Any,
     ) -> list[float]:
         if task_id is None:
             raise ValueError("the conductor reward needs a 'task_id' dataset column (see conductor_dataset)")
-        # the row's agents (its prompt's subset): the reward env resets with them
-        outcomes = self.scorer.score(list(task_id), list(completions), available)
+        # the row's agents (its prompt's subset) and price of cost: the reward env resets with them
+        outcomes = self.scorer.score(list(task_id), list(completions), available, lam)
         self.last = tuple(outcomes)
         self._write(completions, outcomes, kwargs.get("trainer_state"))
         if log_metric is not None:
@@ -365,17 +384,23 @@ class ConductorToolEnv:
         self._tasks = {t.id: t for t in env.tasks}
         self._task: Task | None = None
         self._available: list[int] | None = None
+        self._lam: float | None = None
         self.outcome: WorkflowOutcome | None = None
 
     def reset(
-        self, task_id: str | None = None, available: Sequence[int] | None = None, **kwargs: Any
+        self,
+        task_id: str | None = None,
+        available: Sequence[int] | None = None,
+        lam: float | None = None,
+        **kwargs: Any,
     ) -> str | None:
-        """Start a rollout on the row's item (with the row's agents, when it lists them); the prompt
-        holds the question: nothing is appended."""
+        """Start a rollout on the row's item (with the row's agents and price of cost, when it has
+        them); the prompt holds the question: nothing is appended."""
         if task_id is None:
             raise ValueError("ConductorToolEnv.reset needs the row's task_id")
         self._task = self._tasks[task_id]
         self._available = [int(i) for i in available] if available is not None else None
+        self._lam = float(lam) if lam is not None else None
         self.outcome = None
         return None
 
@@ -396,6 +421,8 @@ class ConductorToolEnv:
         options: dict[str, Any] = {"task": self._task}
         if self._available is not None:
             options["available"] = self._available
+        if self._lam is not None:
+            options["lam"] = self._lam
         self._env.reset(seed=item_seed(self._seed, self._task.id), options=options)
         _, reward, _, _, info = self._env.step(text)
         self.outcome = outcome_from(self._task.id, float(reward), info)

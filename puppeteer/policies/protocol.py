@@ -54,6 +54,7 @@ class EpisodeSettings:
     max_steps: int = 5
     max_depth: int = 0  # planning rounds after the first (conductors only)
     k_available: int | None = None  # a random k-of-n subset of agents per item
+    price_in_prompt: bool = False  # conductors: the prompt states the price of cost (``lam`` per unit)
 
     def step_config(self, aggregate: str | None = None) -> EnvConfig:
         """Step mode: one agent per action, the Terminator ends the episode."""
@@ -74,7 +75,7 @@ class EpisodeSettings:
             max_steps=max_steps or self.max_steps,
             aggregate=aggregate,
             k_available=self.k_available,
-            **more,
+            **{"price_in_prompt": self.price_in_prompt, **more},
         )
 
 

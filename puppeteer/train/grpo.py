@@ -30,6 +30,7 @@ from puppeteer.integrations.trl import (
     prefixed_rows,
     summarize,
 )
+from puppeteer.lam_range import LamRange
 from puppeteer.stats import wilson_interval
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
@@ -92,6 +93,9 @@ class GRPOJob:
     chat: bool = False
     workflow_max_steps: int = 5
     workflow_lam: float = 0.0
+    # [low, high]: each row (training and held-out) draws its own price of cost, its prompt states it
+    # and its reward uses it (issue 36); ``conductor:grpo:RUN --lam X`` then plans at X
+    workflow_lam_range: tuple[float, float] | None = None
     cost_model: str = "tokens"
     reward_workers: int = 16
     stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
@@ -149,6 +153,7 @@ class GRPOJob:
             chat=bool(cfg.get("chat", False)),
             workflow_max_steps=int(cfg.get("workflow_max_steps", 5)),
             workflow_lam=float(cfg.get("workflow_lam", 0.0)),
+            workflow_lam_range=_lam_range(cfg.get("workflow_lam_range")),
             cost_model=str(cfg.get("cost_model", "tokens")),
             reward_workers=int(cfg.get("reward_workers", 16)),
             stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
@@ -185,6 +190,7 @@ class GRPOJob:
             prompt=self.prompt,
             max_steps=self.workflow_max_steps,
             workflow_lam=self.workflow_lam,
+            lam_range=self.workflow_lam_range,
             cost_model=self.cost_model,
             k_available=self.k_available,
             holdout_subsets=self.holdout_subsets if training else (),
@@ -212,6 +218,14 @@ class GRPOJob:
             **(dict(tasks=tasks) if tasks is not None else dict(suite=self.suite, split=split, n_tasks=n)),
             cache=self.cache,
         )
+
+
+def _lam_range(value: Any) -> tuple[float, float] | None:
+    """``workflow_lam_range`` from a config: None/empty, or [low, high] (checked by LamRange)."""
+    if not value:
+        return None
+    bounds = LamRange.of(tuple(float(v) for v in value))
+    return bounds.bounds if bounds is not None else None
 
 
 def bf16_choice(value: Any) -> bool:
@@ -399,12 +413,20 @@ def evaluate_conductor(
         bool(spec.autocast_bf16),
     )
     outcomes = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=answer_prefix).score(
-        [r["task_id"] for r in rows], completions, [r["available"] for r in rows]
+        [r["task_id"] for r in rows],
+        completions,
+        [r["available"] for r in rows],
+        [r["lam"] for r in rows],
     )
     if records is not None:
         with records.open("w") as f:
             for o, text, row in zip(outcomes, completions, rows, strict=True):
-                line = {**o.__dict__, "available": row["available"], "completion": answer_prefix + text}
+                line = {
+                    **o.__dict__,
+                    "available": row["available"],
+                    "lam": row["lam"],
+                    "completion": answer_prefix + text,
+                }
                 f.write(json.dumps(line) + "\n")
     return heldout_summary(outcomes)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from puppeteer.errors import UserError
 from puppeteer.evaluation import EvalResult, EvalSettings, evaluate
 from puppeteer.integrations.trl import conductor_rows, prefixed_rows
+from puppeteer.lam_range import LamRange
 from puppeteer.policies.conductor import GRPO_RUN_PREFIX
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
 from puppeteer.rollout import conductor_record, run_episode
@@ -93,12 +94,21 @@ class TrainedConductor:
     def configure(
         self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
     ) -> EnvConfig:
-        """The run's env settings; the pool must be the run's (its prompt lists the agents by id)."""
+        """The run's env settings; the pool must be the run's (its prompt lists the agents by id).
+
+        A run trained over a price range (``workflow_lam_range``) plans at the caller's ``lam``,
+        clamped into the range, stated in every prompt; a fixed-price run keeps its own."""
         if pool.name != self.job.pool:
             raise UserError(
                 f"{self.name} was trained on pool {self.job.pool!r}: evaluate it there, not {pool.name!r}"
             )
-        return self.job.env_config(pool, training=False)
+        config = self.job.env_config(pool, training=False)
+        price = LamRange.of(self.job.workflow_lam_range)
+        if price is None:
+            return config
+        return dataclasses.replace(
+            config, lam_range=None, workflow_lam=price.clamp(settings.lam), price_in_prompt=True
+        )
 
     def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
         """Greedy plans for every item of ``env`` not planned yet, in batches."""
