@@ -184,7 +184,7 @@ def test_a_router_trained_on_the_shipped_table_learns_what_its_training_items_te
     """The quickstart's path on real-model outcomes with no model loaded (strict replay): REINFORCE on the
     table's 60 training items, evaluated on its first 60 held-out items. It learns at least what
     `qwen1.5b-cot` (the best agent on the first 40 training items) scores held out, and leaves random
-    routing far behind. It does not reach the best agent per kind (docs/local-mix.md, section 4a); this
+    routing far behind. It does not reach the best agent per kind (docs/local-mix.md, sections 4 and 4b); this
     test does not claim it."""
     from dataclasses import replace
 
