@@ -159,7 +159,11 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._aggregate = aggregator(config.aggregate or ("vote" if mode == "step" else "last"))
         self._owns_backend = parts.backend_spec is not None  # close() releases only what this env built
         self.executor = Executor(
-            backend=parts.backend, pool=self.pool, tools=default_tools(), show_question=config.show_question
+            backend=parts.backend,
+            pool=self.pool,
+            tools=default_tools(),
+            show_question=config.show_question,
+            programs=parts.programs,
         )
         self.action_space: spaces.Space[Any]
         self.observation_space: spaces.Space[Any]

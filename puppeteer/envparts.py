@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,9 @@ from puppeteer.backends.base import Backend
 from puppeteer.checks import check_env_settings
 from puppeteer.conductor_prompt import DEFAULT_PROMPT
 from puppeteer.lam_range import LamRange
+from puppeteer.memo import BoundedMemo
 from puppeteer.pool import Pool, load_pool
+from puppeteer.pot import ProgramMemo
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task
 
@@ -152,31 +153,16 @@ class EnvParts:
     # grades of (task, answer) pairs, shared by an env and its clones: the simulator answers an item
     # with one of a few texts, so a sandbox-graded code item is run once per distinct answer
     grades: GradeMemo = field(default_factory=lambda: GradeMemo())
+    # program-of-thought runs by (program, limits), shared likewise: a replayed or cached completion's
+    # program is run in the sandbox once per process, not at every step that calls its agent
+    programs: ProgramMemo = field(default_factory=lambda: ProgramMemo())
 
 
-class GradeMemo:
-    """A bounded, thread-safe memo of graders' verdicts keyed by (task id, grader, answer)."""
-
-    def __init__(self, max_items: int = 100_000) -> None:
-        self._lock = threading.Lock()
-        self._verdicts: dict[tuple[str, str, str | None], bool] = {}
-        self._max = max_items
+class GradeMemo(BoundedMemo[tuple[str, str, "str | None"], bool]):
+    """Graders' verdicts keyed by (task id, grader, answer)."""
 
     def grade(self, task: Task, answer: str | None, grade: Callable[[str | None, Task], bool]) -> bool:
-        key = (task.id, task.grader, answer)
-        with self._lock:
-            hit = self._verdicts.get(key)
-        if hit is not None:
-            return hit
-        verdict = bool(grade(answer, task))
-        with self._lock:
-            if len(self._verdicts) >= self._max:
-                self._verdicts.clear()
-            self._verdicts[key] = verdict
-        return verdict
-
-    def __len__(self) -> int:
-        return len(self._verdicts)
+        return self.get((task.id, task.grader, answer), lambda: bool(grade(answer, task)))
 
 
 def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:

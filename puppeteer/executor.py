@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from puppeteer.backends.base import Backend
 from puppeteer.pool import Pool
-from puppeteer.pot import run_program
+from puppeteer.pot import ProgramMemo, run_program
 from puppeteer.reasoning import DEFAULT_FORMAT, Turn, pattern, worker_messages
 from puppeteer.sandbox import DEFAULT_LIMITS
 from puppeteer.tools import PythonTool, Tool, tool_prompt
@@ -90,6 +90,7 @@ class Executor:
     tools: Mapping[str, Tool] = field(default_factory=dict)
     max_tool_rounds: int = 3
     show_question: bool = True
+    programs: ProgramMemo | None = None  # program-of-thought runs shared across envs (None: run each)
     _setups: dict[int, _Setup] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _setup(self, agent_id: int) -> _Setup:
@@ -151,7 +152,7 @@ class Executor:
         if setup.runs_program:  # program of thought: run it
             python = self.tools.get("python")
             limits = python.limits if isinstance(python, PythonTool) else DEFAULT_LIMITS
-            completion = run_program(completion, limits).completion
+            completion = run_program(completion, limits, memo=self.programs).completion
             tool_calls += 1
         return Step(
             index=index,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from puppeteer.memo import BoundedMemo
 from puppeteer.sandbox import DEFAULT_LIMITS, SandboxLimits, SandboxResult, run_python
 from puppeteer.tools.base import clip
 from puppeteer.types import Completion
@@ -49,16 +50,29 @@ def _shown(result: SandboxResult, max_chars: int) -> str:
     return clip(f"{result.stdout.strip()}\n[{result.status}]\n{tail}".strip(), max_chars)
 
 
+class ProgramMemo(BoundedMemo[tuple[str, SandboxLimits], SandboxResult]):
+    """Sandbox results keyed by (program, limits). A program is run once per memo: a program that
+    prints something different on each run (random numbers, the clock) keeps its first output, as a
+    response cache keeps a model's first completion."""
+
+    def run(self, program: str, limits: SandboxLimits) -> SandboxResult:
+        return self.get((program, limits), lambda: run_python(program, limits=limits))
+
+
 def run_program(
-    completion: Completion, limits: SandboxLimits = DEFAULT_LIMITS, max_output_chars: int = 2000
+    completion: Completion,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+    max_output_chars: int = 2000,
+    memo: ProgramMemo | None = None,
 ) -> ProgramRun:
-    """Run the completion's program in the sandbox and write its printed result as the answer."""
+    """Run the completion's program in the sandbox (once per ``memo``) and write its printed result
+    as the answer."""
     program = find_program(completion.text)
     if program is None:
         note = "\n\n[no program found]"
         noted = replace(completion, text=completion.text + note, answer_text=None)
         return ProgramRun(noted, None, None, None)
-    result = run_python(program, limits=limits)
+    result = memo.run(program, limits) if memo is not None else run_python(program, limits=limits)
     answer = printed_answer(result.stdout) if result.ok else None
     text = f"{completion.text}\n\nProgram output:\n{_shown(result, max_output_chars)}"
     if answer is not None:

@@ -156,3 +156,32 @@ def test_an_evaluation_counts_every_program_run_as_a_tool_call() -> None:
     pot = evaluate_policy("single:m-pot", pool, "arith", tasks=tasks, progress=False)
     cot = evaluate_policy("single:m-cot", pool, "arith", tasks=tasks, progress=False)
     assert pot.tool_call_rate == 1.0 and cot.tool_call_rate == 0.0
+
+
+def test_an_env_and_its_clones_run_each_program_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replaying an item's calls (the same completion every time) runs its program in the sandbox once
+    per env family, and every step reads the same output as a fresh run would give."""
+    import puppeteer.pot as pot
+    from puppeteer.env import ConductorEnv
+
+    runs: list[str] = []
+    real = pot.run_python
+
+    def counted(program: str, limits: object = None, **kw: object) -> object:
+        runs.append(program)
+        return real(program, limits=limits, **kw)
+
+    monkeypatch.setattr(pot, "run_python", counted)
+    env = ConductorEnv(mode="step", pool=_sim_pool(), suite="arith", split="test", n_tasks=1, max_steps=1)
+    clone = env.clone()
+    answers = []
+    for e in (env, clone, env):
+        e.reset(seed=0)  # the same sample index: the simulator writes the same program
+        e.step(0)
+        step = e._steps[-1]
+        assert step.tool_calls == 1  # still one program run per step, as the agent sees it
+        answers.append(step.answer)
+    assert len(runs) == 1 and len(set(answers)) == 1 and answers[0] is not None
+    fresh = run_program(_completion(env._steps[-1].completion.text.split("\n\nProgram output:")[0]))
+    assert fresh.answer == answers[0]
+    env.close()
