@@ -319,6 +319,7 @@ def test_smollm2_conducts_end_to_end_through_llamacpp(tmp_path) -> None:
         out_dir=tmp_path,
         cache=tmp_path / "cache.sqlite",
         progress=False,
+        lam=0.0,  # no cost term: a parsed plan scores 0.5 or 1, an unparsable one 0
     )
     assert result.n == 2 and result.n_errors == 0 and result.completed
     assert result.mean_conductor_calls == 1.0 and result.mean_conductor_completion_tokens > 0
@@ -330,7 +331,13 @@ def test_smollm2_conducts_end_to_end_through_llamacpp(tmp_path) -> None:
         assert (line["parse_error"] is None) == (line["reward"] > 0)
     # a second run replays the conductor from the response cache
     again = evaluate_policy(
-        "conductor:smollm2-135m", "sim-paper", "arith", n=2, cache=tmp_path / "cache.sqlite", progress=False
+        "conductor:smollm2-135m",
+        "sim-paper",
+        "arith",
+        n=2,
+        cache=tmp_path / "cache.sqlite",
+        progress=False,
+        lam=0.0,
     )
     assert again.correct == result.correct and again.n_parse_errors == result.n_parse_errors
 
