@@ -177,6 +177,55 @@ def test_a_conditioned_policy_calls_the_cheap_agent_as_lambda_rises(tmp_path: Pa
     assert low["cost"] > 20 * high["cost"] and low["accuracy"] > high["accuracy"]
 
 
+@pytest.mark.slow
+def test_maskable_ppo_with_lambda_in_the_observation_calls_the_cheap_agent_as_lambda_rises(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same toy for an outside RL library: sb3-contrib's MaskablePPO on ``make_encoded_env(lam_range=)``
+    (lambda drawn per episode, read from the observation), saved as ``sb3:DIR`` and loaded without
+    unpickling. Greedy, it calls the dear agent at low lambda and the cheap one at high lambda; the
+    loaded policy reports its range (what ``eval/run/serve --lam`` read) and clamps outside it with one
+    warning. 4,096 steps; seeds 0-2 pass (measured: all-dear at 0.01, all-cheap at 1.5)."""
+    pytest.importorskip("sb3_contrib")
+    from sb3_contrib import MaskablePPO
+
+    from puppeteer.policies.external import load_sb3, save_sb3
+
+    torch.set_num_threads(1)
+    pool = _price_pool(tmp_path)
+    tasks = load_suite("mix-math-mmlu", "train", n=32, seed=0)
+    env = make_encoded_env(
+        "hashing", pool=pool, tasks=tasks, max_steps=1, min_steps=1, cost_model="usd", lam_range=RANGE
+    )
+    model = MaskablePPO(
+        "MlpPolicy", env, n_steps=256, batch_size=64, learning_rate=1e-3, ent_coef=0.0, seed=0, device="cpu"
+    )
+    model.learn(total_timesteps=4096)
+    save_sb3(model, tmp_path / "ppo", pool, "hashing", 1, min_steps=1, lam_range=RANGE)
+    policy = load_sb3(tmp_path / "ppo", pool)
+    assert policy.lam_range == LamRange(*RANGE)
+
+    def share_dear(lam: float) -> float:
+        picks = []
+        for i in range(16):
+            obs, _ = env.unwrapped.reset(seed=i, options={"task_index": i, "lam": lam})
+            picks.append(policy.act(obs, np.random.default_rng(i)) == DEAR)
+        return float(np.mean(picks))
+
+    curve = [share_dear(lam) for lam in (0.01, 0.05, 0.2, 0.5, 1.5)]
+    assert curve[0] >= 0.9 and curve[-1] <= 0.1, curve
+    assert all(a >= b - 0.2 for a, b in itertools.pairwise(curve)), curve
+    with caplog.at_level(logging.WARNING):
+        above = [share_dear(9.0) for _ in range(2)]
+    assert above == [curve[-1]] * 2  # acts as at the top of its range
+    assert sum("outside the policy's trained range" in r.getMessage() for r in caplog.records) == 1
+    # saved without its range, the observation it was trained on cannot be rebuilt: refused, not misread
+    save_sb3(model, tmp_path / "plain", pool, "hashing", 1, min_steps=1)
+    assert json.loads((tmp_path / "plain" / "puppeteer.json").read_text())["lam_range"] is None
+    with pytest.raises(ValueError, match="do not fit"):
+        load_sb3(tmp_path / "plain", pool)
+
+
 def test_relabelling_reprices_the_same_calls_exactly(tmp_path: Path) -> None:
     """``trainer.lam_relabel``: a group's one-call episodes re-priced at another lambda are the episodes
     the env pays at that lambda (same reset seed, same calls)."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from puppeteer.encoders import make_encoder
+from puppeteer.lam_range import LamRange
 from puppeteer.pool import Pool
 from puppeteer.wrappers import ObservationEncoder
 
@@ -48,10 +49,17 @@ class SB3Meta:
     encoder_options: dict[str, Any] = field(default_factory=dict)
     signals: bool = False  # the observation ends in the answer signals (absent in older files: False)
     min_steps: int = 0  # the Terminator was masked until this many agents acted (absent in older files: 0)
+    # trained over a range of lambdas, read from ``obs["lam"]`` (issue 36; absent in older files: one lambda)
+    lam_range: tuple[float, float] | None = None
 
 
 class MaskableModelPolicy:
-    """Wraps a model with ``predict(obs, action_masks=..., deterministic=...)`` as a StepPolicy."""
+    """Wraps a model with ``predict(obs, action_masks=..., deterministic=...)`` as a StepPolicy.
+
+    When the encoder reads lambda (``ObservationEncoder(lam_range=...)``), :attr:`lam_range` tells
+    ``eval --lam``, ``run --lam`` and ``serve`` (a request's own ``lam``) that it routes at any price in
+    that range; a lambda outside it is clamped, with one warning per value.
+    """
 
     def __init__(
         self,
@@ -64,6 +72,12 @@ class MaskableModelPolicy:
     ) -> None:
         self.model, self.encoder, self.name = model, encoder, name
         self.deterministic, self.masked, self.min_steps = deterministic, masked, min_steps
+        self._warned_lams: set[float] = set()
+
+    @property
+    def lam_range(self) -> LamRange | None:
+        """The lambdas the model was trained over (None: the one lambda of its training)."""
+        return self.encoder.lam_range
 
     def reset(self, task_id: str) -> None:
         return None
@@ -75,6 +89,12 @@ class MaskableModelPolicy:
             if int(obs["step"]) < self.min_steps and mask[:-1].any():
                 mask[-1] = False  # as in training: the Terminator waits for min_steps agents
             kwargs["action_masks"] = mask
+        lam_range = self.lam_range
+        if lam_range is not None:
+            lam = float(np.asarray(obs["lam"], dtype=np.float64).reshape(-1)[0])
+            if not lam_range.contains(lam) and lam not in self._warned_lams:
+                self._warned_lams.add(lam)  # once per value, not at every step
+                lam_range.clamp(lam)  # logs the warning; the encoder clamps the features
         action, _ = self.model.predict(self.encoder(obs), **kwargs)
         return int(np.asarray(action).reshape(()))
 
@@ -88,7 +108,9 @@ def save_sb3(
     encoder_options: dict[str, Any] | None = None,
     signals: bool = False,
     min_steps: int = 0,
+    lam_range: LamRange | tuple[float, float] | None = None,
 ) -> Path:
+    trained_range = LamRange.of(lam_range)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     model.save(d / MODEL_FILE)
@@ -100,6 +122,7 @@ def save_sb3(
         dict(encoder_options or {}),
         signals,
         min_steps,
+        trained_range.bounds if trained_range is not None else None,
     )
     (d / META_FILE).write_text(json.dumps(asdict(meta), indent=2) + "\n")
     return d
@@ -156,7 +179,9 @@ def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
             "puppeteer.policies.external.save_sb3(model, DIR, pool, encoder, max_steps), which writes both"
         )
     raw = json.loads((d / META_FILE).read_text())
-    meta = SB3Meta(**{**raw, "agents": tuple(raw["agents"])})
+    trained_range = LamRange.of(raw.get("lam_range"))  # a JSON list back to checked bounds
+    bounds = trained_range.bounds if trained_range is not None else None
+    meta = SB3Meta(**{**raw, "agents": tuple(raw["agents"]), "lam_range": bounds})
     if list(meta.agents) != [a.name for a in pool.agents]:
         raise ValueError(f"policy was trained on agents {list(meta.agents)}, pool {pool.name!r} differs")
     if meta.algorithm not in ALGORITHMS:
@@ -169,7 +194,11 @@ def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
     from gymnasium import spaces
 
     encoder = ObservationEncoder(
-        make_encoder(meta.encoder, **meta.encoder_options), pool.n_actions, meta.max_steps, meta.signals
+        make_encoder(meta.encoder, **meta.encoder_options),
+        pool.n_actions,
+        meta.max_steps,
+        meta.signals,
+        meta.lam_range,
     )
     try:
         zf = zipfile.ZipFile(d / MODEL_FILE)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.evaluation import EvalResult, evaluate_policy
+from puppeteer.lam_range import LamRange
 from puppeteer.policies.external import MaskableModelPolicy, save_sb3
 from puppeteer.pool import load_pool
 from puppeteer.tasks import load_suite
@@ -39,6 +40,18 @@ class MaskablePPOConfig:
     lam: float = 0.1
     cost_model: str = "tokens"  # as in `puppeteer train`: tokens | flops | usd | minutes
     seed: int = 0
+    # [low, high]: each training episode draws its lambda (log-uniform, puppeteer.lam_range) and the
+    # observation carries it, so one model routes at any price in the range (issue 36); ``lam`` is then
+    # only the held-out evaluation's price
+    lam_range: tuple[float, float] | None = None
+    eval_lams: tuple[float, ...] = ()  # also evaluate the trained model at each of these lambdas
+
+    def __post_init__(self) -> None:
+        trained = LamRange.of(self.lam_range)
+        object.__setattr__(self, "lam_range", trained.bounds if trained is not None else None)
+        object.__setattr__(self, "eval_lams", tuple(float(x) for x in self.eval_lams))
+        if any(x < 0 for x in (self.lam, *self.eval_lams)):
+            raise ValueError(f"lambdas must be >= 0, got lam={self.lam} eval_lams={self.eval_lams}")
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,7 @@ class MaskablePPOReport:
     trained: EvalResult
     random: EvalResult
     out_dir: Path
+    at_lams: tuple[EvalResult, ...] = ()  # the trained model at each of ``eval_lams``
 
 
 def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskablePPOReport:
@@ -66,6 +80,7 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
         min_steps=cfg.min_steps,
         lam=cfg.lam,
         cost_model=cfg.cost_model,
+        lam_range=cfg.lam_range,
     )
     model: Any = MaskablePPO(
         "MlpPolicy",
@@ -79,15 +94,23 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
         verbose=0,
     )
     log.info(
-        "training MaskablePPO for %d steps on %s/%s (train split, %d items)",
+        "training MaskablePPO for %d steps on %s/%s (train split, %d items, lambda %s)",
         cfg.steps,
         cfg.pool,
         cfg.suite,
         len(tasks),
+        f"drawn from {list(cfg.lam_range)}" if cfg.lam_range else f"{cfg.lam:g}",
     )
     model.learn(total_timesteps=cfg.steps)
     save_sb3(
-        model, out / "model", pool, cfg.encoder, cfg.max_steps, signals=cfg.signals, min_steps=cfg.min_steps
+        model,
+        out / "model",
+        pool,
+        cfg.encoder,
+        cfg.max_steps,
+        signals=cfg.signals,
+        min_steps=cfg.min_steps,
+        lam_range=cfg.lam_range,
     )
     policy = MaskableModelPolicy(model, env.encoder, name=f"sb3:{out / 'model'}", min_steps=cfg.min_steps)
     common: dict[str, Any] = dict(
@@ -102,8 +125,11 @@ def train_maskable_ppo(cfg: MaskablePPOConfig, out_dir: str | Path) -> MaskableP
     )
     trained = evaluate_policy(policy, out_dir=out / "eval_trained", **common)
     random = evaluate_policy("random-step", out_dir=out / "eval_random", **common)
+    at_lams = tuple(
+        evaluate_policy(policy, out_dir=out / f"eval_lam{x:g}", **{**common, "lam": x}) for x in cfg.eval_lams
+    )
     env.close()
-    return MaskablePPOReport(trained, random, out)
+    return MaskablePPOReport(trained, random, out, at_lams)
 
 
 __all__ = ["MaskablePPOConfig", "MaskablePPOReport", "train_maskable_ppo"]
