@@ -500,7 +500,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         if a == self.pool.terminator_id:
             return self._end_episode(f=0.0, t=t, terminated_by="terminator")
         visible = self._steps if self.pool.sees_earlier_work(a) else []
-        step = self.executor.run_step(self._context(), t, a, self.task.question, visible)
+        # the question as a workflow step gets it (``Workflow`` strips subtasks), so one agent on one item
+        # sends the same request in both modes and a table built from one replays the other
+        step = self.executor.run_step(self._context(), t, a, self.task.question.strip(), visible)
         self._steps.append(step)
         f = self._step_cost(step)
         if len(self._steps) >= self.config.max_steps:

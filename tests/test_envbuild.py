@@ -136,3 +136,35 @@ def test_fingerprint_of_an_env_without_excluded_agents_is_unchanged() -> None:
     assert "unavailable" not in fp and fp["lam"] == 0.1
     narrowed = ConductorEnv.from_parts(replace(env.parts, config=replace(env.config, unavailable=(0,))))
     assert json.loads(run_fingerprint(narrowed, policy, ReinforceConfig())["env"])["unavailable"] == [0]
+
+
+def test_step_and_workflow_mode_send_one_agent_the_same_request_for_a_question_with_end_spaces() -> None:
+    """A workflow strips its subtasks; step mode once sent the raw question, so on `mix-local`'s
+    ``mmlu/10511`` (its last option ends in a space) a trained step router missed the outcome table that
+    the single-agent (workflow) runs had built, under strict replay: one item graded wrong per run."""
+    from puppeteer.backends.base import SyncBackend
+    from puppeteer.types import Completion, CompletionRequest
+    from puppeteer.workflow import Workflow, format_workflow
+
+    class Recording(SyncBackend):
+        name = "recording"
+
+        def __init__(self) -> None:
+            self.requests: list[CompletionRequest] = []
+
+        def complete(self, request: CompletionRequest) -> Completion:
+            self.requests.append(request)
+            return Completion("Answer: 4", 10, 2, 0.0, 0.0, 0.0, request.model.target)
+
+    pool = load_pool("sim-paper")
+    task = replace(load_suite("arith", "test", n=1)[0], question=" What is 2 + 2? \n")
+    step_backend, flow_backend = Recording(), Recording()
+    step_env = build_env(EnvConfig(mode="step", max_steps=1), pool=pool, tasks=[task], backend=step_backend)
+    step_env.reset(seed=0)
+    step_env.step(0)
+    flow_env = build_env(EnvConfig(mode="workflow"), pool=pool, tasks=[task], backend=flow_backend)
+    flow_env.reset(seed=0)
+    flow_env.step(format_workflow(Workflow((0,), (task.question,), ((),))))
+    (sent,), (planned,) = step_backend.requests, flow_backend.requests
+    assert sent.messages == planned.messages
+    assert sent.messages[-1].content.startswith("What is 2 + 2?\n")
