@@ -188,6 +188,17 @@ def test_ab_compares_rewards_only_between_arms_of_one_mode(tmp_path: Path) -> No
     assert "reward" in same.metrics and "calls" in mixed.metrics
 
 
+def test_ab_compares_rewards_only_between_arms_paid_at_one_lambda(tmp_path: Path) -> None:
+    """A single agent evaluated at lambda 0.1 and a per-kind router at lambda 1 (both workflow mode) once
+    showed a reward "difference" of -0.155 that was only the two prices (docs/local-mix.md's A/B)."""
+    cheap = [trajectory(t, ["A"], True, mode="workflow") for t in "xy"]
+    ra = write_eval_run(tmp_path / "a", cheap)
+    rb = write_eval_run(tmp_path / "b", cheap, extra={"lam": 1.0})
+    rc = write_eval_run(tmp_path / "c", cheap, extra={"lam": 0.1})
+    assert "reward" not in compare_runs(ra, rb).metrics
+    assert "reward" in compare_runs(ra, rc).metrics
+
+
 def test_arms_rank_on_model_seconds_when_every_arm_is_priced(tmp_path: Path) -> None:
     """A: 6 s, right on x; B: 12 s, right on x and y; so both are on the model-seconds front."""
     from puppeteer.analytics.arms import arms_markdown, compare_arms

@@ -132,6 +132,12 @@ def shown_metrics(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     return cols
 
 
+def same_price(meta_a: dict[str, Any], meta_b: dict[str, Any]) -> bool:
+    """Whether two runs' rewards were paid at one lambda (a run that does not say is taken at its word)."""
+    lam_a, lam_b = meta_a.get("lam"), meta_b.get("lam")
+    return lam_a is None or lam_b is None or float(lam_a) == float(lam_b)
+
+
 def compare_runs(
     run_a: str | Path, run_b: str | Path, spec_a: str = "", spec_b: str = "", speeds: Pool | None = None
 ) -> ABResult:
@@ -164,9 +170,12 @@ def compare_episodes(
     if dropped:
         log.warning("%d items are in only one of the runs and are left out", dropped)
     mc = mcnemar_exact(both["correct_a"].to_numpy(), both["correct_b"].to_numpy())
+    cols = shown_metrics(da, db)
+    if "reward" in cols and not same_price(ma, mb):  # quality - lambda * cost at two lambdas: two scales
+        cols.remove("reward")
     metrics = {
         col: paired_bootstrap(both[f"{col}_a"].fillna(0).to_numpy(), both[f"{col}_b"].fillna(0).to_numpy())
-        for col in shown_metrics(da, db)
+        for col in cols
     }
     a = make_arm("A", spec_a or str(run_a), Path(run_a), da[da["task_id"].isin(both["task_id"])])
     b = make_arm("B", spec_b or str(run_b), Path(run_b), db[db["task_id"].isin(both["task_id"])])
