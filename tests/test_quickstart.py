@@ -13,6 +13,7 @@ from rich.console import Console
 
 from puppeteer.jobs.quickstart import QuickstartConfig, cost_axis, headline, run_quickstart
 from puppeteer.pool import load_pool
+from puppeteer.stats import mcnemar_exact
 from puppeteer.trajectories import read_trajectories
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +27,11 @@ SIM = QuickstartConfig(
     encoder="hashing",
     cost_model="tokens",  # sim-paper declares no model speeds
     baselines=("single:gemma3-27b-cot", "random"),
+    # the settings for a few items: lambda per thousand tokens, sampled first steps, the whole question
+    lam=0.1,
+    batch_episodes=64,
+    first_step="sample",
+    task_dims=None,
 )
 
 
@@ -98,6 +104,11 @@ def test_the_default_cost_model_prices_model_seconds_and_names_the_best_single_a
     assert rows["single:gpt5-cot"]["model_s"] > 0
     # the only single agent among the baselines is the one the headline compares with
     assert "best single agent, single:gpt5-cot" in summary["headline"]
+    # with its exact McNemar p on the items both were evaluated on, as `puppeteer ab` computes it
+    trained_c = [t.correct for t in read_trajectories(out / "eval" / "puppeteer" / "trajectories.jsonl")]
+    single_c = [t.correct for t in read_trajectories(out / "eval" / "single_gpt5-cot" / "trajectories.jsonl")]
+    p = mcnemar_exact(single_c, trained_c).p_value
+    assert f"exact McNemar p = {p:.2g}" in summary["headline"]
     report = (out / "report.md").read_text()
     assert "| model s |" in report and summary["headline"] in report and "pareto.png" in report
     assert (out / "pareto.png").stat().st_size > 0

@@ -57,22 +57,33 @@ class QuickstartConfig:
         "qwen0.5b-code",
     )
     suite: str = "mix-local"
-    # the shipped table's shards: the first 40 training and 60 held-out items (a quarter of each kind)
-    n_train: int = 60
-    n_eval: int = 60
-    episodes: int = 2048
-    batch_episodes: int = 64
+    # the shipped table's shards: 200 training items and every one of the suite's 320 held-out items
+    # (80 of each kind); docs/local-mix.md section 5 is this setting at 3 seeds
+    n_train: int = 200
+    n_eval: int = 320
+    episodes: int = 65536
+    # 512 episodes per update: 64 training items, each with every agent tried first (first_step=all),
+    # so a per-kind difference of a few points rises above the draws' noise (docs/sim-routing.md)
+    batch_episodes: int = 512
     group_size: int = 4
+    # `all`: every group tries each agent first, the exact gradient of the routing decision (the
+    # table makes the calls free); `sample`: each group draws its first agents
+    first_step: str = "all"
     # max_steps=1: the policy routes each item to one agent
     max_steps: int = 1
     # Call at least one agent. With the Terminator open at step 0, short noisy real-model runs can
     # learn to stop at once (return 0 beats the cost of failed calls on hard items): measured, 0/10.
     min_steps: int = 1
-    lam: float = 0.1
+    # lambda 1 per model minute: at 0.1 the routers bought chain of thought for +0.5-1 point at 2x the
+    # model time (docs/local-mix.md section 4)
+    lam: float = 1.0
     # `minutes`: each call costs its single-stream model minutes at the pool's declared speeds, so
     # lambda buys model time (a pool without declared speeds fails early with this; set `tokens`)
     cost_model: str = "minutes"
     encoder: str = "minilm"
+    # the question read on its 8 principal directions (fit on the training items): with 200 items the
+    # full 384-dimensional embedding let the router memorise items instead of kinds (section 4b)
+    task_dims: int | None = 8
     baselines: tuple[str, ...] = (
         "single:qwen1.5b-pot",
         "single:qwen1.5b-cot",
@@ -126,23 +137,44 @@ def cost_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     return "tokens", "tokens per item"
 
 
-def headline(rows: Sequence[Mapping[str, Any]], trained: str = TRAINED) -> str | None:
+def best_single(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The best single agent among the rows: the highest accuracy, the cheaper one on a tie."""
+    key, _ = cost_axis(rows)
+    singles = [r for r in rows if r["policy"].startswith("single:")]
+    return max(singles, key=lambda r: (r["accuracy"], -r[key])) if singles else None
+
+
+def headline(
+    rows: Sequence[Mapping[str, Any]], trained: str = TRAINED, p_value: float | None = None
+) -> str | None:
     """One sentence: the trained policy against the best single agent among the baselines (highest
-    accuracy; the cheaper one on a tie), in accuracy points and cost ratio. None without a single agent."""
+    accuracy; the cheaper one on a tie), in accuracy points and cost ratio, with the paired test's p
+    when given. None without a single agent."""
     key, _ = cost_axis(rows)
     unit = UNITS[key]
-    singles = [r for r in rows if r["policy"].startswith("single:")]
+    best = best_single(rows)
     mine = next((r for r in rows if r["policy"] == trained), None)
-    if not singles or mine is None:
+    if best is None or mine is None:
         return None
-    best = max(singles, key=lambda r: (r["accuracy"], -r[key]))
     points = 100 * (mine["accuracy"] - best["accuracy"])
     ratio = f"{mine[key] / best[key]:.2f}x" if best[key] else "n/a"
+    test = f" (exact McNemar p = {p_value:.2g}, paired by item)" if p_value is not None else ""
     return (
         f"The trained router scores {mine['accuracy']:.2f} at {mine[key]:.1f} {unit} per item; the best "
         f"single agent, {best['policy']}, {best['accuracy']:.2f} at {best[key]:.1f}: {points:+.0f} points "
-        f"at {ratio} its {unit}."
+        f"at {ratio} its {unit}{test}."
     )
+
+
+def _paired_p(results: Mapping[str, EvalResult], rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """Exact McNemar p of the trained router against the best single agent on the same held-out items."""
+    from puppeteer.analytics.ab import compare_runs
+
+    best = best_single(rows)
+    mine, theirs = results.get(TRAINED), results.get(best["policy"]) if best else None
+    if mine is None or theirs is None or mine.out_dir is None or theirs.out_dir is None:
+        return None
+    return compare_runs(mine.out_dir, theirs.out_dir).accuracy.p_value
 
 
 def run_quickstart(
@@ -171,11 +203,14 @@ def run_quickstart(
             samples_per_item=1,
         ),
         pool=pool,
-        policy_config=PolicyConfig(encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=cfg.min_steps),
+        policy_config=PolicyConfig(
+            encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=cfg.min_steps, task_dims=cfg.task_dims
+        ),
         trainer=ReinforceConfig(
             episodes=cfg.episodes,
             batch_episodes=batch,
             group_size=cfg.group_size,
+            first_step=cfg.first_step,
             lr=0.003,
             eval_every=10**9,
             parallel_envs=cfg.parallel_envs,
@@ -260,7 +295,7 @@ def run_quickstart(
         "wall_s": time.perf_counter() - start,
         "results": rows,
         "cost": key,
-        "headline": headline(rows),
+        "headline": headline(rows, p_value=_paired_p(results, rows)),
         "train_curve": [{"episodes": h["episodes"], "return": h["train/return"]} for h in state.history],
     }
     (run / "results.json").write_text(json.dumps(summary, indent=2))
@@ -327,7 +362,8 @@ def _report(s: dict[str, Any]) -> str:
         "",
         "![agent usage](agent_usage.png)",
         "",
-        "A small held-out set gives wide intervals: read the table as a smoke test of real-model "
+        "Intervals are 95% Wilson intervals of each policy alone; the headline's test pairs the two policies "
+        "item by item. With few held-out items (`--n-eval`) read the table as a smoke test of real-model "
         "orchestration, not as a benchmark.",
         "",
     ]
