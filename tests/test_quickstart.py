@@ -14,6 +14,7 @@ from rich.console import Console
 from puppeteer.jobs.quickstart import QuickstartConfig, cost_axis, headline, run_quickstart
 from puppeteer.pool import load_pool
 from puppeteer.stats import mcnemar_exact
+from puppeteer.tasks import load_suite
 from puppeteer.trajectories import read_trajectories
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,3 +131,14 @@ def test_headline_takes_the_most_accurate_single_agent_and_the_cheaper_on_a_tie(
     assert cost_axis(rows)[0] == "tokens"
     assert headline(rows).endswith("single:b, 0.60 at 300.0: -10 points at 0.33x its tokens.")
     assert headline(rows[:1]) is None
+
+
+def test_the_seed_varies_the_training_not_the_items(tmp_path: Path) -> None:
+    """Another seed trains and samples anew on the same items: the shipped outcome table holds the items
+    of the suite's own order, and a seed that picked others would call models the table lacks."""
+    with (tmp_path / "log").open("w") as log:
+        run_quickstart(replace(SIM, seed=1), tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
+    held_out = [t.task_id for t in read_trajectories(tmp_path / "eval" / "puppeteer" / "trajectories.jsonl")]
+    assert held_out == [t.id for t in load_suite(SIM.suite, "test", n=SIM.n_eval)]
+    trained_on = {t.task_id for t in read_trajectories(tmp_path / "train" / "trajectories.jsonl")}
+    assert trained_on <= {t.id for t in load_suite(SIM.suite, "train", n=SIM.n_train)}
