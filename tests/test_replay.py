@@ -221,8 +221,9 @@ def test_the_quickstart_at_its_defaults_beats_the_best_single_agent_held_out(
 ) -> None:
     """README's first command, replayed and strict (no model; ~3 min on 2 cores): REINFORCE on 200 training
     items routes all 320 held-out items of mix-local by kind and beats the best single agent
-    (`qwen1.5b-pot`, 199/320) on accuracy at less model time. Measured 0.67 at 10.1 model-s against
-    0.62 at 12.0 (docs/quickstart/); section 5 of docs/local-mix.md is the same setting at 3 seeds."""
+    (`qwen1.5b-pot`, 199/320) on accuracy at less model time. Measured with seeds 0 / 1 / 2: 0.666 / 0.638 /
+    0.644 at 0.84 / 0.91 / 0.85x its model time (docs/quickstart/); a router that sends everything to one
+    agent scores at most 0.622 at 1.0x and fails."""
     from rich.console import Console
 
     from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
@@ -236,5 +237,5 @@ def test_the_quickstart_at_its_defaults_beats_the_best_single_agent_held_out(
     assert summary["n_train"] == 200 and summary["n_eval"] == 320
     assert all(r["cache_misses"] == 0 for r in summary["results"])
     assert best["accuracy"] == pytest.approx(199 / 320)
-    assert trained["accuracy"] >= best["accuracy"] + 0.02
-    assert trained["model_s"] <= 0.95 * best["model_s"]
+    assert trained["accuracy"] >= best["accuracy"] + 0.01
+    assert trained["model_s"] <= 0.93 * best["model_s"]
