@@ -100,6 +100,24 @@ def test_cards_never_see_the_test_items_and_bad_files_are_refused(tmp_path: Path
         PoolCards("p", SUITE, "train", 1, ("gsm8k",), (AgentCard("a", 1.0, 1.0, {"mmlu": 0.5}),))
 
 
+def test_cards_follow_a_table_built_on_n_items_and_the_declared_speeds(tmp_path: Path) -> None:
+    """A shipped outcome table holds the split's first n items (``load_suite(n=n)``, not the first n of
+    the whole split's order), so ``--n`` takes the calibration items among those; and where a pool
+    declares its models' speeds the card's speed is single-stream at those speeds (a replayed call's
+    latency is the build machine's load, not the agent's speed)."""
+    from puppeteer.tasks import load_suite
+
+    among = {t.id for t in load_suite(SUITE, "train", n=40)}
+    chosen = calibration_tasks(SUITE, "train", per_domain=20, n=40)
+    assert {t.id for t in chosen} == among and len(chosen) == 40
+    raw = yaml.safe_load(_pool_file(tmp_path).read_text())
+    for model in raw["models"].values():
+        model.update(prefill_tps=1000.0, decode_tps=10.0)
+    (tmp_path / "timed.yaml").write_text(yaml.safe_dump({**raw, "name": "timed"}))
+    card = measure_cards(load_pool(tmp_path / "timed.yaml"), SUITE, per_domain=5).card("mathy-cot")
+    assert 9.0 < card.tokens_per_s < 10.0  # decode 10 tokens/s, slowed a little by the prompt's prefill
+
+
 def test_puppeteer_pool_cards_writes_the_cards_beside_the_pool(tmp_path: Path) -> None:
     path = _pool_file(tmp_path)
     assert cli_main(["pool", "cards", "--pool", str(path), "--suite", SUITE, "--per-domain", "3"]) == 0

@@ -44,6 +44,13 @@ def configure_pool(p: argparse.ArgumentParser) -> None:
     cards.add_argument("--split", default="train", help="calibration split (train | validation)")
     cards.add_argument("--per-domain", type=int, default=20, help="calibration items per domain")
     cards.add_argument("--seed", type=int, default=0, help="item i is reset with seed + i")
+    cards.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="take the calibration items among the split's first N (as runs on N items take them; "
+        "e.g. the items a shipped outcome table holds)",
+    )
     cards.add_argument("--out", default=None, help="write here instead of beside the pool")
 
 
@@ -111,7 +118,13 @@ def _cards(args: argparse.Namespace, console: Console) -> int:
         console.print(json.dumps(card.to_dict()), markup=False, highlight=False, soft_wrap=True)
 
     cards = measure_cards(
-        pool, args.suite, split=args.split, per_domain=args.per_domain, seed=args.seed, on_agent=show
+        pool,
+        args.suite,
+        split=args.split,
+        per_domain=args.per_domain,
+        seed=args.seed,
+        n=args.n,
+        on_agent=show,
     )
     cards.save(out)
     console.print(f"written: {out}", markup=False, highlight=False)

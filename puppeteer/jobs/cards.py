@@ -4,8 +4,9 @@ Each agent is called once on each item of a small calibration split, through the
 evaluation runs it (one call, then the Terminator; cost model ``usd``): the first ``per_domain``
 items of each domain of the suite's ``split`` (``train`` by default; the ``test`` split is refused,
 so that no card has seen the items a policy is judged on). The card records the mean price per
-call in US cents, the completion tokens per second of the calls (single stream: the backend's own
-latency of each call, summed) and the share of items answered right per domain.
+call in US cents, the completion tokens per second of the calls (single stream: the calls' model
+seconds at the pool's declared speeds where it declares them, else the backend's own latency of each
+call, summed) and the share of items answered right per domain.
 """
 
 from __future__ import annotations
@@ -28,15 +29,19 @@ log = logging.getLogger(__name__)
 FORBIDDEN_SPLITS = ("test", "all")  # the items policies are judged on (or a split holding them)
 
 
-def calibration_tasks(suite: str, split: str = "train", per_domain: int = 20) -> tuple[Task, ...]:
-    """The first ``per_domain`` items of each domain of ``suite``'s ``split``, in the split's order."""
+def calibration_tasks(
+    suite: str, split: str = "train", per_domain: int = 20, n: int | None = None
+) -> tuple[Task, ...]:
+    """The first ``per_domain`` items of each domain of ``suite``'s ``split``, in the split's order;
+    with ``n``, among the items a run on ``n`` items of the split takes (``load_suite(n=n)``: the items
+    a shipped outcome table holds when it was built on ``n``)."""
     if split in FORBIDDEN_SPLITS:
         raise UserError(f"cards are measured on a calibration split, never on {split!r} (the held-out items)")
     if per_domain < 1:
         raise UserError(f"per_domain must be >= 1, got {per_domain}")
     taken: Counter[str] = Counter()
     chosen = []
-    for task in load_suite(suite, split):
+    for task in load_suite(suite, split, n=n):
         if taken[task.domain] < per_domain:
             taken[task.domain] += 1
             chosen.append(task)
@@ -52,10 +57,11 @@ def measure_cards(
     split: str = "train",
     per_domain: int = 20,
     seed: int = 0,
+    n: int | None = None,
     on_agent: Callable[[AgentCard], None] | None = None,
 ) -> PoolCards:
     """Every agent of ``pool`` on the calibration split (item ``i`` reset with ``seed + i``)."""
-    tasks = calibration_tasks(suite, split, per_domain)
+    tasks = calibration_tasks(suite, split, per_domain, n)
     settings = EnvConfig(mode="step", lam=0.0, max_steps=1, min_steps=1, cost_model="usd")
     env = build_env(settings, pool=pool, tasks=tasks)
     domains = tuple(sorted({t.domain for t in tasks}))
@@ -70,9 +76,12 @@ def measure_cards(
             seen[task.domain] += 1
             right[task.domain] += int(end.correct)
             cents += 100.0 * end.usd
-            for step in end.trajectory.steps:
-                tokens += step.completion.completion_tokens
-                seconds += step.completion.latency_s
+            steps = end.trajectory.steps
+            tokens += sum(step.completion.completion_tokens for step in steps)
+            # single stream at the pool's declared speeds where it declares them (a replayed or batched
+            # call's latency says how loaded the machine was, not how fast the agent is)
+            declared = pool.model_seconds(steps)
+            seconds += declared if declared is not None else sum(step.completion.latency_s for step in steps)
         card = AgentCard(
             name=agent.name,
             cents_per_call=cents / len(tasks),

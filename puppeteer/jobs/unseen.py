@@ -10,7 +10,9 @@ retrained on the whole pool, and with the whole pool's optimum given what the qu
 ``(unseen - six) / (retrained - six)``, realised and in expectation (each item's right answer
 replaced by its probability given the visible score, which removes the luck of the draws).
 
-Simulated pools only (the optimum and the expected returns need the simulator's probabilities).
+On a simulated pool the optimum and the expected returns use the simulator's probabilities; on a pool
+of real models (replayed from its outcome table) nothing knows those, so the expected return is the
+realised one and the "optimum" is the per-item oracle (the agent that was right, cheapest first).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from puppeteer.envbuild import EnvConfig, build_env
 from puppeteer.jobs.builder import env_copies
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, PoolError, load_pool
+from puppeteer.reward import COST_UNITS
 from puppeteer.rollout import Episode, run_actions, run_lockstep
 from puppeteer.train.reinforce import ReinforceConfig, train
 
@@ -63,9 +66,13 @@ class UnseenSettings:
     surface: bool = True
     hidden: int = 128
     cards_linear: bool = False  # policy.cards_linear: the agent only through its card's price and accuracy
+    # what lambda prices: `usd` (US cents) on priced pools; `minutes` (model minutes at the declared
+    # speeds) on local pools, whose calls cost no money
+    cost_model: str = "usd"
+    task_dims: int | None = None  # policy.task_dims: the question on its k principal directions
 
     def env_config(self) -> EnvConfig:
-        return EnvConfig(mode="step", lam=self.lam, max_steps=1, min_steps=1, cost_model="usd")
+        return EnvConfig(mode="step", lam=self.lam, max_steps=1, min_steps=1, cost_model=self.cost_model)
 
     def policy_config(self) -> PolicyConfig:
         return PolicyConfig(
@@ -76,6 +83,7 @@ class UnseenSettings:
             surface=self.surface,
             cards=True,
             cards_linear=self.cards_linear,
+            task_dims=self.task_dims,
         )
 
     def trainer(self, seed: int) -> ReinforceConfig:
@@ -118,20 +126,21 @@ def train_router(
 
 @dataclass(frozen=True)
 class OutcomeTable:
-    """Every agent of a simulated pool on every held-out item (reset seed EVAL_SEED + i): the realised
-    return, grade and price, and the expected return given the visible score."""
+    """Every agent of a pool on every held-out item (reset seed EVAL_SEED + i): the realised return,
+    grade and price, and (simulated pools) the expected return given the visible score; on real pools
+    the expected return is the realised one."""
 
     names: tuple[str, ...]
     task_ids: tuple[str, ...]
     domains: tuple[str, ...]
     ret: np.ndarray  # (items, agents)
     correct: np.ndarray  # (items, agents), bool
-    cents: np.ndarray  # (items, agents): the env's cost of the call (cost model usd: US cents)
+    cents: np.ndarray  # (items, agents): the env's cost of the call (in the cost model's unit)
     expected: np.ndarray  # (items, agents): E[return | item's visible score, agent]
 
     @classmethod
     def of(cls, env: ConductorEnv) -> OutcomeTable:
-        sim = sim_backend(env)
+        sim = sim_backend(env) if "sim" in env.pool.backends() else None
         stop = env.pool.terminator_id
         n, k = len(env.tasks), len(env.pool)
         ret, correct, cents, expected = (np.zeros((n, k)) for _ in range(4))
@@ -141,9 +150,9 @@ class OutcomeTable:
                 end = run_actions(env, [a, stop], seed=EVAL_SEED + i, options={"task_index": i})
                 g = env.config.gamma ** (len(end.rewards) - 1)
                 ret[i, a], correct[i, a], cents[i, a] = end.ret, end.correct, end.cost
-                expected[i, a] = end.ret + g * (
-                    sim.accuracy_given_visible(agent, task.id) - float(end.correct)
-                )
+                expected[i, a] = end.ret
+                if sim is not None:
+                    expected[i, a] += g * (sim.accuracy_given_visible(agent, task.id) - float(end.correct))
         return cls(
             names=tuple(a.name for a in env.pool.agents),
             task_ids=tuple(t.id for t in env.tasks),
@@ -281,9 +290,10 @@ def report(out: Path, s: UnseenSettings) -> tuple[str, dict[str, Any]]:
     surface = " with surface features" if s.surface else ""
     scorer = "`policy.cards`, `policy.cards_linear`" if s.cards_linear else "`policy.cards`"
     lines = [
-        "# Agents the router has never seen [backend: sim]",
+        f"# Agents the router has never seen [backend: {', '.join(load_pool(s.pool).backends())}]",
         "",
-        f"Pool `{s.pool}` over `{s.suite}`, lambda {s.lam:g}, one call per item, cost in US cents; "
+        f"Pool `{s.pool}` over `{s.suite}`, lambda {s.lam:g}, one call per item, cost per "
+        f"{COST_UNITS[s.cost_model]}; "
         f"held out of training: {', '.join(f'`{h}`' for h in s.held)}. Card-reading routers "
         f"({scorer}), REINFORCE `first_step={s.first_step}`, {s.episodes} episodes in batches of "
         f"{s.batch_episodes}, lr {s.lr:g}, encoder {s.encoder}{surface}, "
@@ -293,9 +303,10 @@ def report(out: Path, s: UnseenSettings) -> tuple[str, dict[str, Any]]:
         "`six`: the router trained without the held-out agents, on its own pool. `unseen`: the same router "
         "with the held-out agents added (scored by their text and card). `retrained`: a router trained on "
         "the whole pool. Expected return: each item's grade replaced by its probability given the visible "
-        "score (no luck of the draws).",
+        "score (no luck of the draws; on a pool of real models nothing knows it: the realised return, and "
+        "the optimum is the per-item oracle).",
         "",
-        "| seed | arm | accuracy | return | expected return | cost (cents) | held-out agents' share |",
+        "| seed | arm | accuracy | return | expected return | cost | held-out agents' share |",
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
