@@ -31,6 +31,9 @@ SCALE_FLOOR = 0.05
 # charges (lambda x cents), so a scorer may read it linearly (PRICE_LINEAR: its index)
 PRICE_SPEED = ("ln cents per call", "cents per call", "ln tokens per s")
 PRICE_LINEAR = 1
+# where every card has it (pools that declare their models' speeds): the model time of a call, what a
+# `minutes` cost model charges (lambda x minutes), read as its log and itself, before the accuracies
+MODEL_TIME = ("ln model s per call", "model minutes per call")
 
 
 class CardError(ValueError):
@@ -46,6 +49,8 @@ class AgentCard:
     tokens_per_s: float  # completion tokens per second of its calls (single stream)
     accuracy: Mapping[str, float]  # per domain: share of calibration items answered right
     items: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))  # per domain
+    # mean single-stream model seconds per call at the pool's declared speeds (None: no declared speeds)
+    seconds_per_call: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +59,7 @@ class AgentCard:
             "tokens_per_s": self.tokens_per_s,
             "accuracy": dict(self.accuracy),
             "items": dict(self.items),
+            **({"seconds_per_call": self.seconds_per_call} if self.seconds_per_call is not None else {}),
         }
 
 
@@ -78,12 +84,17 @@ class PoolCards:
                 raise CardError(f"card of {c.name!r} lacks the accuracy of domain(s) {missing}")
 
     @property
+    def timed(self) -> bool:
+        """Whether every card states its model time per call (the features then include it)."""
+        return bool(self.cards) and all(c.seconds_per_call is not None for c in self.cards)
+
+    @property
     def feature_names(self) -> tuple[str, ...]:
-        return (*PRICE_SPEED, *(f"accuracy {d}" for d in self.domains))
+        return (*PRICE_SPEED, *(MODEL_TIME if self.timed else ()), *(f"accuracy {d}" for d in self.domains))
 
     @property
     def n_features(self) -> int:
-        return len(PRICE_SPEED) + len(self.domains)
+        return len(self.feature_names)
 
     def card(self, name: str) -> AgentCard:
         for c in self.cards:
@@ -96,15 +107,19 @@ class PoolCards:
 
     def features(self, names: Sequence[str]) -> np.ndarray:
         """Raw numeric features of the named agents, shape ``(len(names), n_features)``: ln price,
-        price, ln speed (:data:`PRICE_SPEED`), then the accuracy per domain (in ``domains`` order)."""
+        price, ln speed (:data:`PRICE_SPEED`), where every card has it the model time per call
+        (:data:`MODEL_TIME`), then the accuracy per domain (in ``domains`` order)."""
         rows = []
+        timed = self.timed
         for name in names:
             c = self.card(name)
+            seconds = c.seconds_per_call or 0.0
             rows.append(
                 [
                     math.log(max(c.cents_per_call, 1e-6)),
                     c.cents_per_call,
                     math.log(max(c.tokens_per_s, 1e-3)),
+                    *((math.log(max(seconds, 1e-3)), seconds / 60.0) if timed else ()),
                     *(float(c.accuracy[d]) for d in self.domains),
                 ]
             )
@@ -139,6 +154,9 @@ class PoolCards:
                         tokens_per_s=float(c["tokens_per_s"]),
                         accuracy=MappingProxyType({str(k): float(v) for k, v in c["accuracy"].items()}),
                         items=MappingProxyType({str(k): int(v) for k, v in (c.get("items") or {}).items()}),
+                        seconds_per_call=(
+                            float(c["seconds_per_call"]) if c.get("seconds_per_call") is not None else None
+                        ),
                     )
                     for c in raw["cards"]
                 ),

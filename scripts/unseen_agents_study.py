@@ -10,6 +10,11 @@ processes may share OUT with ``--kinds``); training files go under ``--work``. `
     python scripts/unseen_agents_study.py --out docs/unseen-agents --seeds 0,1,2
     python scripts/unseen_agents_study.py --out docs/unseen-agents/linear --cards-linear --seeds 0,1,2
     python scripts/unseen_agents_study.py --out runs/ua --episodes 2048 --batch-episodes 128 --seeds 0
+    # real models, replayed from the shipped outcome table (its cards: --n 200 = the table's items)
+    puppeteer pool cards --pool local-mix --suite mix-local --per-domain 50 --n 200
+    PUPPETEER_REPLAY=strict python scripts/unseen_agents_study.py --out docs/unseen-agents/local-mix \
+        --pool local-mix --suite mix-local --held qwen1.5b-code,qwen1.5b-direct --lam 1 --cost-model minutes \
+        --n-train 200 --n-eval 320 --no-surface --task-dims 8 --seeds 0,1,2 --work runs/unseen-local
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ def main() -> None:
         flag = "--" + f.name.replace("_", "-")
         if isinstance(value, bool):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
-        else:
-            p.add_argument(flag, type=type(value), default=value)
+        else:  # a setting whose default is None (task_dims) takes an integer
+            p.add_argument(flag, type=type(value) if value is not None else int, default=value)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     settings = UnseenSettings(

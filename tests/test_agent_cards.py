@@ -114,8 +114,17 @@ def test_cards_follow_a_table_built_on_n_items_and_the_declared_speeds(tmp_path:
     for model in raw["models"].values():
         model.update(prefill_tps=1000.0, decode_tps=10.0)
     (tmp_path / "timed.yaml").write_text(yaml.safe_dump({**raw, "name": "timed"}))
-    card = measure_cards(load_pool(tmp_path / "timed.yaml"), SUITE, per_domain=5).card("mathy-cot")
+    cards = measure_cards(load_pool(tmp_path / "timed.yaml"), SUITE, per_domain=5)
+    card = cards.card("mathy-cot")
     assert 9.0 < card.tokens_per_s < 10.0  # decode 10 tokens/s, slowed a little by the prompt's prefill
+    # the model time per call, what a `minutes` cost model charges, is a feature of timed cards only
+    assert card.seconds_per_call is not None and card.seconds_per_call > 10.0
+    assert cards.timed and cards.feature_names[3:5] == ("ln model s per call", "model minutes per call")
+    features = cards.features(["mathy-cot"])[0]
+    assert features[4] == pytest.approx(card.seconds_per_call / 60.0)
+    assert PoolCards.load(cards.save(tmp_path / "timed.json")) == cards
+    untimed = measure_cards(load_pool(_pool_file(tmp_path)), SUITE, per_domain=5)
+    assert not untimed.timed and untimed.n_features == 3 + 2  # as before: price, speed, two accuracies
 
 
 def test_puppeteer_pool_cards_writes_the_cards_beside_the_pool(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def measure_cards(
     for a, agent in enumerate(pool.agents):
         right: defaultdict[str, int] = defaultdict(int)
         seen: Counter[str] = Counter()
-        cents, tokens, seconds = 0.0, 0, 0.0
+        cents, tokens, seconds, declared_total = 0.0, 0, 0.0, 0.0
         for i, task in enumerate(tasks):
             end = run_actions(env, [a, stop], seed=seed + i, options={"task_index": i})
             seen[task.domain] += 1
@@ -82,12 +82,14 @@ def measure_cards(
             # call's latency says how loaded the machine was, not how fast the agent is)
             declared = pool.model_seconds(steps)
             seconds += declared if declared is not None else sum(step.completion.latency_s for step in steps)
+            declared_total += declared or 0.0
         card = AgentCard(
             name=agent.name,
             cents_per_call=cents / len(tasks),
             tokens_per_s=tokens / seconds if seconds > 0 else 0.0,
             accuracy=MappingProxyType({d: right[d] / seen[d] for d in domains}),
             items=MappingProxyType({d: seen[d] for d in domains}),
+            seconds_per_call=declared_total / len(tasks) if pool.has_speeds else None,
         )
         log.info("card %s: %s", agent.name, card.to_dict())
         if on_agent is not None:
