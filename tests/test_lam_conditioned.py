@@ -177,7 +177,20 @@ def test_a_conditioned_policy_calls_the_cheap_agent_as_lambda_rises(tmp_path: Pa
     assert low["cost"] > 20 * high["cost"] and low["accuracy"] > high["accuracy"]
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Small networks on small batches run fastest on one thread; restored after, since the thread count
+    changes float reductions and later tests compare runs across processes bit for bit."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 def test_maskable_ppo_with_lambda_in_the_observation_calls_the_cheap_agent_as_lambda_rises(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -191,7 +204,6 @@ def test_maskable_ppo_with_lambda_in_the_observation_calls_the_cheap_agent_as_la
 
     from puppeteer.policies.external import load_sb3, save_sb3
 
-    torch.set_num_threads(1)
     pool = _price_pool(tmp_path)
     tasks = load_suite("mix-math-mmlu", "train", n=32, seed=0)
     env = make_encoded_env(
