@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,11 @@ class QuickstartConfig:
     # calls over two models, and training gained only 1.12x from batching (docs/benchmarks.md).
     # Results do not depend on it (each episode has its own seed; same curves with 16 and 64).
     parallel_envs: int = 64
+    # torch threads for the router's training and the question encoder: the thread count changes float
+    # reductions, so the same seed trains another router on another count (measured: 0.666 with 1
+    # thread, 0.650 with 2); 1 makes the result the same on every machine, and small networks on small
+    # batches run no slower on one thread
+    torch_threads: int = 1
 
 
 def replay_note(pool: Pool) -> str | None:
@@ -177,8 +183,28 @@ def _paired_p(results: Mapping[str, EvalResult], rows: Sequence[Mapping[str, Any
     return compare_runs(mine.out_dir, theirs.out_dir).accuracy.p_value
 
 
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` for the block, restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_quickstart(
     cfg: QuickstartConfig, out: str | Path, cache: str | Path | None = None, console: Any | None = None
+) -> dict[str, Any]:
+    with _torch_threads(cfg.torch_threads):
+        return _run_quickstart(cfg, out, cache, console)
+
+
+def _run_quickstart(
+    cfg: QuickstartConfig, out: str | Path, cache: str | Path | None, console: Any | None
 ) -> dict[str, Any]:
     from rich.console import Console
     from rich.markup import escape
