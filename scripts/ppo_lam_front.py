@@ -27,13 +27,10 @@ from typing import Any
 
 import torch
 
+from puppeteer.cli.analytics import lam_list
 from puppeteer.train.sb3 import MaskablePPOConfig, train_maskable_ppo
 
 log = logging.getLogger("ppo_lam_front")
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.split(",") if x.strip())
 
 
 def _name(lam: float) -> str:
@@ -68,8 +65,8 @@ def main() -> None:
     p.add_argument("--suite", default="mix-routing")
     p.add_argument("--n-train", type=int, default=300)
     p.add_argument("--n-eval", type=int, default=200)
-    p.add_argument("--lam-range", type=_floats, default=(0.01, 0.5))
-    p.add_argument("--lams", type=_floats, default=(0.01, 0.0266, 0.0707, 0.188, 0.5))
+    p.add_argument("--lam-range", type=lam_list, default=(0.01, 0.5))
+    p.add_argument("--lams", type=lam_list, default=(0.01, 0.0266, 0.0707, 0.188, 0.5))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--steps", type=int, default=65536)
     p.add_argument("--encoder", default="minilm")

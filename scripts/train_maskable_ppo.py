@@ -21,15 +21,8 @@ import torch
 from rich.console import Console
 
 from puppeteer.analytics.tables import markdown_table
+from puppeteer.cli.analytics import lam_list
 from puppeteer.train.sb3 import MaskablePPOConfig, train_maskable_ppo
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
-
 
 TUPLE_FIELDS = {"lam_range", "eval_lams"}  # comma-separated numbers on the command line
 
@@ -41,7 +34,7 @@ def main() -> None:
         default = getattr(d, f.name)
         flag = "--" + f.name.replace("_", "-")
         if f.name in TUPLE_FIELDS:
-            p.add_argument(flag, type=_floats, default=default, metavar="X,Y,...")
+            p.add_argument(flag, type=lam_list, default=default, metavar="X,Y,...")
             continue
         if isinstance(default, bool):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 DEFAULT_LAMS = (0.0, 0.05, 0.1, 0.2, 0.5)  # sweep --lam's default
 
 
-def _floats(text: str) -> list[float]:
+def lam_list(text: str) -> list[float]:
     """Comma-separated cost weights: each a finite number >= 0 (checked before any run is launched)."""
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
@@ -89,7 +89,7 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--lam",
-        type=_floats,
+        type=lam_list,
         default=None,
         help="comma-separated cost weights: lam (puppeteer track), workflow_lam (conductor); default "
         f"{','.join(f'{x:g}' for x in DEFAULT_LAMS)}. With --conditioned: the lambdas of the separately "
@@ -103,7 +103,7 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
         "and (simulated pools) the per-item optimum: front.md, front.csv, front.png",
     )
     p.add_argument(
-        "--lam-range", type=_floats, default=None, metavar="LOW,HIGH", help="with --conditioned: the range"
+        "--lam-range", type=lam_list, default=None, metavar="LOW,HIGH", help="with --conditioned: the range"
     )
     p.add_argument("--points", type=int, default=9, help="with --conditioned: lambdas on the grid")
     p.add_argument(
