@@ -64,9 +64,10 @@ from puppeteer.reward import (
     PuppeteerReward,
     check_cost_model,
     conductor_reward,
+    discounted_return,
     discounted_returns,
 )
-from puppeteer.signals import N_SIGNALS, answer_signals
+from puppeteer.signals import N_SIGNALS, AnswerTally
 from puppeteer.spaces import UnicodeText
 from puppeteer.tasks import Grader, default_graders
 from puppeteer.textsafe import encodable
@@ -136,6 +137,11 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         if missing:
             raise ValueError(f"unknown grader(s) {sorted(missing)}")
         self._base_mask = self.pool.availability(config.unavailable)
+        # read at every step: the pool and config are fixed for the env's life
+        self._n_actions, self._terminator = self.pool.n_actions, self.pool.terminator_id
+        self._min_steps = config.min_steps if config.mode == "step" else 0  # Terminator masked before
+        self._models = tuple(a.model for a in self.pool.agents)
+        self._sees_work = tuple(self.pool.sees_earlier_work(i) for i in range(len(self.pool)))
         self._mask = self._base_mask.copy()
         n_base = int(self._base_mask[: len(self.pool)].sum())
         k_available = config.k_available
@@ -205,6 +211,11 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._workflow: Workflow | None = None
         self._ctx: EpisodeContext | None = None  # this episode's (built on its first call)
         self._state_parts: list[str] = []  # obs["state"], a line per step so far
+        self._agent_counts = np.zeros(0, dtype=np.int64)  # obs["counts"], and how many steps it counted
+        self._counted = 0
+        self._signal_vectors: dict[tuple[int, ...], np.ndarray] = {}  # obs["signals"] vectors made so far
+        self._tally = AnswerTally(self._signal_vectors)  # obs["signals"] so far
+        self._lam_array = np.array([self._lam])  # obs["lam"] of this episode
         # extractions from vouched answer texts, per task object and grader: (task, grader, memo)
         self._extractions: dict[int, tuple[Task, Grader, dict[tuple[str, bool], str | None]]] = {}
         if seed is not None:
@@ -237,23 +248,23 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         """Valid actions now (MaskablePPO convention)."""
         mask = self._mask.astype(bool)
         if self._terminator_masked():
-            mask[self.pool.terminator_id] = False
+            mask[self._terminator] = False
         return mask
 
     def _current_mask(self) -> np.ndarray:
         mask = self._mask.copy()
         if self._terminator_masked():
-            mask[self.pool.terminator_id] = 0
+            mask[self._terminator] = 0
         return mask
 
     def _terminator_masked(self) -> bool:
         """Whether the Terminator is masked now (step mode, before ``min_steps`` agents acted)."""
-        return self.config.mode == "step" and len(self._steps) < self.config.min_steps
+        return len(self._steps) < self._min_steps
 
     def _allowed(self, action: int) -> bool:
         """``_current_mask()[action]`` of an in-range action, without copying the mask."""
         return bool(self._mask[action]) and not (
-            action == self.pool.terminator_id and self._terminator_masked()
+            action == self._terminator and len(self._steps) < self._min_steps
         )
 
     def _grader(self) -> Grader:
@@ -310,10 +321,24 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         return "\n".join(parts)[-MAX_OBS_CHARS:]
 
     def _counts(self) -> np.ndarray:
-        counts = [0] * self.pool.n_actions
-        for s in self._steps:
+        """Calls per agent so far (counted once per step, kept across the steps of an episode)."""
+        steps, counts = self._steps, self._agent_counts
+        if len(counts) != self._n_actions or self._counted > len(steps):
+            counts = self._agent_counts = np.zeros(self._n_actions, dtype=np.int64)
+            self._counted = 0
+        for s in steps[self._counted :]:
             counts[s.agent_id] += 1
-        return np.array(counts, dtype=np.int64)
+        self._counted = len(steps)
+        return counts.copy()
+
+    def _signals(self) -> np.ndarray:
+        """``answer_signals`` of the steps' answers (each answer tallied once per episode)."""
+        steps, tally = self._steps, self._tally
+        if tally.n > len(steps):
+            tally = self._tally = AnswerTally(self._signal_vectors)
+        for i in range(tally.n, len(steps)):
+            tally.add(steps[i].answer)
+        return tally.signals()
 
     def _obs(self) -> dict[str, Any]:
         task = self.task
@@ -324,15 +349,15 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                 "mask": self._current_mask(),
                 "step": len(self._steps),
                 "counts": self._counts(),
-                "signals": answer_signals([s.answer for s in self._steps]),
-                "lam": np.array([self._lam]),
+                "signals": self._signals(),
+                "lam": self._lam_array.copy(),
             }
         return {
             "task": task.question[:MAX_OBS_CHARS],
             "prompt": self.prompt().text[:MAX_OBS_CHARS],
             "mask": self._current_mask(),
             "depth": self._depth,
-            "lam": np.array([self._lam]),
+            "lam": self._lam_array.copy(),
         }
 
     @property
@@ -377,17 +402,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         parse_error: str | None = None,
         workflow: Workflow | None = None,
     ) -> Trajectory:
-        return Trajectory(
-            task_id=self.task.id,
-            suite=self.task.suite,
-            mode=self.config.mode,
-            steps=tuple(self._steps),
-            final_answer=answer,
-            correct=correct,
-            reward=reward,
-            parse_error=parse_error,
-            workflow=workflow,
-        )
+        task = self.task  # positional: made at every step, and keywords cost a third of the call
+        mode, steps = self.config.mode, tuple(self._steps)
+        return Trajectory(task.id, task.suite, mode, steps, answer, correct, reward, parse_error, workflow)
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         info = {"task_id": self.task.id, "action_mask": self.action_masks(), **extra}
@@ -414,10 +431,13 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
         self._steps, self._rewards, self._done = [], [], False
         self._result, self._rendered, self._ctx, self._state_parts = None, 0, None, []
+        self._agent_counts, self._counted = np.zeros(self.pool.n_actions, dtype=np.int64), 0
+        self._tally = AnswerTally(self._signal_vectors)
         self._grades = {}
         self._depth, self._rounds, self._followup, self._workflow = 0, [], None, None
         self._mask = self._episode_mask(options)
         self._lam = self._episode_lam(options)
+        self._lam_array = np.array([self._lam])
         if self.config.mode == "step" and not _same_number(self._reward.lam, self._lam):
             self._reward = replace(self._base_reward, lam=self._lam)
         if self.render_mode == "human":
@@ -485,26 +505,27 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         if type(action) is not int:  # a plain int is the common case
             action = self._agent_id(action)
         a = action
-        if not 0 <= a < self.pool.n_actions:
+        if not 0 <= a < self._n_actions:
             raise InvalidAction(
                 f"action {a} out of range 0..{self.pool.terminator_id} (the last is the Terminator)"
             )
-        if not self._allowed(a) and self.config.invalid_action == "remap":
-            mask = self._current_mask()
-            a = next(b for k in range(1, len(mask)) if mask[b := (a + k) % len(mask)])
         if not self._allowed(a):
-            if a == self.pool.terminator_id:
+            if self.config.invalid_action == "remap":  # the next valid action after it
+                mask = self._current_mask()
+                a = next(b for k in range(1, len(mask)) if mask[b := (a + k) % len(mask)])
+            elif a == self._terminator:
                 raise InvalidAction(f"the Terminator is masked until {self.config.min_steps} agent(s) acted")
-            raise InvalidAction(f"agent {a} ({self.pool.agent(a).name}) is not available")
+            else:
+                raise InvalidAction(f"agent {a} ({self.pool.agent(a).name}) is not available")
         t = len(self._steps)
-        if a == self.pool.terminator_id:
+        if a == self._terminator:
             return self._end_episode(f=0.0, t=t, terminated_by="terminator")
-        visible = self._steps if self.pool.sees_earlier_work(a) else []
+        visible = self._steps if self._sees_work[a] else []
         # the question as a workflow step gets it (``Workflow`` strips subtasks), so one agent on one item
         # sends the same request in both modes and a table built from one replays the other
-        step = self.executor.run_step(self._context(), t, a, self.task.question.strip(), visible)
+        step = self.executor.run_step(self._context(), t, a, self._task.question.strip(), visible)
         self._steps.append(step)
-        f = self._step_cost(step)
+        f = self._cost(step.completion, self._models[a])  # self._step_cost(step), inlined
         if len(self._steps) >= self.config.max_steps:
             return self._end_episode(f=f, t=t + 1, terminated_by="max_steps")
         reward = self._reward.step_reward(f, t + 1)
@@ -532,9 +553,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         if answer not in self._grades:  # the majority answer rarely changes from step to step
             self._grades[answer] = self._grade(answer)
         correct = self._grades[answer]
-        returns = discounted_returns(self._rewards, self.config.gamma)
+        ret = discounted_return(self._rewards, self.config.gamma)
         return {
-            "trajectory": self._trajectory(answer, correct, returns[0] if returns else 0.0),
+            "trajectory": self._trajectory(answer, correct, ret),
             "correct": correct,
             "final_answer": answer,
         }

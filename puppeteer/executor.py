@@ -112,29 +112,25 @@ class Executor:
     ) -> tuple[Mapping[str, Tool], CompletionRequest]:
         setup = self._setup(agent_id)
         agent, agent_tools = setup.agent, setup.tools
+        turns = [ctx.turn(s) for s in visible]
+        # positional (answer_format, tool_help, show_question, layout): made at every call
         messages = worker_messages(
             agent,
             ctx.question,
             subtask,
-            [ctx.turn(s) for s in visible],
-            answer_format=ctx.answer_format,
-            tool_help=setup.tool_help,
-            show_question=self.show_question,
-            layout=self.pool.context_layout,
+            turns,
+            ctx.answer_format,
+            setup.tool_help,
+            self.show_question,
+            self.pool.context_layout,
         )
+        answers = tuple([s.answer for s in visible if s.answer is not None])
+        # positional (made at every call; keywords cost a third of it): CallContext(item_key, pattern,
+        # step_index, tools, visible_answers), CompletionRequest(model, messages, max_tokens,
+        # temperature, sample_index, stop, context)
+        context = CallContext(ctx.item_key, agent.pattern, index, agent.tools, answers)
         request = CompletionRequest(
-            model=agent.model,
-            messages=messages,
-            max_tokens=agent.max_tokens,
-            temperature=ctx.temperature,
-            sample_index=ctx.sample_index,
-            context=CallContext(
-                item_key=ctx.item_key,
-                pattern=agent.pattern,
-                step_index=index,
-                tools=agent.tools,
-                visible_answers=tuple(s.answer for s in visible if s.answer is not None),
-            ),
+            agent.model, messages, agent.max_tokens, ctx.temperature, ctx.sample_index, (), context
         )
         return agent_tools, request
 
@@ -154,16 +150,10 @@ class Executor:
             limits = python.limits if isinstance(python, PythonTool) else DEFAULT_LIMITS
             completion = run_program(completion, limits, memo=self.programs).completion
             tool_calls += 1
-        return Step(
-            index=index,
-            agent_id=agent_id,
-            agent_name=setup.agent.name,
-            subtask=subtask,
-            visible=tuple(s.index for s in visible),
-            completion=completion,
-            answer=_answer(ctx, completion),
-            tool_calls=tool_calls,
-        )
+        visible_ids = tuple([s.index for s in visible])
+        answer = _answer(ctx, completion)
+        # positional: made at every step, and keywords cost a third of the call
+        return Step(index, agent_id, setup.agent.name, subtask, visible_ids, completion, answer, tool_calls)
 
     async def arun_step(
         self, ctx: EpisodeContext, index: int, agent_id: int, subtask: str, visible: Sequence[Step]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from puppeteer.fastinit import fast_init
 from puppeteer.types import Agent, Message
 
 
@@ -130,6 +131,7 @@ def pattern(name: str) -> Pattern:
         raise KeyError(f"unknown reasoning pattern {name!r}; known: {', '.join(PATTERNS)}") from None
 
 
+@fast_init  # built at every env step (puppeteer/fastinit.py)
 @dataclass(frozen=True)
 class Turn:
     """An earlier (subtask, response) pair that a worker is allowed to see."""
@@ -139,22 +141,27 @@ class Turn:
     response: str
     answer: str | None = None
 
+    @property
+    def exchange(self) -> tuple[Message, Message]:
+        """This turn as a past user/assistant exchange (made once: every later call of an episode
+        shows it, and the executor makes one Turn per step). Kept in the instance's ``__dict__``, as
+        ``functools.cached_property`` would, without its lock (Python 3.11 takes one per read)."""
+        exchange = self.__dict__.get("_exchange")
+        if exchange is None:
+            request = Message("user", f"[{self.agent_name}] {self.subtask}")
+            exchange = self.__dict__["_exchange"] = request, Message("assistant", self.response)
+        return exchange
+
 
 Layout = Callable[[Sequence[Turn]], tuple[tuple[Message, ...], str]]
 """Earlier turns -> (messages placed before the request, text placed at the top of the request)."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _exchange(turn: Turn) -> tuple[Message, Message]:
-    """One earlier turn as a past user/assistant exchange (every later call of an episode shows it)."""
-    return Message("user", f"[{turn.agent_name}] {turn.subtask}"), Message("assistant", turn.response)
 
 
 def turns_layout(visible: Sequence[Turn]) -> tuple[tuple[Message, ...], str]:
     """Each earlier turn as a past user/assistant exchange (the worker 'wrote' the earlier work)."""
     messages: list[Message] = []
     for turn in visible:
-        messages.extend(_exchange(turn))
+        messages.extend(turn.exchange)
     return tuple(messages), ""
 
 
@@ -192,7 +199,8 @@ def worker_messages(
     layout: str = "turns",
 ) -> tuple[Message, ...]:
     """Messages for one worker call: system, earlier visible work (laid out by ``layout``), the request."""
-    earlier, quoted = context_layout(layout)(visible)
+    # every layout lays out no earlier work as nothing
+    earlier, quoted = context_layout(layout)(visible) if visible else ((), "")
     framing = _framing.__wrapped__ if quoted else _framing  # quoted work is new text at every call
     system, request = framing(
         agent.pattern, tool_help, question, subtask, quoted, bool(visible), answer_format, show_question
@@ -200,7 +208,7 @@ def worker_messages(
     return (system, *earlier, request)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32_768)  # an entry per (agent kind, item, sees work): fits suites of 2k items
 def _framing(
     pattern_name: str,
     tool_help: str,

@@ -107,6 +107,14 @@ class PuppeteerReward:
         return r - self.lam * step_cost(f, t, self.phi)
 
 
+def discounted_return(rewards: Sequence[float], gamma: float) -> float:
+    """R_0 of :func:`discounted_returns` (the same sums in the same order), 0.0 for no rewards."""
+    acc = 0.0
+    for r in reversed(rewards):
+        acc = r + gamma * acc
+    return acc
+
+
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
     """R_t = r_t + gamma * R_{t+1}, computed backwards."""
     out = [0.0] * len(rewards)

@@ -11,6 +11,7 @@ puts in every step-mode observation (``obs["signals"]``) and the puppeteer polic
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -28,6 +29,7 @@ N_SIGNALS = len(SIGNAL_NAMES)
 LAST_ANSWERED = SIGNAL_NAMES.index("last_answered")
 
 
+@functools.lru_cache(maxsize=65_536)  # answers repeat: a few per item, read at every env step
 def is_integer(answer: str) -> bool:
     """Whether an extracted answer is a whole number (``"7"``, ``"-3"``, ``"1,200"``, ``"9.0"``)."""
     try:
@@ -58,3 +60,49 @@ def answer_signals(answers: Sequence[str | None]) -> np.ndarray:
         top >= 2,
     )
     return np.array(signals, dtype=np.float32)
+
+
+class AnswerTally:
+    """:func:`answer_signals` of a growing list of answers, kept up to date in O(1) per answer (the env
+    adds each step's answer once instead of recounting every answer at every step)."""
+
+    __slots__ = ("_counts", "_given", "_last", "_n", "_top", "_vectors")
+
+    def __init__(self, vectors: dict[tuple[int, ...], np.ndarray] | None = None) -> None:
+        self._counts: dict[str, int] = {}
+        self._n = self._given = self._top = 0
+        self._last: str | None = None
+        # the vectors made so far, by what they are made of (a few hundred at most: n <= max_steps);
+        # pass one dict to every tally of an env and each vector is built once
+        self._vectors = vectors if vectors is not None else {}
+
+    @property
+    def n(self) -> int:
+        """How many answers (``None`` included) were added."""
+        return self._n
+
+    def add(self, answer: str | None) -> None:
+        self._n += 1
+        self._last = answer
+        if answer is not None:
+            count = self._counts.get(answer, 0) + 1
+            self._counts[answer] = count
+            self._given += 1
+            if count > self._top:
+                self._top = count
+
+    def signals(self) -> np.ndarray:
+        """``answer_signals`` of the answers added so far."""
+        n, last, top = self._n, self._last, self._top
+        integer = last is not None and is_integer(last)
+        key = (n, last is not None, integer, self._given, top)
+        vector = self._vectors.get(key)
+        if vector is None:
+            if not n:
+                vector = np.zeros(N_SIGNALS, dtype=np.float32)
+            else:
+                answered = last is not None
+                signals = (answered, not answered, integer, self._given / n, top / n, top >= 2)
+                vector = np.array(signals, dtype=np.float32)
+            self._vectors[key] = vector
+        return vector.copy()

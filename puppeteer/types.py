@@ -7,11 +7,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from puppeteer.fastinit import fast_init
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+@fast_init  # built at every env step (puppeteer/fastinit.py)
 @dataclass(frozen=True)
 class Message:
     role: Role
@@ -93,6 +96,7 @@ class Task:
     meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
 
 
+@fast_init  # built at every env step (puppeteer/fastinit.py)
 @dataclass(frozen=True)
 class CallContext:
     """What the executor tells a backend about a call beyond the messages.
@@ -109,6 +113,7 @@ class CallContext:
     visible_answers: tuple[str, ...] = ()
 
 
+@fast_init  # built at every env step (puppeteer/fastinit.py)
 @dataclass(frozen=True)
 class CompletionRequest:
     model: ModelSpec
@@ -123,6 +128,7 @@ class CompletionRequest:
     grammar: str | None = None
 
 
+@fast_init  # built at every env step (puppeteer/fastinit.py)
 @dataclass(frozen=True)
 class Completion:
     text: str
@@ -147,6 +153,7 @@ class Completion:
         return self.prompt_tokens + self.completion_tokens
 
 
+@fast_init  # built at every env step (puppeteer/fastinit.py)
 @dataclass(frozen=True)
 class Step:
     """One agent activation inside an episode."""
@@ -173,6 +180,7 @@ class Workflow:
         return len(self.model_id)
 
 
+@fast_init  # built at every env step (puppeteer/fastinit.py)
 @dataclass(frozen=True)
 class Trajectory:
     task_id: str

@@ -316,6 +316,7 @@ def display_answer(answer: str, kind: str = "text") -> str:
 
 # the answers of earlier steps, normalized at every call that sees them: a few distinct strings
 _normalized = functools.lru_cache(maxsize=65_536)(normalize_answer)
+_displayed = functools.lru_cache(maxsize=65_536)(display_answer)
 
 
 # --------------------------------------------------------------------------- distractors
@@ -325,7 +326,7 @@ def _fill(gold_norm: str, kind: str, candidates: Sequence[str], n: int) -> tuple
     out: list[str] = []
     seen = {gold_norm}
     for c in candidates:
-        key = normalize_answer(c, kind)
+        key = _normalized(c, kind)  # candidates near the gold: the same few numbers across items
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -662,10 +663,9 @@ class SimBackend:
                 return None
             (u,) = _uniforms(f"{self.seed}|item|{key}", 1)
             gold = display_answer(item.gold, item.kind)
-            wrong = tuple(
-                display_answer(d, item.kind)
-                for d in distractors(item, self.seed, len(self.params.distractor_weights))
-            )
+            n_wrong = len(self.params.distractor_weights)
+            # distractors are numbers near the gold: the same few strings across items
+            wrong = tuple([_displayed(d, item.kind) for d in distractors(item, self.seed, n_wrong)])
             z = _STD_NORMAL.inv_cdf(u)
             if self.params.difficulty is not None:
                 z, _ = self.params.difficulty.latent(item.domain, item.visible_x, z)
@@ -774,7 +774,7 @@ class SimBackend:
     def _draw(self, request: CompletionRequest) -> _Draw:
         ctx = request.context
         pattern = ctx.pattern or "cot"
-        visible = tuple(v for v in ctx.visible_answers if v and v.strip())
+        visible = tuple([v for v in ctx.visible_answers if v and v.strip()])
         call_key = (
             f"{self.seed}|call|{ctx.item_key}|{request.model.target}|{pattern}|"
             f"{request.sample_index}|{ctx.step_index}|" + "\x1f".join(visible)
@@ -832,7 +832,7 @@ class SimBackend:
         tokens = max(1, round(math.exp(worker.log_mean + self.params.tokens_sigma * z)))
         if request.max_tokens and request.max_tokens > 0:
             tokens = min(tokens, request.max_tokens)
-        prompt_tokens = math.ceil(sum(len(m.content) for m in request.messages) / 4)
+        prompt_tokens = math.ceil(sum([len(m.content) for m in request.messages]) / 4)
         latency = worker.first_token_s + tokens / worker.tokens_per_s
 
         answer_text: str | None
@@ -846,15 +846,19 @@ class SimBackend:
             answer_text = _render_final(draw.answer, draw.kind)
             shift = int(draw.u_text * 1_000_003) % len(_FILLER)
             text = _reasoning_prefix(pattern, max(1, min(8, tokens // 80)), shift) + answer_text
-        return Completion(
-            text=text,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=tokens,
-            cost_usd=model.usd(prompt_tokens, tokens),
-            flops=model.flops(prompt_tokens, tokens),
-            latency_s=latency,
-            model=model.target,
-            answer_text=answer_text if self.answer_text else None,
+        return Completion(  # positional (text, prompt and completion tokens, cost, flops, latency, model,
+            # cached, truncated, queue_s, answer_text): made at every call, and keywords cost a third of it
+            text,
+            prompt_tokens,
+            tokens,
+            model.usd(prompt_tokens, tokens),
+            model.flops(prompt_tokens, tokens),
+            latency,
+            model.target,
+            False,
+            False,
+            0.0,
+            answer_text if self.answer_text else None,
         )
 
     def complete(self, request: CompletionRequest) -> Completion:

@@ -19,6 +19,7 @@ answer gave none, and its last intermediate number or a listed option must not c
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from collections.abc import Callable
@@ -158,6 +159,7 @@ _PLAIN_NUMBER = r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d*\.?\d+)"
 _STRICT_NUMBER_RE = re.compile(rf"([-+]?{_PLAIN_NUMBER})(?:/([-+]?{_PLAIN_NUMBER}))?")
 
 
+@functools.lru_cache(maxsize=65_536)  # answers and golds are parsed again at every grade of an item
 def number_value(text: str) -> Fraction | None:
     """Exact value of a number string such as '-1,234.50', '$3', '45%', '3/4', '\\frac{3}{4}'; else None."""
     s = _LATEX_FRAC_RE.sub(r"\1/\2", text.strip())
