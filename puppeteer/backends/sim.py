@@ -662,7 +662,7 @@ class SimBackend:
             if item is None:
                 return None
             (u,) = _uniforms(f"{self.seed}|item|{key}", 1)
-            gold = display_answer(item.gold, item.kind)
+            gold = _displayed(item.gold, item.kind)
             n_wrong = len(self.params.distractor_weights)
             # distractors are numbers near the gold: the same few strings across items
             wrong = tuple([_displayed(d, item.kind) for d in distractors(item, self.seed, n_wrong)])

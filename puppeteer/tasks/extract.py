@@ -244,6 +244,18 @@ def _strong_number(text: str) -> str | None:
 
 def extract_number(text: str, committed_only: bool = False) -> str | None:
     """The final numeric answer, normalized with :func:`normalize_number`, or None."""
+    if len(text) <= SHORT_TEXT_CHARS:  # a bare answer line: the same few recur across items
+        return _short_number(text, committed_only)
+    return _cut_then(tail(text), _strong_number, _last_number, committed_only)
+
+
+# answer lines (a simulated worker's vouched last line, a grader's own answer) are extracted again and
+# again, item after item; long texts (a real model's reasoning) are not kept
+SHORT_TEXT_CHARS = 120
+
+
+@functools.lru_cache(maxsize=65_536)
+def _short_number(text: str, committed_only: bool) -> str | None:
     return _cut_then(tail(text), _strong_number, _last_number, committed_only)
 
 
@@ -279,6 +291,13 @@ def _strong_math(text: str) -> str | None:
 
 def extract_math(text: str, committed_only: bool = False) -> str | None:
     """The final answer as a (LaTeX) expression: boxed, after an answer marker, else the last number."""
+    if len(text) <= SHORT_TEXT_CHARS:
+        return _short_math(text, committed_only)
+    return _cut_then(tail(text), _strong_math, _last_number, committed_only)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _short_math(text: str, committed_only: bool) -> str | None:
     return _cut_then(tail(text), _strong_math, _last_number, committed_only)
 
 
