@@ -211,7 +211,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._workflow: Workflow | None = None
         self._ctx: EpisodeContext | None = None  # this episode's (built on its first call)
         self._state_parts: list[str] = []  # obs["state"], a line per step so far
-        self._agent_counts = np.zeros(0, dtype=np.int64)  # obs["counts"], and how many steps it counted
+        self._agent_counts = np.zeros(self._n_actions, dtype=np.int64)  # obs["counts"], steps it counted
         self._counted = 0
         self._signal_vectors: dict[tuple[int, ...], np.ndarray] = {}  # obs["signals"] vectors made so far
         self._tally = AnswerTally(self._signal_vectors)  # obs["signals"] so far
@@ -323,7 +323,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
     def _counts(self) -> np.ndarray:
         """Calls per agent so far (counted once per step, kept across the steps of an episode)."""
         steps, counts = self._steps, self._agent_counts
-        if len(counts) != self._n_actions or self._counted > len(steps):
+        if self._counted > len(steps):  # the steps were replaced: count again
             counts = self._agent_counts = np.zeros(self._n_actions, dtype=np.int64)
             self._counted = 0
         for s in steps[self._counted :]:
@@ -334,7 +334,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
     def _signals(self) -> np.ndarray:
         """``answer_signals`` of the steps' answers (each answer tallied once per episode)."""
         steps, tally = self._steps, self._tally
-        if tally.n > len(steps):
+        if tally.n > len(steps):  # the steps were replaced: tally again
             tally = self._tally = AnswerTally(self._signal_vectors)
         for i in range(tally.n, len(steps)):
             tally.add(steps[i].answer)
@@ -431,7 +431,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._sample_index = int(self.np_random.integers(n if n else 2**31 - 1))
         self._steps, self._rewards, self._done = [], [], False
         self._result, self._rendered, self._ctx, self._state_parts = None, 0, None, []
-        self._agent_counts, self._counted = np.zeros(self.pool.n_actions, dtype=np.int64), 0
+        self._agent_counts, self._counted = np.zeros(self._n_actions, dtype=np.int64), 0
         self._tally = AnswerTally(self._signal_vectors)
         self._grades = {}
         self._depth, self._rounds, self._followup, self._workflow = 0, [], None, None
