@@ -141,6 +141,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._n_actions, self._terminator = self.pool.n_actions, self.pool.terminator_id
         self._min_steps = config.min_steps if config.mode == "step" else 0  # Terminator masked before
         self._models = tuple(a.model for a in self.pool.agents)
+        self._patterns = tuple(a.pattern for a in self.pool.agents)
         self._sees_work = tuple(self.pool.sees_earlier_work(i) for i in range(len(self.pool)))
         self._mask = self._base_mask.copy()
         n_base = int(self._base_mask[: len(self.pool)].sum())
@@ -317,7 +318,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             text = s.completion.text
             if len(text) > RESPONSE_CHARS_IN_STATE:
                 text = "..." + text[-RESPONSE_CHARS_IN_STATE:]
-            parts.append(f"[{s.index + 1}] {s.agent_name} ({self.pool.agent(s.agent_id).pattern}): {text}")
+            parts.append(f"[{s.index + 1}] {s.agent_name} ({self._patterns[s.agent_id]}): {text}")
         return "\n".join(parts)[-MAX_OBS_CHARS:]
 
     def _counts(self) -> np.ndarray:
@@ -341,7 +342,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         return tally.signals()
 
     def _obs(self) -> dict[str, Any]:
-        task = self.task
+        task = self.task  # raises before the first reset
         if self.config.mode == "step":
             return {
                 "task": task.question[:MAX_OBS_CHARS],

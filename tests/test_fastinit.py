@@ -156,3 +156,29 @@ def test_step_observations_count_and_signal_what_the_steps_hold(pool: str) -> No
             valid = np.flatnonzero(info["action_mask"])
             obs, _, done, _, info = env.step(int(rng.choice(valid.tolist())))
     assert checked > 80
+
+
+@given(st.integers(-(10**16), 10**16), st.sampled_from(["numeric", "math"]))
+def test_a_canonical_whole_number_is_normalized_as_the_long_way_would(n: int, kind: str) -> None:
+    """normalize_answer returns a canonical whole number as it is (the simulator's distractors are
+    such numbers, normalized at every new item); the long way (sign of zero, leading zeros, floats past
+    1e15) agrees wherever the shortcut is taken."""
+    from puppeteer.backends.sim import _CANONICAL_INT, _canonical_number, normalize_answer
+
+    text = str(n)
+    got = normalize_answer(text, kind)
+    assert got == _canonical_number(text)
+    assert bool(_CANONICAL_INT.fullmatch(text)) == (abs(n) < 10**14 or 0 < n < 10**15)
+    padded = f"-0{text[1:]}" if n < 0 else f"0{text}"
+    for other in (padded, f"{text}.0", f" {text} ", f"${text}", f"\\boxed{{{text}}}"):
+        assert normalize_answer(other, kind) == got  # the long way, to the same canonical number
+
+
+def test_non_canonical_numbers_still_take_the_long_way() -> None:
+    from puppeteer.backends.sim import normalize_answer
+
+    assert normalize_answer("-0", "numeric") == "0"
+    assert normalize_answer("007", "numeric") == "7"
+    assert normalize_answer("1,000", "numeric") == "1000"
+    assert normalize_answer("1e3", "math") == "1000"
+    assert normalize_answer("12", "letter") == "12"  # other kinds never take the shortcut

@@ -243,6 +243,9 @@ def oracle_agent(
 _BOXED = re.compile(r"\\boxed\s*\{")
 _LETTER = re.compile(r"^[\(\[]?([A-Za-z])[\)\]\.:]?(?:\s|$)")
 _NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+# a whole number already written as normalize_answer writes it (no sign on zero, no leading zeros, at
+# most 15 characters: below 1e15, where a float holds it exactly)
+_CANONICAL_INT = re.compile(r"0|-?[1-9][0-9]{0,13}|[1-9][0-9]{14}")
 
 
 def _unbox(s: str) -> str:
@@ -275,6 +278,8 @@ def _canonical_number(s: str) -> str | None:
 def normalize_answer(answer: str, kind: str = "text") -> str:
     """A loose canonical form used to compare visible answers with the gold (idempotent)."""
     s = str(answer).strip()
+    if kind in ("numeric", "math") and _CANONICAL_INT.fullmatch(s):  # the common case: already canonical
+        return s
     if kind == "code":
         lines = [line.rstrip() for line in s.strip("`").removeprefix("python").splitlines()]
         return "\n".join(line for line in lines if line.strip())
