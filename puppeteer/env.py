@@ -526,7 +526,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         # sends the same request in both modes and a table built from one replays the other
         step = self.executor.run_step(self._context(), t, a, self._task.question.strip(), visible)
         self._steps.append(step)
-        f = self._cost(step.completion, self._models[a])  # self._step_cost(step), inlined
+        f = self._step_cost(step)
         if len(self._steps) >= self.config.max_steps:
             return self._end_episode(f=f, t=t + 1, terminated_by="max_steps")
         reward = self._reward.step_reward(f, t + 1)
@@ -675,7 +675,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     def _step_cost(self, step: Step) -> float:
         """F of one activation under the configured cost model."""
-        return self._cost(step.completion, self.pool.agent(step.agent_id).model)
+        return self._cost(step.completion, self._models[step.agent_id])
 
     def _end_workflow(self, workflow: Workflow | None):
         answer = self._aggregate([s.answer for s in self._steps])

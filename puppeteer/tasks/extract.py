@@ -25,6 +25,7 @@ import textwrap
 from collections.abc import Callable
 from decimal import Decimal, localcontext
 from fractions import Fraction
+from typing import TypeVar, cast
 
 TAIL_CHARS = 20_000
 _WINDOW = 300
@@ -242,20 +243,28 @@ def _strong_number(text: str) -> str | None:
     return _latest(cands)
 
 
-def extract_number(text: str, committed_only: bool = False) -> str | None:
-    """The final numeric answer, normalized with :func:`normalize_number`, or None."""
-    if len(text) <= SHORT_TEXT_CHARS:  # a bare answer line: the same few recur across items
-        return _short_number(text, committed_only)
-    return _cut_then(tail(text), _strong_number, _last_number, committed_only)
-
-
 # answer lines (a simulated worker's vouched last line, a grader's own answer) are extracted again and
 # again, item after item; long texts (a real model's reasoning) are not kept
 SHORT_TEXT_CHARS = 120
 
+E = TypeVar("E", bound=Callable[..., "str | None"])
 
-@functools.lru_cache(maxsize=65_536)
-def _short_number(text: str, committed_only: bool) -> str | None:
+
+def _memoise_short(extract: E) -> E:
+    """``extract(text, committed_only)`` memoised process-wide for texts of at most
+    :data:`SHORT_TEXT_CHARS` characters (the extractor must be a pure function of its arguments)."""
+    short = functools.lru_cache(maxsize=65_536)(extract)
+
+    @functools.wraps(extract)
+    def memoised(text: str, committed_only: bool = False) -> str | None:
+        return short(text, committed_only) if len(text) <= SHORT_TEXT_CHARS else extract(text, committed_only)
+
+    return cast(E, memoised)
+
+
+@_memoise_short
+def extract_number(text: str, committed_only: bool = False) -> str | None:
+    """The final numeric answer, normalized with :func:`normalize_number`, or None."""
     return _cut_then(tail(text), _strong_number, _last_number, committed_only)
 
 
@@ -289,15 +298,9 @@ def _strong_math(text: str) -> str | None:
     return _latest(cands)
 
 
+@_memoise_short
 def extract_math(text: str, committed_only: bool = False) -> str | None:
     """The final answer as a (LaTeX) expression: boxed, after an answer marker, else the last number."""
-    if len(text) <= SHORT_TEXT_CHARS:
-        return _short_math(text, committed_only)
-    return _cut_then(tail(text), _strong_math, _last_number, committed_only)
-
-
-@functools.lru_cache(maxsize=65_536)
-def _short_math(text: str, committed_only: bool) -> str | None:
     return _cut_then(tail(text), _strong_math, _last_number, committed_only)
 
 
