@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -292,3 +293,65 @@ def test_on_the_routing_world_the_optimum_beats_the_most_accurate_agent_at_a_fra
     assert opt.optimum.cost <= 0.5 * most_accurate.cost
     shares = opt.shares([a.name for a in env.pool.agents])
     assert sum(share >= 0.1 for share in shares.values()) >= 3  # routes by domain, not one agent
+
+
+def test_accuracy_given_the_item_is_what_repeated_calls_on_it_score() -> None:
+    """accuracy_given_item is P(correct | the item's whole latent difficulty): the share of fresh calls
+    on one item that are right, and, averaged over many items, the agent's marginal accuracy."""
+    from puppeteer.analytics.optimum import sim_backend
+    from puppeteer.rollout import run_actions
+
+    settings = EnvConfig(mode="step", lam=0.0, max_steps=1, min_steps=1, cost_model="usd")
+    env = build_env(settings, pool=load_pool("sim-routing"), suite="mix-routing", split="train", n_tasks=300)
+    sim = sim_backend(env)
+    agent = env.pool.agent(0)
+    p = [sim.accuracy_given_item(agent, t.id) for t in env.tasks]
+    assert max(p) - min(p) > 0.5  # hard items are hard: the latent spreads the items
+    # repeated calls on two items (one hard, one easy) score what the formula says
+    stop = env.pool.terminator_id
+    for i in (int(np.argmin(np.abs(np.array(p) - 0.3))), int(np.argmin(np.abs(np.array(p) - 0.8)))):
+        right = [run_actions(env, [0, stop], seed=s, options={"task_index": i}).correct for s in range(1500)]
+        assert np.mean(right) == pytest.approx(p[i], abs=0.04)  # 3.5 standard errors at p = 0.5
+    # averaged over a domain's items it is the marginal accuracy given what the questions show
+    visible = [sim.accuracy_given_visible(agent, t.id) for t in env.tasks]
+    assert np.mean(p) == pytest.approx(np.mean(visible), abs=0.05)
+    with pytest.raises(KeyError, match="answer key"):
+        sim.accuracy_given_item(agent, "no-such-item")
+
+
+def test_the_training_limit_picks_per_domain_from_the_training_items_and_values_them_held_out() -> None:
+    """training_limit: per domain the agent of best mean E[G | item] over the training items, valued on
+    the held-out items. On sim-routing (300 training items) those picks are the held-out optimum's
+    routes, worth nearly all of it; on sim-paper at lambda 0.1 its 100 training items (10 of AIME, 20 of
+    GPQA) pick routes worth less than gpt5-cot alone (docs/sim-routing.md section 6)."""
+    from puppeteer.analytics.optimum import training_limit
+
+    settings = EnvConfig(mode="step", lam=0.08, max_steps=1, min_steps=1, cost_model="usd")
+    pool = load_pool("sim-routing")
+    train_env = build_env(settings, pool=pool, suite="mix-routing", split="train", n_tasks=300)
+    test_env = build_env(settings, pool=pool, suite="mix-routing", split="test", n_tasks=200)
+    limit = training_limit(train_env, test_env)
+    assert limit.picks == {
+        "gpqa-diamond": "sonnet35-cot",
+        "gsm8k": "math72b-cot",
+        "humaneval": "coder32b-cot",
+        "math500": "math72b-cot",
+        "mmlu": "qwen72b-cot",
+    }
+    assert limit.expected_return <= limit.optimum_expected_return + 1e-9
+    assert limit.expected_return >= limit.optimum_expected_return - 0.002
+    name, best = limit.best_single
+    assert name == "qwen72b-cot" and limit.expected_return > best + 0.02
+
+    paper = replace(settings, lam=0.1)
+    pool = load_pool("sim-paper")
+    train_env = build_env(paper, pool=pool, suite="mix-paper", split="train", n_tasks=100)
+    test_env = build_env(paper, pool=pool, suite="mix-paper", split="test", n_tasks=150)
+    limit = training_limit(train_env, test_env)
+    name, best = limit.best_single
+    assert name == "gpt5-cot"
+    assert limit.optimum_expected_return > best + 0.01  # the world has headroom...
+    assert limit.expected_return < best  # ...that 100 training items cannot find
+    other = build_env(settings, pool=load_pool("sim-routing"), suite="mix-routing", n_tasks=5)
+    with pytest.raises(ValueError, match="same pool"):
+        training_limit(train_env, other)

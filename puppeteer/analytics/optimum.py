@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,34 +70,67 @@ def sim_backend(env: ConductorEnv) -> SimBackend:
     return SimBackend(**backend_options(env.pool, env.tasks)["sim"])
 
 
-def visible_optimum(env: ConductorEnv, available: Sequence[int] | None = None, seed: int = 10_000) -> Optimum:
-    """Per item, the available agent with the best expected return given the visible score.
+GIVEN = ("visible", "item")
 
-    ``available``: agent ids on offer (default: every agent). Each item is run once per agent with
-    the same seed as :func:`puppeteer.analytics.references.run_plan` uses.
-    """
-    agents = list(range(len(env.pool))) if available is None else sorted(set(available))
-    if not agents:
-        raise ValueError("the optimum needs at least one available agent")
+
+def _item_rows(
+    env: ConductorEnv, agents: Sequence[int], seed: int, given: str
+) -> tuple[dict[int, list[Any]], np.ndarray]:
+    """Each agent's realised one-call episode on each item (seed ``seed + i``) and its expected return
+    ``E[G | i, a]`` (items x agents) given what the question shows (``given="visible"``) or given the
+    item's whole latent difficulty (``given="item"``)."""
+    if given not in GIVEN:
+        raise ValueError(f"given: unknown {given!r}; known: {', '.join(GIVEN)}")
     sim = sim_backend(env)
+    accuracy = sim.accuracy_given_visible if given == "visible" else sim.accuracy_given_item
     stop = env.pool.terminator_id
     n = len(env.tasks)
     ends = {
         a: [run_actions(env, [a, stop], seed=seed + i, options={"task_index": i}) for i in range(n)]
         for a in agents
     }
-    choices, picked, hindsight = [], [], []
-    expected = []
+    expected = np.zeros((n, len(agents)))
     for i, task in enumerate(env.tasks):
-        rows = []
-        for a in agents:
+        for j, a in enumerate(agents):
             end = ends[a][i]
             g = env.config.gamma ** (len(end.rewards) - 1)
-            p = sim.accuracy_given_visible(env.pool.agent(a), task.id)
-            rows.append((end.info["returns"][0] + g * (p - float(end.correct)), a))
-        best_e, best_a = max(rows, key=lambda r: (r[0], -r[1]))
-        choices.append(ItemChoice(task.id, task.domain, sim.visible_score(task.id), best_a, best_e))
-        expected.append(best_e)
+            p = accuracy(env.pool.agent(a), task.id)
+            expected[i, j] = end.info["returns"][0] + g * (p - float(end.correct))
+    return ends, expected
+
+
+def expected_returns(
+    env: ConductorEnv, available: Sequence[int] | None = None, seed: int = 10_000, given: str = "visible"
+) -> tuple[list[int], np.ndarray]:
+    """The agents (ids) and ``E[G | i, a]`` for every item and agent (items x agents): a router's value
+    on the env's items without the luck of the draws is the mean of its chosen cells."""
+    agents = _agents(env, available)
+    return agents, _item_rows(env, agents, seed, given)[1]
+
+
+def _agents(env: ConductorEnv, available: Sequence[int] | None) -> list[int]:
+    agents = list(range(len(env.pool))) if available is None else sorted(set(available))
+    if not agents:
+        raise ValueError("the optimum needs at least one available agent")
+    return agents
+
+
+def visible_optimum(env: ConductorEnv, available: Sequence[int] | None = None, seed: int = 10_000) -> Optimum:
+    """Per item, the available agent with the best expected return given the visible score.
+
+    ``available``: agent ids on offer (default: every agent). Each item is run once per agent with
+    the same seed as :func:`puppeteer.analytics.references.run_plan` uses.
+    """
+    agents = _agents(env, available)
+    sim = sim_backend(env)
+    ends, expected = _item_rows(env, agents, seed, "visible")
+    choices, picked, hindsight = [], [], []
+    for i, task in enumerate(env.tasks):
+        # the best expected return; ties go to the lowest agent id
+        j = int(np.argmax(expected[i]))
+        best_a = agents[j]
+        score = sim.visible_score(task.id)
+        choices.append(ItemChoice(task.id, task.domain, score, best_a, float(expected[i, j])))
         picked.append(ends[best_a][i])
         hindsight.append(max((ends[a][i] for a in agents), key=lambda e: e.info["returns"][0]))
 
@@ -110,9 +144,71 @@ def visible_optimum(env: ConductorEnv, available: Sequence[int] | None = None, s
         hindsight=ref("hindsight oracle", hindsight),
         singles=singles,
         choices=tuple(choices),
-        expected_return=float(np.mean(expected)),
+        expected_return=float(expected.max(axis=1).mean()),
         single_correct={env.pool.agent(a).name: tuple(e.correct for e in ends[a]) for a in agents},
     )
 
 
-__all__ = ["ItemChoice", "Optimum", "sim_backend", "visible_optimum"]
+@dataclass(frozen=True)
+class TrainingLimit:
+    """What the training items can teach a router that routes by domain, and what it is worth.
+
+    ``picks``: per domain, the agent with the best mean expected return over that domain's training
+    items *given each item's whole latent difficulty* (as if every training item had been tried
+    endlessly: the most a learner can extract from them). ``expected_return``: those picks' mean
+    expected return on the held-out items given what their questions show, beside the held-out
+    optimum's (per item, given the visible score) and every single agent's. When ``expected_return``
+    is below the best single agent's, the training split is too small for this world's per-domain
+    differences: no learner that reads only the domain can beat that agent from it.
+    """
+
+    picks: Mapping[str, str]
+    expected_return: float
+    optimum_expected_return: float
+    single_expected_returns: Mapping[str, float]
+    train_gaps: Mapping[str, float]  # per domain: the training items' best mean minus the runner-up's
+
+    @property
+    def best_single(self) -> tuple[str, float]:
+        return max(self.single_expected_returns.items(), key=lambda kv: kv[1])
+
+
+def training_limit(
+    train: ConductorEnv, test: ConductorEnv, available: Sequence[int] | None = None, seed: int = 10_000
+) -> TrainingLimit:
+    """The per-domain routes the training items support, valued on the held-out items (see
+    :class:`TrainingLimit`). Both envs must share the pool."""
+    if [a.name for a in train.pool.agents] != [a.name for a in test.pool.agents]:
+        raise ValueError("training_limit needs the same pool on both envs")
+    agents = _agents(train, available)
+    names = [train.pool.agent(a).name for a in agents]
+    _, learned = _item_rows(train, agents, seed, "item")
+    _, held = _item_rows(test, agents, seed, "visible")
+    picks: dict[str, int] = {}
+    gaps: dict[str, float] = {}
+    for domain in sorted({t.domain for t in train.tasks}):
+        rows = [i for i, t in enumerate(train.tasks) if t.domain == domain]
+        means = learned[rows].mean(axis=0)
+        picks[domain] = int(np.argmax(means))
+        top = np.sort(means)[::-1]
+        gaps[domain] = float(top[0] - top[1]) if len(top) > 1 else 0.0
+    fallback = int(np.argmax(learned.mean(axis=0)))  # a held-out domain never seen in training
+    chosen = [picks.get(t.domain, fallback) for t in test.tasks]
+    return TrainingLimit(
+        picks={d: names[j] for d, j in picks.items()},
+        expected_return=float(np.mean([held[i, j] for i, j in enumerate(chosen)])),
+        optimum_expected_return=float(held.max(axis=1).mean()),
+        single_expected_returns=dict(zip(names, (float(x) for x in held.mean(axis=0)), strict=True)),
+        train_gaps=gaps,
+    )
+
+
+__all__ = [
+    "ItemChoice",
+    "Optimum",
+    "TrainingLimit",
+    "expected_returns",
+    "sim_backend",
+    "training_limit",
+    "visible_optimum",
+]

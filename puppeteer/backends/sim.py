@@ -728,6 +728,21 @@ class SimBackend:
         rho = self.rho_for(item.domain)
         return conditional_accuracy(p, rho, w, difficulty.score(item.domain, item.visible_x))
 
+    def accuracy_given_item(self, agent: Agent, key: str) -> float:
+        """P(correct) of the agent's own first attempt on item ``key`` given the item's whole latent
+        difficulty (visible and hidden): what a learner that has seen this item many times can know,
+        and no router can know of a new item."""
+        item = self._prepare(key)
+        if item is None:
+            raise KeyError(f"item {key!r} is not in the simulator's answer key")
+        a = agent
+        worker = self._worker(a.model, item.column, a.pattern or "cot", tuple(a.tools), item.item.kind)
+        if worker.p >= 1.0 or worker.threshold is None:
+            return 1.0 if worker.p >= 1.0 else 0.0
+        if item.own == 0.0:
+            return float(item.shared < worker.threshold)
+        return _STD_NORMAL.cdf((worker.threshold - item.shared) / item.own)
+
     def rho_for(self, domain: str) -> float:
         """The share of the correctness latent that is item difficulty, for an item of ``domain``."""
         difficulty = self.params.difficulty
