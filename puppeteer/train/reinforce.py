@@ -65,6 +65,10 @@ class ReinforceConfig:
     lam_relabel: int = 0
     ema_decay: float = 0.9
     entropy_coef: float = 0.01
+    # the entropy bonus decays linearly to this fraction of entropy_coef over the run (1: constant): a
+    # high early bonus keeps every agent tried until the slow ones to learn (specialists) have a say,
+    # a low late one lets the policy commit
+    entropy_final_fraction: float = 1.0
     max_grad_norm: float = 1.0
     lr_final_fraction: float = 0.1  # learning rate decays linearly to this fraction of lr
     checkpoint_every: int = 5
@@ -88,6 +92,7 @@ class ReinforceConfig:
         number("trainer.weight_decay", self.weight_decay, low=0.0)
         number("trainer.ema_decay", self.ema_decay, low=0.0, high=1.0)
         number("trainer.entropy_coef", self.entropy_coef)
+        number("trainer.entropy_final_fraction", self.entropy_final_fraction, low=0.0)
         number("trainer.max_grad_norm", self.max_grad_norm, low=0.0, low_open=True)
         number("trainer.lr_final_fraction", self.lr_final_fraction, low=0.0, high=1.0)
         integer("trainer.rollout_workers", self.rollout_workers, low=0)
@@ -256,6 +261,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
     for settings, key, old in (
         (trainer, "first_step", "sample"),
         (trainer, "lam_relabel", 0),
+        (trainer, "entropy_final_fraction", 1.0),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
@@ -384,6 +390,11 @@ def check_lam_conditioning(
             "baseline that shares the episode's lambda: group or prefix"
         )
     return lam_range
+
+
+def entropy_coef(config: ReinforceConfig, frac: float) -> float:
+    """The entropy bonus's weight after ``frac`` of the run's episodes (linear decay)."""
+    return config.entropy_coef * (1.0 - (1.0 - config.entropy_final_fraction) * frac)
 
 
 def _entropy(logp_all: torch.Tensor) -> torch.Tensor:
@@ -624,8 +635,8 @@ def train(
             )
         else:  # every first action was tried: the watch reads the policy's greedy first choice
             pg_loss, entropy, first_choices = _all_first_loss(policy, groups, firsts, relabel or None, phi)
-        loss = pg_loss - config.entropy_coef * entropy
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
+        loss = pg_loss - entropy_coef(config, frac) * entropy
         for group in opt.param_groups:
             group["lr"] = config.lr * (1.0 - (1.0 - config.lr_final_fraction) * frac)
         opt.zero_grad()
