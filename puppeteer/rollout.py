@@ -256,12 +256,14 @@ def run_lockstep(
     on_episode: Callable[[Episode], None] | None = None,
     first_actions: Sequence[int | None] | None = None,
     lams: Sequence[float | None] | None = None,
+    available: Sequence[Sequence[int] | None] | None = None,
 ) -> list[Episode]:
     """Run one episode per (reset seed, task index) spec, ``len(envs)`` at a time in lockstep.
 
     ``first_actions`` (one per spec, None: the policy's choice) forces an episode's first action.
     ``lams`` (one per spec, None: the env's own) prices an episode's cost (reset ``options["lam"]``);
-    the trajectory line then records it as ``lam``.
+    the trajectory line then records it as ``lam``. ``available`` (one per spec, None: the env's own
+    draw) offers an episode these agent ids (reset ``options["available"]``).
 
     Lockstep lets the policy encode all current observations in one batch. ``envs`` may be an
     :class:`~puppeteer.envgroup.EnvGroup` (e.g. envs on Ray workers): the results are the same.
@@ -275,10 +277,11 @@ def run_lockstep(
         eps: dict[int, Episode] = {}
         obs: dict[int, dict[str, Any]] = {}
         chunk_lams = list(lams[lo : lo + len(group)]) if lams is not None else [None] * len(chunk)
+        offered = list(available[lo : lo + len(group)]) if available is not None else [None] * len(chunk)
         resets = group.reset_many(
             [
-                (k, seed, _reset_options(ti, lam))
-                for k, ((seed, ti), lam) in enumerate(zip(chunk, chunk_lams, strict=True))
+                (k, seed, _reset_options(ti, lam, on_offer))
+                for k, ((seed, ti), lam, on_offer) in enumerate(zip(chunk, chunk_lams, offered, strict=True))
             ]
         )
         for k, (first, info) in enumerate(resets):
@@ -322,12 +325,16 @@ def run_lockstep(
     return out
 
 
-def _reset_options(task_index: int | None, lam: float | None) -> dict[str, Any] | None:
+def _reset_options(
+    task_index: int | None, lam: float | None, available: Sequence[int] | None = None
+) -> dict[str, Any] | None:
     options: dict[str, Any] = {}
     if task_index is not None:
         options["task_index"] = task_index
     if lam is not None:
         options["lam"] = lam
+    if available is not None:
+        options["available"] = list(available)
     return options or None
 
 

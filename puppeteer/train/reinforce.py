@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from puppeteer.availability import draw_subset
 from puppeteer.checks import integer, number
 from puppeteer.env import ConductorEnv
 from puppeteer.envgroup import EnvGroup
@@ -345,14 +346,13 @@ def _append_lines(path: Path, lines: Sequence[str], offset: int) -> int:
     return path.stat().st_size
 
 
-def first_actions(env: ConductorEnv, policy: PuppeteerPolicy) -> list[int]:
+def first_actions(
+    env: ConductorEnv, policy: PuppeteerPolicy, available: np.ndarray | None = None
+) -> list[int]:
     """The actions open at an episode's first step (``first_step: all`` tries each): the available
-    agents, and the Terminator where neither the env nor the policy forbids stopping at once."""
-    if env.config.k_available is not None:
-        raise ValueError(
-            "trainer.first_step=all tries every available agent; it does not combine with k_available"
-        )
-    mask = env.pool.availability(env.config.unavailable)
+    agents (``available``: the episode's own k-of-n draw, else the env's base availability), and the
+    Terminator where neither the env nor the policy forbids stopping at once."""
+    mask = env.pool.availability(env.config.unavailable) if available is None else available
     out = [a for a in range(len(env.pool)) if mask[a]]
     if env.config.min_steps == 0 and policy.config.min_steps == 0:
         out.append(env.pool.terminator_id)
@@ -423,15 +423,43 @@ def _sampled_loss(
     return -(adv * logp).sum() / n, _entropy(logp_all), firsts
 
 
+@dataclass(frozen=True)
+class _SubsetDraw:
+    """``first_step=all`` over k-of-n subsets: each group draws its subset in the trainer (the env's
+    rule: ``k`` of the available agents, never a held-out subset) and offers it to every episode of
+    the group (reset ``options["available"]``), so the group knows which agents to try first."""
+
+    allowed: np.ndarray
+    k: int
+    held_out: frozenset[frozenset[int]]
+
+    def __call__(self, rng: np.random.Generator) -> np.ndarray:
+        return draw_subset(rng, self.allowed, self.k, self.held_out)
+
+    @property
+    def example(self) -> np.ndarray:
+        """A mask of ``k`` agents: what sizes a group."""
+        return np.arange(len(self.allowed)) < self.k
+
+
+def _group_subsets(env: ConductorEnv) -> _SubsetDraw | None:
+    if env.config.k_available is None:
+        return None
+    allowed = env.pool.availability(env.config.unavailable)[: len(env.pool)].astype(bool)
+    held = frozenset(frozenset(s) for s in env.config.holdout_subsets)
+    return _SubsetDraw(allowed, int(env.config.k_available), held)
+
+
 def _exact_first(
     first_logp: torch.Tensor, index: torch.Tensor, returns: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """-sum_a pi(a) (G_a - V) log pi(a) summed over rows, V = sum_a pi(a) G_a (pi's weights held fixed);
     also pi and V."""
-    pi = first_logp[:, index].exp().detach()  # (rows, len(firsts)): the policy over what was tried
+    tried = first_logp.gather(1, index)  # (rows, tried actions): index holds each row's tried actions
+    pi = tried.exp().detach()
     pi = pi / pi.sum(dim=1, keepdim=True).clamp_min(1e-12)
     baseline = (pi * returns).sum(dim=1, keepdim=True)
-    return -(pi * (returns - baseline) * first_logp[:, index]).sum(), pi, baseline
+    return -(pi * (returns - baseline) * tried).sum(), pi, baseline
 
 
 def _relabelled(
@@ -466,23 +494,27 @@ def _relabelled(
 def _all_first_loss(
     policy: PuppeteerPolicy,
     groups: Groups,
-    firsts: Sequence[int],
+    firsts: Sequence[Sequence[int]],
     relabel: Sequence[Sequence[float]] | None = None,
     phi: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """Each group tried every first action on one task. The first decision's loss is the exact
+    """Each group tried every first action open to it (``firsts``: per group, in its episodes' order)
+    on one task. The first decision's loss is the exact
     expectation -sum_a pi(a) (G_a - V) log pi(a) with V = sum_a pi(a) G_a (pi's weights held fixed);
     a later step t of the episode that opened with a0 adds -pi(a0) (G_t - V) log pi(a_t | s_t).
     ``relabel`` (one-call episodes of a lambda-conditioned run): per group, more lambdas at which its
     first decision is learned too, from the same calls re-priced (:func:`_relabelled`)."""
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
-    index = torch.as_tensor(list(firsts))
+    index = torch.as_tensor([list(f) for f in firsts])  # (groups, tried actions)
     returns = torch.as_tensor([[e.returns[0] for e in g] for g in groups], dtype=torch.float32)
     loss, pi, baseline = _exact_first(first_logp, index, returns)
     rows = len(groups)
     if relabel is not None and any(relabel):
         feats, priced = _relabelled(policy, groups, relabel, phi)
-        more, _, _ = _exact_first(torch.log_softmax(policy.logits(feats), dim=-1), index, priced)
+        per_group = torch.as_tensor([len(xs) for xs in relabel])
+        more, _, _ = _exact_first(
+            torch.log_softmax(policy.logits(feats), dim=-1), index.repeat_interleave(per_group, dim=0), priced
+        )
         loss, rows = loss + more, rows + len(feats)
     later_feats, later_actions, later_weights = [], [], []
     for gi, g in enumerate(groups):
@@ -497,7 +529,9 @@ def _all_first_loss(
         taken = later_logp.gather(1, torch.as_tensor(later_actions)[:, None]).squeeze(1)
         loss = loss - (torch.as_tensor(later_weights, dtype=torch.float32) * taken).sum()
         logps.append(later_logp)
-    greedy = [firsts[int(i)] for i in torch.argmax(first_logp[:, index], dim=1)]
+    greedy = [
+        f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
+    ]
     return loss / rows, _entropy(torch.cat(logps)), greedy
 
 
@@ -585,7 +619,8 @@ def train(
     eval_envs = (
         [] if eval_env is None else [eval_env, *(eval_env.clone() for _ in range(config.parallel_envs - 1))]
     )
-    firsts = first_actions(env, policy) if config.first_step == "all" else None
+    draw = _group_subsets(env) if config.first_step == "all" else None
+    firsts = None if config.first_step != "all" else first_actions(env, policy, None if draw is None else draw.example)
     phi = float(env.config.phi if env.config.phi is not None else env.config.max_steps)
     size = len(firsts) if firsts is not None else config.group_size
     n_groups = max(1, config.batch_episodes // size)
@@ -605,6 +640,8 @@ def train(
         left = -(-(config.episodes - state.episodes) // size)
         lams: list[float | None] | None = None if lam_range is None else []
         relabel: list[list[float]] = []
+        tried: list[list[int]] = []
+        offered: list[Sequence[int] | None] = []
         for _ in range(min(n_groups, left)):
             task_index = int(rng.integers(len(env.tasks)))
             if firsts is None:
@@ -612,12 +649,25 @@ def train(
             else:  # one reset seed per group: every first action sees the same first observation
                 seed = int(rng.integers(2**31))
                 specs += [(seed, task_index) for _ in range(size)]
+                if draw is not None:
+                    mask = draw(rng)
+                    tried.append(first_actions(env, policy, mask))
+                    offered += [np.flatnonzero(mask).tolist()] * size
+                else:
+                    tried.append(firsts)
             if lams is not None and lam_range is not None:  # one lambda per group (its baseline's too)
                 lams += [lam_range.sample(rng)] * size
                 relabel.append([lam_range.sample(rng) for _ in range(config.lam_relabel)])
-        forced = None if firsts is None else firsts * (len(specs) // size)
+        forced = None if firsts is None else [a for group_firsts in tried for a in group_firsts]
         flat = run_lockstep(
-            envs, policy, specs, generator=gen, on_episode=on_episode, first_actions=forced, lams=lams
+            envs,
+            policy,
+            specs,
+            generator=gen,
+            on_episode=on_episode,
+            first_actions=forced,
+            lams=lams,
+            available=offered if draw is not None else None,
         )
         failed = sum(e.error is not None for e in flat)
         seen = max(state.episodes + len(flat), MIN_EPISODES_FOR_FAILURE_RATE)
@@ -634,7 +684,7 @@ def train(
                 policy, groups, baseline_fn(groups, state.baseline, config)
             )
         else:  # every first action was tried: the watch reads the policy's greedy first choice
-            pg_loss, entropy, first_choices = _all_first_loss(policy, groups, firsts, relabel or None, phi)
+            pg_loss, entropy, first_choices = _all_first_loss(policy, groups, tried, relabel or None, phi)
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
         loss = pg_loss - entropy_coef(config, frac) * entropy
         for group in opt.param_groups:
