@@ -17,15 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import time
 from collections import Counter
-from dataclasses import replace
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-from puppeteer.analytics.optimum import visible_optimum
+from puppeteer.analytics.optimum import expected_returns, training_limit, visible_optimum
 from puppeteer.availability import holdout_subsets
 from puppeteer.encoders import make_encoder
 from puppeteer.envbuild import EnvConfig, build_env
@@ -50,22 +54,48 @@ def _tercile(scores: list[float | None]) -> list[str]:
     return ["easy" if x <= lo else "hard" if x > hi else "mid" for x in xs]
 
 
-def references(out: Path, lam: float, n_eval: int, pool_name: str, suite: str) -> dict[str, Any]:
+DRAW_STRIDE = 1_000_000  # draw d of held-out item i runs with reset seed 10000 + d * DRAW_STRIDE + i
+
+
+def draw_seeds(draws: int) -> list[int]:
+    """The base reset seed of each held-out draw (draw 0 is the single draw of earlier studies)."""
+    return [10_000 + d * DRAW_STRIDE for d in range(draws)]
+
+
+def _mean_reference(refs: list[Any]) -> dict[str, Any]:
+    """The mean of one reference (accuracy, return, cost, calls) over the draws."""
+    first = vars(refs[0])
+    return {
+        k: v if isinstance(v, str) else float(np.mean([vars(r)[k] for r in refs])) for k, v in first.items()
+    }
+
+
+def optimum_over_draws(env: Any, draws: int, available: Any = None) -> list[Any]:
+    return [visible_optimum(env, available=available, seed=seed) for seed in draw_seeds(draws)]
+
+
+def references(
+    out: Path, lam: float, n_eval: int, pool_name: str, suite: str, draws: int = 1
+) -> dict[str, Any]:
+    """The optimum and every single agent on the held-out items, ``draws`` draws each (means over the
+    draws; each agent's grades draw after draw, the order :func:`_held_out` runs a router in)."""
     path = out / f"optimum-lam{lam:g}.json"
     if path.exists():
         return json.loads(path.read_text())
     pool = load_pool(pool_name)
     env = build_env(_settings(lam), pool=pool, suite=suite, split="test", n_tasks=n_eval)
-    opt = visible_optimum(env)
+    opts = optimum_over_draws(env, draws)
+    opt = opts[0]
     names = [a.name for a in pool.agents]
     ref = {
         "lam": lam,
-        "optimum": vars(opt.optimum),
+        "draws": draws,
+        "optimum": _mean_reference([o.optimum for o in opts]),
         "optimum_expected_return": opt.expected_return,
-        "hindsight": vars(opt.hindsight),
-        "singles": [vars(s) for s in opt.singles],
+        "hindsight": _mean_reference([o.hindsight for o in opts]),
+        "singles": [_mean_reference([o.singles[j] for o in opts]) for j in range(len(opt.singles))],
         "optimum_shares": opt.shares(names),
-        "single_correct": {k: list(v) for k, v in opt.single_correct.items()},
+        "single_correct": {k: [c for o in opts for c in o.single_correct[k]] for k in opt.single_correct},
         "choices": [
             {"task_id": c.task_id, "domain": c.domain, "score": c.score, "agent": names[c.agent]}
             for c in opt.choices
@@ -94,9 +124,9 @@ def _trained_router(
     return policy, state
 
 
-def _held_out(test: Any, policy: PuppeteerPolicy) -> list[Any]:
-    """The greedy router on every held-out item, on the draws the optimum ran (seed 10000 + item)."""
-    specs = [(10_000 + i, i) for i in range(len(test.tasks))]
+def _held_out(test: Any, policy: PuppeteerPolicy, draws: int) -> list[Any]:
+    """The greedy router on every held-out item, draw after draw, on the draws the optimum ran."""
+    specs = [(seed + i, i) for seed in draw_seeds(draws) for i in range(len(test.tasks))]
     return run_lockstep(env_copies(test, 32), policy, specs, greedy=True)
 
 
@@ -114,21 +144,23 @@ def _train_and_test(args: argparse.Namespace, lam: float) -> tuple[Any, Any, Any
 
 
 def run_one(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder: Any) -> dict[str, Any]:
-    run = out / "runs" / f"lam{lam:g}-s{seed}"
-    path = run / "result.json"
+    path = Job("router", lam, seed).path(out)
+    run = path.parent
     if (done := _finished(path)) is not None:
         return done
     start = time.perf_counter()
     pool, env, test = _train_and_test(args, lam)
     policy, state = _trained_router(env, args, seed, encoder, _trainer(args, seed), run)
-    eps = _held_out(test, policy)
+    eps = _held_out(test, policy, args.draws)
     names = [a.name for a in pool.agents]
+    first = eps[: len(test.tasks)]  # a greedy router's route depends on the question, not the draw
     result = {
         "lam": lam,
         "seed": seed,
+        "draws": args.draws,
         **summarize(eps),
-        "top_first_share": top_share([e.actions[0] for e in eps]),
-        "routes": [names[e.actions[0]] for e in eps],
+        "top_first_share": top_share([e.actions[0] for e in first]),
+        "routes": [names[e.actions[0]] for e in first],
         "correct": [bool(e.correct) for e in eps],
         "task_ids": [t.id for t in test.tasks],
         "curve": [
@@ -148,7 +180,9 @@ def _trainer(args: argparse.Namespace, seed: int) -> ReinforceConfig:
         batch_episodes=args.batch_episodes,
         group_size=args.group_size,
         lr=args.lr,
+        weight_decay=args.weight_decay,
         entropy_coef=args.entropy,
+        entropy_final_fraction=args.entropy_final,
         first_step=args.first_step,
         eval_every=10**9,
         seed=seed,
@@ -158,8 +192,8 @@ def _trainer(args: argparse.Namespace, seed: int) -> ReinforceConfig:
 def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, encoder: Any) -> dict[str, Any]:
     """One router trained on random k-of-n subsets with ``--holdout`` subsets never drawn, then each
     held-out subset evaluated on the held-out items against that subset's own optimum."""
-    run = out / "runs" / f"subsets-lam{lam:g}-s{seed}"
-    path = run / "result.json"
+    path = Job("subsets", lam, seed).path(out)
+    run = path.parent
     if (done := _finished(path)) is not None:
         return done
     start = time.perf_counter()
@@ -168,9 +202,8 @@ def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, enco
     held = holdout_subsets(n, args.k, args.holdout, seed=0)  # the same subsets for every seed
     settings = replace(_settings(lam), k_available=args.k, holdout_subsets=held)
     env = build_env(settings, pool=pool, suite=args.suite, split="train", n_tasks=args.n_train)
-    # first_step=all tries every agent of the pool and does not combine with k-of-n draws: sampled
-    trainer = replace(_trainer(args, seed), first_step="sample")
-    policy, _ = _trained_router(env, args, seed, encoder, trainer, run)
+    # with first_step=all each group draws its subset and tries each of its k agents first
+    policy, _ = _trained_router(env, args, seed, encoder, _trainer(args, seed), run)
     names = [a.name for a in pool.agents]
     rows = []
     for subset in held:
@@ -182,18 +215,21 @@ def subsets_run(out: Path, lam: float, seed: int, args: argparse.Namespace, enco
             split="test",
             n_tasks=args.n_eval,
         )
-        opt = visible_optimum(test, available=subset)
-        eps = _held_out(test, policy)
+        opts = optimum_over_draws(test, args.draws, available=subset)
+        optimum = float(np.mean([o.optimum.ret for o in opts]))
+        eps = _held_out(test, policy, args.draws)
         m = summarize(eps)
         rows.append(
             {
                 "subset": [names[i] for i in subset],
                 "return": m["return"],
                 "accuracy": m["accuracy"],
-                "optimum_return": opt.optimum.ret,
-                "pct_of_optimum": m["return"] / opt.optimum.ret,
-                "best_single_return": max(x.ret for x in opt.singles),
-                "routes": dict(Counter(names[e.actions[0]] for e in eps)),
+                "optimum_return": optimum,
+                "pct_of_optimum": m["return"] / optimum,
+                "best_single_return": max(
+                    np.mean([o.singles[j].ret for o in opts]) for j in range(len(subset))
+                ),
+                "routes": dict(Counter(names[e.actions[0]] for e in eps[: len(test.tasks)])),
             }
         )
     result = {"lam": lam, "seed": seed, "k": args.k, "subsets": rows, "wall_s": time.perf_counter() - start}
@@ -215,8 +251,8 @@ def baseline_run(
     """One router trained with ``trainer.baseline=baseline`` and sampled first steps (with
     ``first_step=all`` and one call the first decision's gradient is exact and no baseline matters),
     its greedy held-out return measured every ``--eval-every`` updates on the optimum's draws."""
-    run = out / "runs" / f"baseline-{baseline}-lam{lam:g}-s{seed}"
-    path = run / "result.json"
+    path = Job(f"baseline-{baseline}", lam, seed).path(out)
+    run = path.parent
     if (done := _finished(path)) is not None:
         return done
     start = time.perf_counter()
@@ -271,6 +307,64 @@ def baseline_report(out: Path, lam: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def limit_reference(out: Path, lam: float, args: argparse.Namespace) -> dict[str, Any]:
+    """What the training items can teach (:func:`puppeteer.analytics.optimum.training_limit`) and every
+    agent's expected return on each held-out item (a router's value without the draws' luck)."""
+    path = out / f"limit-lam{lam:g}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    pool, env, test = _train_and_test(args, lam)
+    limit = training_limit(env, test)
+    agents, held = expected_returns(test)
+    ref = {
+        "lam": lam,
+        "picks": dict(limit.picks),
+        "train_gaps": dict(limit.train_gaps),
+        "expected_return": limit.expected_return,
+        "optimum_expected_return": limit.optimum_expected_return,
+        "single_expected_returns": dict(limit.single_expected_returns),
+        "agents": [pool.agent(a).name for a in agents],
+        "held_out_expected": [[round(float(x), 6) for x in row] for row in held],
+    }
+    path.write_text(json.dumps(ref))
+    return ref
+
+
+def limit_report(out: Path, lams: list[float], args: argparse.Namespace) -> str:
+    """The routers' expected held-out return against what the training items can teach."""
+    lines = [
+        "",
+        "## What the training items can teach, and how much of it the routers learned",
+        "",
+        "Expected held-out returns (each item's E[G] given what its question shows; no luck of the "
+        "draws). *Training limit*: per domain, the agent of best mean E[G | item] over the training "
+        "items, given each training item's whole latent difficulty (what endless tries of those items "
+        "reveal), valued held out. Below the best single agent it means the training split is too small "
+        "for this world's per-domain differences.",
+        "",
+        "| lambda | optimum | training limit (its picks) | best single | routers, mean (min-max) | "
+        "routers / training limit, mean (min) |",
+        "|---:|---:|---|---|---|---|",
+    ]
+    for lam in lams:
+        ref = limit_reference(out, lam, args)
+        held = np.asarray(ref["held_out_expected"])
+        col = {name: j for j, name in enumerate(ref["agents"])}
+        runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob(f"lam{lam:g}-s*/result.json"))]
+        values = [float(np.mean([held[i, col[a]] for i, a in enumerate(r["routes"])])) for r in runs]
+        if not values:
+            continue
+        best, best_value = max(ref["single_expected_returns"].items(), key=lambda kv: kv[1])
+        picks = ", ".join(f"{d}: `{a}`" for d, a in ref["picks"].items())
+        share = [v / ref["expected_return"] for v in values]
+        lines.append(
+            f"| {lam:g} | {ref['optimum_expected_return']:.4f} | {ref['expected_return']:.4f} ({picks}) | "
+            f"`{best}` {best_value:.4f} | {np.mean(values):.4f} ({min(values):.4f}-{max(values):.4f}) | "
+            f"{np.mean(share):.1%} ({min(share):.1%}) |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def subsets_report(out: Path) -> str:
     runs = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("subsets-lam*-s*/result.json"))]
     if not runs:
@@ -292,12 +386,17 @@ def subsets_report(out: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _draws(out: Path, lams: list[float]) -> int:
+    return int(json.loads((out / f"optimum-lam{lams[0]:g}.json").read_text()).get("draws", 1))
+
+
 def report(out: Path, lams: list[float], seeds: int, n_eval: int, pool: str, suite: str) -> str:
     lines = [
         f"# {pool} study [backend: sim]",
         "",
         f"REINFORCE routers (one call per item, cost in US cents) on `{pool}` / `{suite}`, "
-        f"greedy on {n_eval} held-out items; {seeds} seeds per lambda.",
+        f"greedy on {n_eval} held-out items ({_draws(out, lams)} draw(s) of each, the same draws for every "
+        f"arm); {seeds} seeds per lambda.",
         "",
         "| lambda | router accuracy (mean, min-max) | router return | % of optimum (mean, min) | "
         "optimum acc / return | best single (return) | McNemar p vs best single (pooled) | "
@@ -366,10 +465,14 @@ def report(out: Path, lams: list[float], seeds: int, n_eval: int, pool: str, sui
 def against_most_accurate(ref: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The routers against the most accurate single agent (the issue's bar: +5 points at no more cost,
     or at least its accuracy at half its cost or less): accuracy gain with the exact McNemar p on the
-    pooled held-out items, and each seed's cost as a share of the agent's."""
+    pooled held-out items and per seed, and each seed's cost as a share of the agent's. Every seed is
+    scored on the same items and draws, so the pooled test counts an item once per seed that routes it
+    alike: it overstates the evidence when seeds agree; the per-seed tests do not."""
     top = max(ref["singles"], key=lambda s: (s["accuracy"], -s["cost"]))
+    theirs = ref["single_correct"][top["name"]]
     routed = np.concatenate([r["correct"] for r in runs])
-    p = mcnemar_exact(routed, np.tile(ref["single_correct"][top["name"]], len(runs))).p_value
+    p = mcnemar_exact(routed, np.tile(theirs, len(runs))).p_value
+    per_seed = [mcnemar_exact(np.asarray(r["correct"]), np.asarray(theirs)).p_value for r in runs]
     share = [r["cost"] / top["cost"] for r in runs]
     gain = [r["accuracy"] - top["accuracy"] for r in runs]
     met = sum(g >= 0 and c <= 0.5 for g, c in zip(gain, share, strict=True))
@@ -379,18 +482,29 @@ def against_most_accurate(ref: dict[str, Any], runs: list[dict[str, Any]]) -> di
         "cost": top["cost"],
         "gain": gain,
         "mcnemar_p": p,
+        "mcnemar_p_per_seed": per_seed,
         "cost_share": share,
         "seeds_at_least_as_accurate_at_half_cost": met,
     }
+
+
+def _p_spread(ps: list[float] | None) -> str:
+    return "-" if not ps else f"{min(ps):.2g}, {float(np.median(ps)):.2g}, {max(ps):.2g}"
 
 
 def most_accurate_report(summary: list[dict[str, Any]]) -> str:
     lines = [
         "## Against the most accurate single agent",
         "",
+        "The pooled test counts each item once per seed (every seed is scored on the same items and "
+        "draws), so it overstates the evidence when seeds route alike; each seed's own test does not. "
+        "With several draws per item, both count the draws of one item as separate pairs: they test "
+        "the difference on these held-out items over the simulator's call noise, not over new items.",
+        "",
         "| lambda | agent (accuracy, cents) | router accuracy gain, mean (min-max) | McNemar p (pooled) | "
-        "router cost / agent's, mean (min-max) | seeds at least as accurate at <= half the cost |",
-        "|---:|---|---|---:|---|---:|",
+        "McNemar p per seed (min, median, max) | router cost / agent's, mean (min-max) | "
+        "seeds at least as accurate at <= half the cost |",
+        "|---:|---|---|---:|---|---|---:|",
     ]
     for row in summary:
         v = row["vs_most_accurate"]
@@ -398,7 +512,8 @@ def most_accurate_report(summary: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {row['lam']:g} | `{v['agent']}` ({v['accuracy']:.3f}, {v['cost']:.3f}) | "
             f"{np.mean(gain) * 100:+.1f} points ({min(gain) * 100:+.1f} to {max(gain) * 100:+.1f}) | "
-            f"{v['mcnemar_p']:.2g} | {np.mean(share):.0%} ({min(share):.0%}-{max(share):.0%}) | "
+            f"{v['mcnemar_p']:.2g} | {_p_spread(v.get('mcnemar_p_per_seed'))} | "
+            f"{np.mean(share):.0%} ({min(share):.0%}-{max(share):.0%}) | "
             f"{v['seeds_at_least_as_accurate_at_half_cost']} of {row['runs']} |"
         )
     return "\n".join(lines) + "\n\n"
@@ -477,6 +592,38 @@ def front_plot(out: Path, lams: list[float]) -> Path | None:
     return save(fig, out / "front.png")
 
 
+@dataclass(frozen=True)
+class Job:
+    """One training run of the study: ``kind`` is router, subsets, baseline-group or baseline-none."""
+
+    kind: str
+    lam: float
+    seed: int
+
+    def path(self, out: Path) -> Path:
+        name = {"router": "", "subsets": "subsets-"}.get(self.kind, f"{self.kind}-")
+        return out / "runs" / f"{name}lam{self.lam:g}-s{self.seed}" / "result.json"
+
+
+@cache
+def _encoder(name: str) -> Any:
+    return make_encoder(name)  # one per process: its embedding cache serves every run there
+
+
+def _worker_setup() -> None:
+    torch.set_num_threads(1)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+
+def run_job(job: Job, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    encoder = _encoder(args.encoder)
+    if job.kind == "router":
+        return run_one(out, job.lam, job.seed, args, encoder)
+    if job.kind == "subsets":
+        return subsets_run(out, job.lam, job.seed, args, encoder)
+    return baseline_run(out, job.lam, job.kind.removeprefix("baseline-"), job.seed, args, encoder)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="docs/sim-routing/study")
@@ -486,10 +633,20 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--n-train", type=int, default=300)
     p.add_argument("--n-eval", type=int, default=200)
+    p.add_argument(
+        "--draws",
+        type=int,
+        default=1,
+        help="draws per held-out item (the simulator's call noise; same for every arm)",
+    )
     p.add_argument("--episodes", type=int, default=65536)
     p.add_argument("--batch-episodes", type=int, default=512)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--weight-decay", type=float, default=1e-4, help="trainer.weight_decay (AdamW)")
     p.add_argument("--entropy", type=float, default=0.01)
+    p.add_argument(
+        "--entropy-final", type=float, default=1.0, help="trainer.entropy_final_fraction (1: constant bonus)"
+    )
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--first-step", default="all", help="sample | all (trainer.first_step)")
     p.add_argument("--encoder", default="minilm")
@@ -509,24 +666,34 @@ def main() -> None:
     p.add_argument(
         "--eval-every", type=int, default=2, help="updates between held-out evaluations (ablation)"
     )
+    p.add_argument(
+        "--jobs", type=int, default=1, help="runs trained side by side, one process and one thread each"
+    )
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.jobs < 1 or args.draws < 1:
+        p.error("--jobs and --draws must be >= 1")
+    _worker_setup()  # one torch thread in every process: a run's result does not depend on --jobs
     out = Path(args.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     (out / "settings.json").write_text(json.dumps(vars(args), indent=1))  # what produced the runs
     lams = [float(x) for x in args.lam.split(",")]
-    encoder = make_encoder(args.encoder)
     for lam in lams:
-        references(out, lam, args.n_eval, args.pool, args.suite)
-        for seed in range(args.seeds):
-            run_one(out, lam, seed, args, encoder)
-    for seed in range(args.subsets):  # at the first lambda
-        subsets_run(out, lams[0], seed, args, encoder)
-    for seed in range(args.baselines):  # at the first lambda
-        for baseline in ("group", "none"):
-            baseline_run(out, lams[0], baseline, seed, args, encoder)
+        references(out, lam, args.n_eval, args.pool, args.suite, args.draws)
+    jobs = [Job("router", lam, seed) for lam in lams for seed in range(args.seeds)]
+    jobs += [Job("subsets", lams[0], seed) for seed in range(args.subsets)]  # at the first lambda
+    jobs += [Job(f"baseline-{b}", lams[0], seed) for seed in range(args.baselines) for b in ("group", "none")]
+    todo = [job for job in jobs if not job.path(out).exists()]
+    log.info("%d of %d runs to do (%d process(es))", len(todo), len(jobs), args.jobs)
+    if args.jobs > 1:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(args.jobs, mp_context=context, initializer=_worker_setup) as pool:
+            list(pool.map(partial(run_job, out=out, args=args), todo))
+    else:
+        for job in todo:
+            run_job(job, out, args)
     text = (
         report(out, lams, args.seeds, args.n_eval, args.pool, args.suite)
+        + limit_report(out, lams, args)
         + subsets_report(out)
         + baseline_report(out, lams[0])
     )
