@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.stats import ttest_rel
 
 from puppeteer.analytics.optimum import expected_returns, training_limit, visible_optimum
 from puppeteer.availability import holdout_subsets
@@ -473,6 +474,17 @@ def against_most_accurate(ref: dict[str, Any], runs: list[dict[str, Any]]) -> di
     routed = np.concatenate([r["correct"] for r in runs])
     p = mcnemar_exact(routed, np.tile(theirs, len(runs))).p_value
     per_seed = [mcnemar_exact(np.asarray(r["correct"]), np.asarray(theirs)).p_value for r in runs]
+    draws = int(ref.get("draws", 1))
+    by_item = np.asarray(theirs, dtype=float).reshape(draws, -1).mean(axis=0)
+    # items as the unit: each item's accuracy over its draws, router against the agent (a paired t-test
+    # over the held-out items; what carries over to new items of the same kind)
+    item_p = [
+        float(
+            ttest_rel(np.asarray(r["correct"], dtype=float).reshape(draws, -1).mean(axis=0), by_item).pvalue
+        )
+        for r in runs
+    ]
+    item_p = [1.0 if np.isnan(x) else x for x in item_p]  # no item differs: nothing to test
     share = [r["cost"] / top["cost"] for r in runs]
     gain = [r["accuracy"] - top["accuracy"] for r in runs]
     met = sum(g >= 0 and c <= 0.5 for g, c in zip(gain, share, strict=True))
@@ -483,6 +495,7 @@ def against_most_accurate(ref: dict[str, Any], runs: list[dict[str, Any]]) -> di
         "gain": gain,
         "mcnemar_p": p,
         "mcnemar_p_per_seed": per_seed,
+        "item_t_p_per_seed": item_p,
         "cost_share": share,
         "seeds_at_least_as_accurate_at_half_cost": met,
     }
@@ -499,12 +512,14 @@ def most_accurate_report(summary: list[dict[str, Any]]) -> str:
         "The pooled test counts each item once per seed (every seed is scored on the same items and "
         "draws), so it overstates the evidence when seeds route alike; each seed's own test does not. "
         "With several draws per item, both count the draws of one item as separate pairs: they test "
-        "the difference on these held-out items over the simulator's call noise, not over new items.",
+        "the difference on these held-out items over the simulator's call noise, not over new items. "
+        "The paired t-test takes items as the unit (each item's accuracy over its draws): what carries "
+        "over to new items of the same kinds.",
         "",
         "| lambda | agent (accuracy, cents) | router accuracy gain, mean (min-max) | McNemar p (pooled) | "
-        "McNemar p per seed (min, median, max) | router cost / agent's, mean (min-max) | "
-        "seeds at least as accurate at <= half the cost |",
-        "|---:|---|---|---:|---|---|---:|",
+        "McNemar p per seed (min, median, max) | items as the unit: paired t p per seed (min, median, max) | "
+        "router cost / agent's, mean (min-max) | seeds at least as accurate at <= half the cost |",
+        "|---:|---|---|---:|---|---|---|---:|",
     ]
     for row in summary:
         v = row["vs_most_accurate"]
@@ -513,6 +528,7 @@ def most_accurate_report(summary: list[dict[str, Any]]) -> str:
             f"| {row['lam']:g} | `{v['agent']}` ({v['accuracy']:.3f}, {v['cost']:.3f}) | "
             f"{np.mean(gain) * 100:+.1f} points ({min(gain) * 100:+.1f} to {max(gain) * 100:+.1f}) | "
             f"{v['mcnemar_p']:.2g} | {_p_spread(v.get('mcnemar_p_per_seed'))} | "
+            f"{_p_spread(v.get('item_t_p_per_seed'))} | "
             f"{np.mean(share):.0%} ({min(share):.0%}-{max(share):.0%}) | "
             f"{v['seeds_at_least_as_accurate_at_half_cost']} of {row['runs']} |"
         )

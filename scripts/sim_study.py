@@ -1,7 +1,7 @@
 """Step-mode study on the simulated paper pool: learning vs optima, baseline ablation, lambda sweep.
 
     python scripts/sim_study.py --episodes 3000 --encoder minilm
-Writes docs/puppeteer-sim.md, docs/img/sim-*.png and runs/sim-study/study.json.
+Writes docs/sim-study.md, docs/img/sim-*.png and runs/sim-study/study.json.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main() -> None:
         encoder=a.encoder,
     )
     results = run_study(cfg, a.out, a.docs, progress=lambda m: console.log(m))
-    console.print(f"optimum {results['optimum']:.3f}; report: {a.docs}/puppeteer-sim.md")
+    console.print(f"optimum {results['optimum']:.3f}; report: {a.docs}/sim-study.md")
 
 
 if __name__ == "__main__":

@@ -381,7 +381,7 @@ REPO_FILE_MESSAGES = {
         "puppeteer/jobs/baselines_table.py",
         "scripts/baselines_table.py",
     ): "the command line each table records",
-    ("puppeteer/jobs/study.py", "scripts/sim_study.py"): "the reproduce line of docs/puppeteer-sim.md",
+    ("puppeteer/jobs/study.py", "scripts/sim_study.py"): "the reproduce line of docs/sim-study.md",
 }
 
 

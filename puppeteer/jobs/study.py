@@ -157,7 +157,7 @@ def run_study(
     (out / "study.json").write_text(json.dumps(results, indent=2))
     _plot_curves(runs, oracle, best_seq, docs / "img" / "sim-learning-curves.png", cfg)
     _plot_sweep(sweep, docs / "img" / "sim-lambda-sweep.png", cfg)
-    (docs / "puppeteer-sim.md").write_text(report(results))
+    (docs / "sim-study.md").write_text(report(results))
     return results
 
 
@@ -212,7 +212,7 @@ def report(results: Mapping[str, Any]) -> str:
     cfg = results["config"]
     opt = results["optimum"]
     lines = [
-        "# Puppeteer (step mode) on the simulated paper pool",
+        "# Puppeteer (step mode) on the simulated paper pool: the first study",
         "",
         f"Backend: **sim** (pool `{cfg['pool']}`, calibrated to the Conductor paper's skill table). "
         f"Suite `{cfg['suite']}`: train split for training, test split (held-out) for every number below. "
