@@ -620,7 +620,9 @@ def train(
         [] if eval_env is None else [eval_env, *(eval_env.clone() for _ in range(config.parallel_envs - 1))]
     )
     draw = _group_subsets(env) if config.first_step == "all" else None
-    firsts = None if config.first_step != "all" else first_actions(env, policy, None if draw is None else draw.example)
+    firsts = None
+    if config.first_step == "all":  # the first actions a group tries (with subsets: how many)
+        firsts = first_actions(env, policy, None if draw is None else draw.example)
     phi = float(env.config.phi if env.config.phi is not None else env.config.max_steps)
     size = len(firsts) if firsts is not None else config.group_size
     n_groups = max(1, config.batch_episodes // size)
