@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from scipy.stats import ttest_rel
 
-from puppeteer.analytics.optimum import expected_returns, training_limit, visible_optimum
+from puppeteer.analytics.optimum import training_limit, visible_optimum
 from puppeteer.availability import holdout_subsets
 from puppeteer.encoders import make_encoder
 from puppeteer.envbuild import EnvConfig, build_env
@@ -314,9 +314,8 @@ def limit_reference(out: Path, lam: float, args: argparse.Namespace) -> dict[str
     path = out / f"limit-lam{lam:g}.json"
     if path.exists():
         return json.loads(path.read_text())
-    pool, env, test = _train_and_test(args, lam)
+    _, env, test = _train_and_test(args, lam)
     limit = training_limit(env, test)
-    agents, held = expected_returns(test)
     ref = {
         "lam": lam,
         "picks": dict(limit.picks),
@@ -324,8 +323,8 @@ def limit_reference(out: Path, lam: float, args: argparse.Namespace) -> dict[str
         "expected_return": limit.expected_return,
         "optimum_expected_return": limit.optimum_expected_return,
         "single_expected_returns": dict(limit.single_expected_returns),
-        "agents": [pool.agent(a).name for a in agents],
-        "held_out_expected": [[round(float(x), 6) for x in row] for row in held],
+        "agents": list(limit.single_expected_returns),
+        "held_out_expected": [[round(float(x), 6) for x in row] for row in limit.held_out_expected],
     }
     path.write_text(json.dumps(ref))
     return ref

@@ -19,7 +19,7 @@ item, unattainable) is reported beside it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -99,15 +99,6 @@ def _item_rows(
     return ends, expected
 
 
-def expected_returns(
-    env: ConductorEnv, available: Sequence[int] | None = None, seed: int = 10_000, given: str = "visible"
-) -> tuple[list[int], np.ndarray]:
-    """The agents (ids) and ``E[G | i, a]`` for every item and agent (items x agents): a router's value
-    on the env's items without the luck of the draws is the mean of its chosen cells."""
-    agents = _agents(env, available)
-    return agents, _item_rows(env, agents, seed, given)[1]
-
-
 def _agents(env: ConductorEnv, available: Sequence[int] | None) -> list[int]:
     agents = list(range(len(env.pool))) if available is None else sorted(set(available))
     if not agents:
@@ -167,6 +158,9 @@ class TrainingLimit:
     optimum_expected_return: float
     single_expected_returns: Mapping[str, float]
     train_gaps: Mapping[str, float]  # per domain: the training items' best mean minus the runner-up's
+    # E[G | i, a] on the held-out items given what they show (items x agents, the agents in pool order
+    # among those on offer): any router's value without the luck of the draws
+    held_out_expected: np.ndarray = field(repr=False, compare=False)
 
     @property
     def best_single(self) -> tuple[str, float]:
@@ -200,6 +194,7 @@ def training_limit(
         optimum_expected_return=float(held.max(axis=1).mean()),
         single_expected_returns=dict(zip(names, (float(x) for x in held.mean(axis=0)), strict=True)),
         train_gaps=gaps,
+        held_out_expected=held,
     )
 
 
@@ -207,7 +202,6 @@ __all__ = [
     "ItemChoice",
     "Optimum",
     "TrainingLimit",
-    "expected_returns",
     "sim_backend",
     "training_limit",
     "visible_optimum",
