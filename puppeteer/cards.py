@@ -93,6 +93,13 @@ class PoolCards:
         return (*PRICE_SPEED, *(MODEL_TIME if self.timed else ()), *(f"accuracy {d}" for d in self.domains))
 
     @property
+    def cost_features(self) -> tuple[int, ...]:
+        """The indices of the features a return charges per call, which a scorer reads linearly: the
+        price (lambda x cents) and, on timed cards, the model minutes (lambda x minutes; a local pool's
+        calls cost no money, so its price column is zero for every agent)."""
+        return (PRICE_LINEAR, *((len(PRICE_SPEED) + 1,) if self.timed else ()))
+
+    @property
     def n_features(self) -> int:
         return len(self.feature_names)
 

@@ -344,3 +344,82 @@ def test_cards_linear_scores_an_agent_by_its_price_and_domain_accuracy_only(tmp_
     assert json.loads((tmp_path / "lin" / "policy.json").read_text())["config"]["cards_linear"] is True
     with pytest.raises(ValueError, match=r"needs policy\.cards"):
         PolicyConfig(cards_linear=True)
+
+
+def test_without_its_text_an_agent_is_its_card_and_card_noise_only_moves_training_updates(
+    tmp_path: Path,
+) -> None:
+    """``cards_text=False``: two agents with the same card score the same whatever their names (with
+    the text they do not). ``card_noise``: acting and evaluation read the measured card (the same
+    logits every time, equal to a noiseless twin's); a pass with gradients reads a noisy one. The
+    saved file names either setting only when it is not the default."""
+    pool = _with_cards(tmp_path)
+    assert pool.cards is not None
+    twin_card = replace(pool.cards.card("gen-cot"), name="weak-cot")
+    cards = replace(
+        pool.cards, cards=tuple(twin_card if c.name == "weak-cot" else c for c in pool.cards.cards)
+    )
+    pool = replace(pool, cards=cards)
+    names = [a.name for a in pool.agents]
+    env = build_env(_settings(), pool=pool, suite=SUITE, split="test", n_tasks=2)
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+
+    def logits(config: PolicyConfig, grad: bool = False) -> torch.Tensor:
+        policy = PuppeteerPolicy(pool, config, seed=0)
+        with torch.no_grad():
+            for p in policy.scorer.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+        with torch.set_grad_enabled(grad):
+            return policy.logits([policy.features(obs)])[0].detach()
+
+    blind, named = logits(_config(cards_text=False)), logits(_config())
+    assert blind[names.index("weak-cot")].item() == pytest.approx(blind[names.index("gen-cot")].item())
+    assert named[names.index("weak-cot")].item() != pytest.approx(named[names.index("gen-cot")].item())
+    noisy = _config(card_noise=0.5)
+    assert torch.allclose(logits(noisy), logits(_config()))
+    assert torch.equal(logits(noisy), logits(noisy))
+    assert not torch.allclose(logits(noisy, grad=True), logits(_config(), grad=True), atol=1e-3)
+
+    policy = PuppeteerPolicy(pool, _config(cards_text=False, card_noise=0.5), seed=0)
+    policy.save(tmp_path / "blind")
+    saved = json.loads((tmp_path / "blind" / "policy.json").read_text())["config"]
+    assert saved["cards_text"] is False and saved["card_noise"] == 0.5
+    PuppeteerPolicy(pool, _config(), seed=0).save(tmp_path / "named")
+    named = json.loads((tmp_path / "named" / "policy.json").read_text())["config"]
+    assert not {"cards_text", "card_noise"} & set(named)
+    loaded = PuppeteerPolicy.load(tmp_path / "blind", pool)
+    assert loaded.config.card_noise == 0.5 and not loaded.config.cards_text
+    for bad in ({"cards_text": False}, {"card_noise": 0.1}):
+        with pytest.raises(ValueError, match=r"need policy\.cards"):
+            PolicyConfig(**bad)
+    with pytest.raises(ValueError, match=">= 0"):
+        _config(card_noise=-1.0)
+
+
+def test_on_timed_cards_the_scorer_reads_the_model_minutes_a_minutes_return_charges(tmp_path: Path) -> None:
+    """A local pool's calls cost no money (price 0 for every agent), so the linear cost term also reads
+    the model minutes per call where every card states them: two agents alike in price and accuracy
+    but not in model time score differently under ``cards_linear``; untimed cards read the price only."""
+    pool = _with_cards(tmp_path)
+    assert pool.cards is not None and pool.cards.cost_features == (1,)
+    seconds = {"gen-cot": 10.0, "mathy-cot": 12.0, "weak-cot": 40.0, "wordy-cot": 8.0}
+    twin = pool.cards.card("gen-cot")
+    timed = replace(
+        pool.cards,
+        cards=tuple(
+            replace(twin if c.name == "weak-cot" else c, name=c.name, seconds_per_call=seconds[c.name])
+            for c in pool.cards.cards
+        ),
+    )
+    assert timed.cost_features == (1, 4) and timed.feature_names[4] == "model minutes per call"
+    pool = replace(pool, cards=timed)
+    policy = PuppeteerPolicy(pool, _config(cards_linear=True), seed=0)
+    assert policy.scorer.card_linear == [1, 4, timed.n_features]
+    with torch.no_grad():
+        for p in policy.scorer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    env = build_env(_settings(), pool=pool, suite=SUITE, split="test", n_tasks=2)
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+    logits = policy.logits([policy.features(obs)])[0]
+    names = [a.name for a in pool.agents]
+    assert logits[names.index("weak-cot")].item() != pytest.approx(logits[names.index("gen-cot")].item())

@@ -154,6 +154,8 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             task_dims=int(pc["task_dims"]) if _get(pc, "task_dims", None) is not None else None,
             cards=bool(_get(pc, "cards", False)),
             cards_linear=bool(_get(pc, "cards_linear", False)),
+            cards_text=bool(_get(pc, "cards_text", True)),
+            card_noise=float(_get(pc, "card_noise", 0.0)),
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

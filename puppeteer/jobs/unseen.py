@@ -61,11 +61,15 @@ class UnseenSettings:
     group_size: int = 4
     lr: float = 3e-3
     entropy: float = 0.01
+    # trainer.entropy_final_fraction: the entropy bonus decays linearly to this fraction of `entropy`
+    entropy_final: float = 1.0
     first_step: str = "all"
     encoder: str = "minilm"
     surface: bool = True
     hidden: int = 128
     cards_linear: bool = False  # policy.cards_linear: the agent only through its card's price and accuracy
+    cards_text: bool = True  # policy.cards_text: the agent's text beside its card
+    card_noise: float = 0.0  # policy.card_noise: noise on the standardised cards in training updates
     # what lambda prices: `usd` (US cents) on priced pools; `minutes` (model minutes at the declared
     # speeds) on local pools, whose calls cost no money
     cost_model: str = "usd"
@@ -83,6 +87,8 @@ class UnseenSettings:
             surface=self.surface,
             cards=True,
             cards_linear=self.cards_linear,
+            cards_text=self.cards_text,
+            card_noise=self.card_noise,
             task_dims=self.task_dims,
         )
 
@@ -93,6 +99,7 @@ class UnseenSettings:
             group_size=self.group_size,
             lr=self.lr,
             entropy_coef=self.entropy,
+            entropy_final_fraction=self.entropy_final,
             first_step=self.first_step,
             eval_every=10**9,
             seed=seed,
@@ -289,6 +296,11 @@ def report(out: Path, s: UnseenSettings) -> tuple[str, dict[str, Any]]:
     runs = [{**held[k], **full[k]} for k in seeds]
     surface = " with surface features" if s.surface else ""
     scorer = "`policy.cards`, `policy.cards_linear`" if s.cards_linear else "`policy.cards`"
+    scorer += ", `policy.cards_text=false`" if not s.cards_text else ""
+    scorer += f", `policy.card_noise={s.card_noise:g}`" if s.card_noise else ""
+    learner = f", entropy {s.entropy:g}"
+    learner += f" -> {s.entropy * s.entropy_final:g}" if s.entropy_final != 1 else ""
+    learner += f", `task_dims={s.task_dims}`" if s.task_dims is not None else ""
     lines = [
         f"# Agents the router has never seen [backend: {', '.join(load_pool(s.pool).backends())}]",
         "",
@@ -296,7 +308,7 @@ def report(out: Path, s: UnseenSettings) -> tuple[str, dict[str, Any]]:
         f"{COST_UNITS[s.cost_model]}; "
         f"held out of training: {', '.join(f'`{h}`' for h in s.held)}. Card-reading routers "
         f"({scorer}), REINFORCE `first_step={s.first_step}`, {s.episodes} episodes in batches of "
-        f"{s.batch_episodes}, lr {s.lr:g}, encoder {s.encoder}{surface}, "
+        f"{s.batch_episodes}, lr {s.lr:g}{learner}, encoder {s.encoder}{surface}, "
         f"{s.n_train} training items; greedy on {s.n_eval} held-out items (test split). Seeds: "
         f"{', '.join(map(str, seeds)) or 'none yet'}.",
         "",

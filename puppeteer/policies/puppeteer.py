@@ -90,12 +90,23 @@ class PolicyConfig:
     # the question's domain (no text, no MLP over the agent): what transfers to a new agent by
     # construction, and nothing that the cards do not say (docs/unseen-agents.md)
     cards_linear: bool = False
+    # with cards: whether the agent's text embedding enters the agent's representation beside its card
+    # (false: the agent is its card, so a new agent is scored by what was measured, not by its name)
+    cards_text: bool = True
+    # with cards: while training, every update reads each standardised card feature plus Gaussian noise
+    # of this spread (a fresh draw per update; acting and evaluation read the measured card): a scorer
+    # cannot learn the few training agents' exact cards by heart, only what varies smoothly with them
+    card_noise: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cards and self.layers != "norm":
             raise ValueError("policy.cards needs policy.layers=norm")
         if self.cards_linear and not self.cards:
             raise ValueError("policy.cards_linear needs policy.cards")
+        if (not self.cards_text or self.card_noise) and not self.cards:
+            raise ValueError("policy.cards_text and policy.card_noise need policy.cards")
+        if self.card_noise < 0:
+            raise ValueError(f"policy.card_noise must be >= 0, got {self.card_noise}")
         if self.task_dims is not None and (self.task_dims < 1 or self.layers != "norm"):
             raise ValueError(f"policy.task_dims must be >= 1 (with layers=norm), got {self.task_dims}")
         if self.layers not in SCORER_LAYERS:
@@ -140,10 +151,15 @@ class Scorer(nn.Module):
         cards: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         n_domains: int = 0,
         cards_linear: bool = False,
+        cards_text: bool = True,
+        card_noise: float = 0.0,
+        cost_features: Sequence[int] = (PRICE_LINEAR,),
     ) -> None:
         """``cards``: the agents' raw card features (agents x features, the Terminator excluded) and
         the shift and scale that standardise them (:func:`puppeteer.cards.card_scale`); its last
-        ``n_domains`` features are the accuracies per domain."""
+        ``n_domains`` features are the accuracies per domain. ``cards_text``: the agent's text beside
+        its card; ``card_noise``: the spread of the noise on the standardised card in gradient steps;
+        ``cost_features``: the card features a return charges per call (read linearly)."""
         super().__init__()
         self.max_steps = max_steps
         self.n_signals = n_signals
@@ -151,6 +167,8 @@ class Scorer(nn.Module):
         self.n_lam = n_lam
         self.n_card = 0 if cards is None else int(cards[0].shape[1])
         self.cards_linear = cards_linear
+        self.cards_text = cards_text or cards is None
+        self.card_noise = card_noise
         if cards is None:
             self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
         else:
@@ -175,7 +193,9 @@ class Scorer(nn.Module):
                 nn.LayerNorm(3 * hidden), nn.Linear(3 * hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)
             )
         # a card is read as its standardised features and a Terminator indicator (n_card + 1 numbers)
-        self.agent_net = nn.Linear(dim + (self.n_card + 1 if self.n_card else 0), hidden)
+        self.agent_net = nn.Linear(
+            (dim if self.cards_text else 0) + (self.n_card + 1 if self.n_card else 0), hidden
+        )
         # "norm" also standardises the task embedding per dimension (statistics of the training tasks,
         # set by PuppeteerPolicy.fit_inputs; identity until then): a frozen sentence encoder's vectors
         # share a large common direction, and the differences between questions that a router must
@@ -196,12 +216,13 @@ class Scorer(nn.Module):
             self.signal_agent = nn.Linear(n_signals, hidden, bias=False)
             nn.init.zeros_(self.signal_agent.weight)
         if self.n_card:
-            # the card's price per call (what the return charges, lambda x cents) and the Terminator
-            # indicator read linearly per state, (V h) . c_a. Not the other features: among a few
+            # what the return charges per call (the price, lambda x cents; on timed cards also the model
+            # minutes, lambda x minutes) and the Terminator indicator, read linearly per state,
+            # (V h) . c_a. Not the other features: among a few
             # training agents they measure general strength (frontier models lead every domain, are
             # slower and cost more), and read linearly they held a specialist, strong on one domain and
             # cheap, below a generalist on the specialist's own domain (measured: docs/unseen-agents.md)
-            self.card_linear = [PRICE_LINEAR, self.n_card]
+            self.card_linear = [*cost_features, self.n_card]
             self.card_logits = nn.Linear(hidden, len(self.card_linear), bias=False)
             nn.init.zeros_(self.card_logits.weight)
             self.count_logit = nn.Parameter(torch.zeros(1))
@@ -246,8 +267,11 @@ class Scorer(nn.Module):
         self.register_buffer("agent_card", raw, persistent=False)
 
     def card_inputs(self) -> torch.Tensor:
-        """(Cards only.) Per action: the standardised card and a Terminator indicator, (A + 1, n + 1)."""
+        """(Cards only.) Per action: the standardised card and a Terminator indicator, (A + 1, n + 1);
+        with ``card_noise``, plus noise wherever gradients flow (a training update), never when acting."""
         std = (self.agent_card - self.card_shift) * self.card_scale
+        if self.card_noise and torch.is_grad_enabled():
+            std = std + self.card_noise * torch.randn_like(std)
         cards = torch.cat([std, torch.zeros(1, std.shape[1])], dim=0)
         terminator = torch.zeros(cards.shape[0], 1)
         terminator[-1] = 1.0
@@ -256,19 +280,22 @@ class Scorer(nn.Module):
     def standardized(self, task: torch.Tensor) -> torch.Tensor:
         return (task - self.task_shift) * self.task_scale if self.standardize else task
 
-    def domain_accuracy(self, task: torch.Tensor) -> torch.Tensor:
+    def domain_accuracy(self, task: torch.Tensor, card: torch.Tensor | None = None) -> torch.Tensor:
         """(Cards only.) Each action's standardised card accuracy on the question's domain, (batch, A + 1)
-        (the Terminator's: 0), under the domain classifier's probabilities."""
+        (the Terminator's: 0), under the domain classifier's probabilities. ``card``: the card inputs
+        to read (one forward pass reads one draw of the noise); default :meth:`card_inputs`."""
         p = torch.softmax(self.standardized(task) @ self.domain_w + self.domain_b, dim=-1)
-        acc = self.card_inputs()[:, self.n_card - self.n_domains : self.n_card]  # (A + 1, D)
+        card = self.card_inputs() if card is None else card
+        acc = card[:, self.n_card - self.n_domains : self.n_card]  # (A + 1, D)
         return p @ acc.T
 
-    def agents(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def agents(self, card: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """g(e_a) for every action (A + 1, hidden), and the card inputs (None without cards)."""
         if not self.n_card:
             return self.agent_net(self.agent_emb), None
-        card = self.card_inputs()
-        return self.agent_net(torch.cat([self.agent_text, card], dim=-1)), card
+        card = self.card_inputs() if card is None else card
+        parts = [self.agent_text, card] if self.cards_text else [card]
+        return self.agent_net(torch.cat(parts, dim=-1)), card
 
     def forward(
         self,
@@ -283,7 +310,8 @@ class Scorer(nn.Module):
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
-        matched = self.domain_accuracy(task) if self.n_card and self.n_domains else None
+        card = self.card_inputs() if self.n_card else None  # one draw of the noise for the whole pass
+        matched = self.domain_accuracy(task, card) if card is not None and self.n_domains else None
         task = self.standardized(task)
         if self.task_dims is not None:
             task = task @ self.task_proj
@@ -309,14 +337,13 @@ class Scorer(nn.Module):
             lam = lam.float()
             pre = pre + self.lam_in(lam)
         h = second(act(pre))
-        if self.cards_linear:  # the agent only through its card's price and domain accuracy
-            card = self.card_inputs()
+        if self.cards_linear and card is not None:  # the agent only through its price and domain accuracy
             logits = self.card_logits(h) @ card[:, self.card_linear].T
             logits = logits + self.count_logit * counts.float() / self.max_steps
             if matched is not None:
                 logits = logits + self.match_logit(h) * matched
             return logits.masked_fill(~mask.bool(), float("-inf"))
-        g, card = self.agents()  # (A + 1, hidden)
+        g, card = self.agents(card)  # (A + 1, hidden)
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
         logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
@@ -367,6 +394,9 @@ class PuppeteerPolicy:
             cards=cards,
             n_domains=len(card_domains(pool)) if config.cards else 0,
             cards_linear=config.cards_linear,
+            cards_text=config.cards_text,
+            card_noise=config.card_noise,
+            cost_features=pool.cards.cost_features if pool.cards is not None else (PRICE_LINEAR,),
         )
         self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
 
@@ -546,9 +576,11 @@ class PuppeteerPolicy:
         for key in ("lam_range", "task_dims"):  # unset: the file is what it was before the setting
             if config[key] is None:
                 del config[key]
-        for key in ("cards", "cards_linear"):
+        for key in ("cards", "cards_linear", "card_noise"):
             if not config[key]:
                 del config[key]
+        if config["cards_text"]:
+            del config["cards_text"]
         meta: dict[str, Any] = {
             "config": config,
             "pool": self.pool.name,

@@ -77,6 +77,8 @@ class PolicyNode:
     task_dims: int | None = None  # read the question on its k principal directions among training tasks
     cards: bool = False  # read each agent's measured card (agents/<pool>.cards.json): scores unseen agents
     cards_linear: bool = False  # with cards: the agent only through its card's price and domain accuracy
+    cards_text: bool = True  # with cards: the agent's text beside its card (false: the agent is its card)
+    card_noise: float = 0.0  # with cards: noise on the standardised cards in training updates
 
 
 @dataclass

@@ -269,6 +269,8 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "task_dims", None),
         (pol, "cards", False),
         (pol, "cards_linear", False),
+        (pol, "cards_text", True),
+        (pol, "card_noise", 0.0),
     ):
         if settings.get(key) == old:
             settings.pop(key)
