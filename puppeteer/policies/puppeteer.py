@@ -218,10 +218,10 @@ class Scorer(nn.Module):
         if self.n_card:
             # what the return charges per call (the price, lambda x cents; on timed cards also the model
             # minutes, lambda x minutes) and the Terminator indicator, read linearly per state,
-            # (V h) . c_a. Not the other features: among a few
-            # training agents they measure general strength (frontier models lead every domain, are
-            # slower and cost more), and read linearly they held a specialist, strong on one domain and
-            # cheap, below a generalist on the specialist's own domain (measured: docs/unseen-agents.md)
+            # (V h) . c_a. Not the other features: among a few training agents they measure general
+            # strength (frontier models lead every domain, are slower and cost more), and read linearly
+            # they held a specialist, strong on one domain and cheap, below a generalist on the
+            # specialist's own domain (measured: docs/unseen-agents.md)
             self.card_linear = [*cost_features, self.n_card]
             self.card_logits = nn.Linear(hidden, len(self.card_linear), bias=False)
             nn.init.zeros_(self.card_logits.weight)
