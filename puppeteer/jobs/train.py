@@ -156,6 +156,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             cards_linear=bool(_get(pc, "cards_linear", False)),
             cards_text=bool(_get(pc, "cards_text", True)),
             card_noise=float(_get(pc, "card_noise", 0.0)),
+            rest_dropout=float(_get(pc, "rest_dropout", 0.0)),
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

@@ -97,6 +97,11 @@ class PolicyConfig:
     # of this spread (a fresh draw per update; acting and evaluation read the measured card): a scorer
     # cannot learn the few training agents' exact cards by heart, only what varies smoothly with them
     card_noise: float = 0.0
+    # with cards (not cards_linear): in each training update, each agent's MLP term (the score beyond
+    # the linear cost and domain-accuracy terms) is dropped with this probability, so the linear terms
+    # must rank the agents on their own and the MLP learns corrections to them; an agent the policy was
+    # not trained with gets no MLP term at all (its card's terms only), a training agent always has it
+    rest_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cards and self.layers != "norm":
@@ -107,6 +112,10 @@ class PolicyConfig:
             raise ValueError("policy.cards_text and policy.card_noise need policy.cards")
         if self.card_noise < 0:
             raise ValueError(f"policy.card_noise must be >= 0, got {self.card_noise}")
+        if self.rest_dropout and (not self.cards or self.cards_linear):
+            raise ValueError("policy.rest_dropout needs policy.cards without policy.cards_linear")
+        if not 0 <= self.rest_dropout < 1:
+            raise ValueError(f"policy.rest_dropout must be in [0, 1), got {self.rest_dropout}")
         if self.task_dims is not None and (self.task_dims < 1 or self.layers != "norm"):
             raise ValueError(f"policy.task_dims must be >= 1 (with layers=norm), got {self.task_dims}")
         if self.layers not in SCORER_LAYERS:
@@ -154,12 +163,15 @@ class Scorer(nn.Module):
         cards_text: bool = True,
         card_noise: float = 0.0,
         cost_features: Sequence[int] = (PRICE_LINEAR,),
+        rest_dropout: float = 0.0,
     ) -> None:
         """``cards``: the agents' raw card features (agents x features, the Terminator excluded) and
         the shift and scale that standardise them (:func:`puppeteer.cards.card_scale`); its last
         ``n_domains`` features are the accuracies per domain. ``cards_text``: the agent's text beside
         its card; ``card_noise``: the spread of the noise on the standardised card in gradient steps;
-        ``cost_features``: the card features a return charges per call (read linearly)."""
+        ``cost_features``: the card features a return charges per call (read linearly);
+        ``rest_dropout``: the chance that an agent's MLP term is dropped in a training update (and
+        the MLP term only for the agents marked known, :meth:`set_agents`)."""
         super().__init__()
         self.max_steps = max_steps
         self.n_signals = n_signals
@@ -169,6 +181,7 @@ class Scorer(nn.Module):
         self.cards_linear = cards_linear
         self.cards_text = cards_text or cards is None
         self.card_noise = card_noise
+        self.rest_dropout = rest_dropout
         if cards is None:
             self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
         else:
@@ -253,9 +266,12 @@ class Scorer(nn.Module):
             self.lam_agent = nn.Linear(n_lam, hidden, bias=False)
             nn.init.zeros_(self.lam_agent.weight)
 
-    def set_agents(self, agent_init: np.ndarray, card_raw: np.ndarray) -> None:
+    def set_agents(
+        self, agent_init: np.ndarray, card_raw: np.ndarray, known: Sequence[bool] | None = None
+    ) -> None:
         """(Cards only.) The agents this scorer scores: their text embeddings (the Terminator's last)
-        and raw card features (agents only); neither is a parameter nor saved with the weights."""
+        and raw card features (agents only), and which agents it was trained with (``known``, agents
+        only; default all; read with ``rest_dropout``); none is a parameter or saved with the weights."""
         text = torch.as_tensor(agent_init, dtype=torch.float32).clone()
         raw = torch.as_tensor(card_raw, dtype=torch.float32).clone()
         if raw.ndim != 2 or raw.shape[0] != text.shape[0] - 1:
@@ -265,6 +281,10 @@ class Scorer(nn.Module):
             raise ValueError(f"cards of {raw.shape[1]} features; this scorer reads {n}")
         self.register_buffer("agent_text", text, persistent=False)
         self.register_buffer("agent_card", raw, persistent=False)
+        flags = [True] * raw.shape[0] if known is None else [bool(k) for k in known]
+        if len(flags) != raw.shape[0]:
+            raise ValueError(f"{raw.shape[0]} agents but {len(flags)} known flags")
+        self.register_buffer("agent_known", torch.as_tensor([*flags, True]), persistent=False)
 
     def card_inputs(self) -> torch.Tensor:
         """(Cards only.) Per action: the standardised card and a Terminator indicator, (A + 1, n + 1);
@@ -344,6 +364,8 @@ class Scorer(nn.Module):
                 logits = logits + self.match_logit(h) * matched
             return logits.masked_fill(~mask.bool(), float("-inf"))
         g, card = self.agents(card)  # (A + 1, hidden)
+        if self.rest_dropout and card is not None:
+            return self._gated(h, g, card, counts, mask, signals, matched, lam)
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
         logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
@@ -357,6 +379,38 @@ class Scorer(nn.Module):
             logits = logits + self.match_logit(h) * matched
         if lam is not None and self.n_lam:
             logits = logits + self.lam_agent(lam) @ g.T
+        return logits.masked_fill(~mask.bool(), float("-inf"))
+
+    def _gated(
+        self,
+        h: torch.Tensor,
+        g: torch.Tensor,
+        card: torch.Tensor,
+        counts: torch.Tensor,
+        mask: torch.Tensor,
+        signals: torch.Tensor | None,
+        matched: torch.Tensor | None,
+        lam: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """(``rest_dropout``.) The card's linear terms plus, per agent, the MLP term times its gate: 1 for
+        an agent the scorer was trained with, 0 for one it was not, and in a training update (where
+        gradients flow) 0 with probability ``rest_dropout`` for any agent but the Terminator."""
+        hb = h[:, None, :].expand(-1, g.shape[0], -1)
+        gb = g[None, :, :].expand(h.shape[0], -1, -1)
+        rest = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
+        if signals is not None and self.n_signals:
+            rest = rest + self.signal_agent(signals) @ g.T
+        if lam is not None and self.n_lam:
+            rest = rest + self.lam_agent(lam) @ g.T
+        gate = self.agent_known.float()
+        if torch.is_grad_enabled():
+            kept = (torch.rand(gate.shape) >= self.rest_dropout).float()
+            kept[-1] = 1.0  # the Terminator has no card to fall back on
+            gate = gate * kept
+        logits = rest * gate + self.card_logits(h) @ card[:, self.card_linear].T
+        logits = logits + self.count_logit * counts.float() / self.max_steps
+        if matched is not None:
+            logits = logits + self.match_logit(h) * matched
         return logits.masked_fill(~mask.bool(), float("-inf"))
 
 
@@ -397,8 +451,11 @@ class PuppeteerPolicy:
             cards_text=config.cards_text,
             card_noise=config.card_noise,
             cost_features=pool.cards.cost_features if pool.cards is not None else (PRICE_LINEAR,),
+            rest_dropout=config.rest_dropout,
         )
         self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
+        # (cards) the agents this policy was trained with, where its pool holds others (with_pool, load)
+        self._trained: set[str] | None = None
 
     def _agent_texts(self, pool: Pool) -> np.ndarray:
         texts = [agent_text(pool, i) for i in range(len(pool))] + [TERMINATOR_TEXT]
@@ -416,7 +473,10 @@ class PuppeteerPolicy:
             )
         twin = copy.deepcopy(self)
         twin.pool = pool
-        twin.scorer.set_agents(self._agent_texts(pool), pool_cards(pool))
+        trained = {a.name for a in self.pool.agents} if self._trained is None else self._trained
+        known = [a.name in trained for a in pool.agents]
+        twin.scorer.set_agents(self._agent_texts(pool), pool_cards(pool), known)
+        twin._trained = trained
         return twin
 
     @property
@@ -576,7 +636,7 @@ class PuppeteerPolicy:
         for key in ("lam_range", "task_dims"):  # unset: the file is what it was before the setting
             if config[key] is None:
                 del config[key]
-        for key in ("cards", "cards_linear", "card_noise"):
+        for key in ("cards", "cards_linear", "card_noise", "rest_dropout"):
             if not config[key]:
                 del config[key]
         if config["cards_text"]:
@@ -588,6 +648,8 @@ class PuppeteerPolicy:
         }
         if self.config.cards:
             meta["card_domains"] = list(card_domains(self.pool))
+        if self._trained is not None:  # a twin on another pool: the agents it was trained with
+            meta["trained_agents"] = sorted(self._trained)
         (d / "policy.json").write_text(json.dumps(meta, indent=2))
         return d
 
@@ -607,7 +669,7 @@ class PuppeteerPolicy:
                     f"policy reads cards of domains {meta['card_domains']}; pool {pool.name!r}'s cards "
                     f"cover {list(card_domains(pool))}"
                 )
-            new = [n for n in names if n not in meta["agents"]]
+            new = [n for n in names if n not in meta.get("trained_agents", meta["agents"])]
             if new:
                 log.info("policy %s scores agents it was not trained with by their cards: %s", d, new)
         raw["encoder_options"] = tuple(tuple(x) for x in raw.get("encoder_options", ()))
@@ -615,6 +677,11 @@ class PuppeteerPolicy:
         policy = cls(pool, PolicyConfig(**raw), encoder=encoder)
         # with cards, the saved card_shift/card_scale (the training pool's) replace this pool's
         policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
+        trained = set(meta.get("trained_agents", meta["agents"]))
+        if raw.get("cards") and not trained >= set(names):
+            known = [n in trained for n in names]
+            policy.scorer.set_agents(policy._agent_texts(pool), pool_cards(pool), known)
+            policy._trained = trained
         return policy
 
 

@@ -79,6 +79,7 @@ class PolicyNode:
     cards_linear: bool = False  # with cards: the agent only through its card's price and domain accuracy
     cards_text: bool = True  # with cards: the agent's text beside its card (false: the agent is its card)
     card_noise: float = 0.0  # with cards: noise on the standardised cards in training updates
+    rest_dropout: float = 0.0  # with cards: drop agents' MLP terms in training updates; none for new agents
 
 
 @dataclass

@@ -271,6 +271,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "cards_linear", False),
         (pol, "cards_text", True),
         (pol, "card_noise", 0.0),
+        (pol, "rest_dropout", 0.0),
     ):
         if settings.get(key) == old:
             settings.pop(key)
