@@ -111,19 +111,39 @@ def example_workflow(pool: Pool, example: Example, available: Sequence[bool] | N
     )
 
 
-def pool_table(pool: Pool, available: Sequence[bool] | None = None, self_id: int | None = None) -> str:
-    """The agents table; with ``available`` only the available agents (ids stay the pool's ids)."""
-    lines = ["id | agent | model | pattern | tools | $/1M in | $/1M out"]
+def pool_table(
+    pool: Pool, available: Sequence[bool] | None = None, self_id: int | None = None, cards: bool = False
+) -> str:
+    """The agents table; with ``available`` only the available agents (ids stay the pool's ids). With
+    ``cards`` and a pool that has them (:mod:`puppeteer.cards`), each agent's measured card too: US
+    cents per call and the share right per domain on the calibration items (``-`` for an agent
+    without a card)."""
+    measured = pool.cards if cards else None
+    header = "id | agent | model | pattern | tools | $/1M in | $/1M out"
+    if measured is not None:
+        header += " | cents/call | " + " | ".join(f"right {d}" for d in measured.domains)
+    lines = [header]
+    known = {c.name: c for c in measured.cards} if measured is not None else {}
     for i, a in enumerate(pool.agents):
         if available is not None and not available[i]:
             continue
         tools = ",".join(a.tools) or "-"
-        lines.append(
+        row = (
             f"{i} | {a.name} | {a.model.name} | {a.pattern} | {tools} | "
             f"{a.model.price_in:g} | {a.model.price_out:g}"
         )
+        if measured is not None:
+            card = known.get(a.name)
+            cells = (
+                [f"{card.cents_per_call:.3g}", *(f"{card.accuracy[d]:.2f}" for d in measured.domains)]
+                if card is not None
+                else ["-"] * (1 + len(measured.domains))
+            )
+            row += " | " + " | ".join(cells)
+        lines.append(row)
     if self_id is not None:
-        lines.append(f"{self_id} | conductor | (you) | plan again | - | 0 | 0")
+        tail = " | 0 | " + " | ".join("-" for _ in measured.domains) if measured is not None else ""
+        lines.append(f"{self_id} | conductor | (you) | plan again | - | 0 | 0{tail}")
     return "\n".join(lines)
 
 
@@ -141,6 +161,9 @@ class PromptConfig:
     example_set: str = "v1"  # a key of EXAMPLE_SETS
     # the price of cost (issue 36): a line with {lam} and {unit}, shown when the env states the price
     price: str = ""
+    # the agents table also shows each agent's measured card where the pool has cards (issue 31,
+    # section 2): US cents per call and the share right per domain on calibration items
+    cards: bool = False
 
     def __post_init__(self) -> None:
         if self.example_set not in EXAMPLE_SETS:
@@ -222,7 +245,7 @@ def build_prompt(
     examples = [e for e in EXAMPLE_SETS[cfg.example_set] if e.domain != family][:k]
     system = [
         cfg.intro.format(max_steps=max_steps),
-        f"Agents:\n{pool_table(pool, available, self_id)}",
+        f"Agents:\n{pool_table(pool, available, self_id, cards=cfg.cards)}",
         cfg.format,
     ]
     if self_id is not None:

@@ -554,6 +554,8 @@ def evaluate_policy(
     concurrency: int | None = None,
     ray: RayExecutor | None = None,
     price_in_prompt: bool = False,
+    prompt: str | None = None,
+    cost_model: str | None = None,
 ) -> EvalResult:
     """:func:`evaluate` with its settings as keywords (see :class:`EvalSettings`)."""
     return evaluate(
@@ -572,6 +574,8 @@ def evaluate_policy(
                 max_depth=max_depth,
                 k_available=k_available,
                 price_in_prompt=price_in_prompt,
+                prompt=prompt,
+                cost_model=cost_model,
             ),
             available=tuple(available) if available else None,
             progress=progress,

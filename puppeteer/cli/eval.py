@@ -113,6 +113,17 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         "model); a conductor trained over a lambda range always sees it",
     )
     p.add_argument(
+        "--prompt",
+        default=None,
+        help="conductor policies: the prompt config (configs/conductor/NAME.yaml, e.g. prompt-v2-cards: "
+        "the agents table with each agent's measured card)",
+    )
+    p.add_argument(
+        "--cost-model",
+        default=None,
+        help="conductor policies: what --lam prices (tokens, usd, calls, minutes, flops); default tokens",
+    )
+    p.add_argument(
         "--concurrency",
         type=int,
         default=None,
@@ -160,6 +171,8 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         available=available,
         k_available=args.k_available,
         price_in_prompt=args.price_in_prompt,
+        prompt=args.prompt,
+        cost_model=args.cost_model,
         max_depth=args.max_depth,
         concurrency=args.concurrency,
         ray=ray,

@@ -55,6 +55,8 @@ class EpisodeSettings:
     max_depth: int = 0  # planning rounds after the first (conductors only)
     k_available: int | None = None  # a random k-of-n subset of agents per item
     price_in_prompt: bool = False  # conductors: the prompt states the price of cost (``lam`` per unit)
+    prompt: str | None = None  # conductors: configs/conductor/<prompt>.yaml (None: the default prompt)
+    cost_model: str | None = None  # conductors: what ``lam`` prices (tokens, usd, ...; None: tokens)
 
     def step_config(self, aggregate: str | None = None) -> EnvConfig:
         """Step mode: one agent per action, the Terminator ends the episode."""
@@ -75,7 +77,12 @@ class EpisodeSettings:
             max_steps=max_steps or self.max_steps,
             aggregate=aggregate,
             k_available=self.k_available,
-            **{"price_in_prompt": self.price_in_prompt, **more},
+            **{
+                "price_in_prompt": self.price_in_prompt,
+                **({"prompt": self.prompt} if self.prompt is not None else {}),
+                **({"cost_model": self.cost_model} if self.cost_model is not None else {}),
+                **more,
+            },
         )
 
 

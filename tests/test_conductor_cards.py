@@ -1,0 +1,65 @@
+"""Agent cards in the conductor's prompt (issue 31, section 2): the agents table shows each agent's
+measured card (cents per call, share right per domain) with a prompt config that asks for it, and
+``puppeteer eval`` chooses the prompt and what lambda prices."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from puppeteer.conductor_prompt import build_prompt, load_prompt_config, pool_table
+from puppeteer.envbuild import build_env
+from puppeteer.policies.protocol import EpisodeSettings
+from puppeteer.pool import load_pool
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.split("|")]
+
+
+def test_the_agents_table_shows_each_measured_card() -> None:
+    pool = load_pool("sim-routing")
+    assert pool.cards is not None
+    plain = pool_table(pool)
+    assert "cents/call" not in plain
+    lines = pool_table(pool, self_id=len(pool), cards=True).splitlines()
+    header = _cells(lines[0])
+    assert header[7:] == ["cents/call", *(f"right {d}" for d in pool.cards.domains)]
+    assert all(len(_cells(line)) == len(header) for line in lines)  # the conductor's own row too
+    coder = next(line for line in lines if "| coder32b-cot |" in line)
+    card = pool.cards.card("coder32b-cot")
+    cells = dict(zip(header, _cells(coder), strict=True))
+    assert float(cells["cents/call"]) == pytest.approx(card.cents_per_call, rel=1e-2)
+    assert float(cells["right humaneval"]) == pytest.approx(card.accuracy["humaneval"], abs=0.005)
+    # only the agents on offer; an agent without a card shows dashes
+    offered = [a.name in ("sonnet35-cot", "qwen7b-cot") for a in pool.agents]
+    assert len(pool_table(pool, offered, cards=True).splitlines()) == 3
+    less = replace(pool, cards=replace(pool.cards, cards=pool.cards.cards[1:]))
+    first = pool_table(less, cards=True).splitlines()[1]
+    assert _cells(first)[7:] == ["-"] * (1 + len(pool.cards.domains))
+    # a pool without cards: the plain table whatever the setting
+    bare = replace(pool, cards=None)
+    assert pool_table(bare, cards=True) == pool_table(bare)
+
+
+def test_the_cards_prompt_reaches_the_conductor_through_the_env() -> None:
+    cfg = load_prompt_config("prompt-v2-cards")
+    assert cfg.cards and not load_prompt_config("prompt-v2").cards
+    pool = load_pool("sim-routing")
+    text = build_prompt(pool, "What is 2 + 3?", "gsm8k", 3, config=cfg).text
+    assert "cents/call" in text and "right gsm8k" in text
+    settings = EpisodeSettings(
+        lam=0.5, max_steps=3, price_in_prompt=True, prompt="prompt-v2-cards", cost_model="usd"
+    )
+    config = settings.workflow_config(None)
+    assert config.prompt == "prompt-v2-cards" and config.cost_model == "usd"
+    env = build_env(config, pool=pool, suite="mix-routing", split="test", n_tasks=2)
+    _, info = env.reset(seed=0, options={"task_index": 0})
+    system = info["conductor_prompt"].messages[0].content
+    assert "cents/call" in system and "US cent" in system and "costs 0.5 points" in system
+    # unset, the env is what it was: the default prompt, tokens, no card columns
+    default = EpisodeSettings(lam=0.5, max_steps=3).workflow_config(None)
+    unset = {"prompt": default.prompt, "cost_model": default.cost_model, "price_in_prompt": False}
+    assert default == replace(config, **unset)
+    assert default.prompt == "prompt-v1" and default.cost_model == "tokens"
