@@ -62,6 +62,17 @@ def _settings() -> EnvConfig:
     return EnvConfig(mode="step", lam=0.05, max_steps=1, min_steps=1, cost_model="usd")
 
 
+def _jittered_logits(policy: PuppeteerPolicy) -> tuple[torch.Tensor, list[str]]:
+    """Every weight moved off its (often zero) start, so each term counts; then the logits on the
+    first test item of the policy's own pool, and the agents' names in order."""
+    with torch.no_grad():
+        for p in policy.scorer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    env = build_env(_settings(), pool=policy.pool, suite=SUITE, split="test", n_tasks=2)
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+    return policy.logits([policy.features(obs)])[0], [a.name for a in policy.pool.agents]
+
+
 # ----------------------------------------------------------------------------- cards
 
 
@@ -332,13 +343,7 @@ def test_cards_linear_scores_an_agent_by_its_price_and_domain_accuracy_only(tmp_
     )
     pool = replace(pool, cards=cards)
     policy = PuppeteerPolicy(pool, _config(cards_linear=True), seed=0)
-    with torch.no_grad():
-        for p in policy.scorer.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    env = build_env(_settings(), pool=pool, suite=SUITE, split="test", n_tasks=2)
-    obs, _ = env.reset(seed=0, options={"task_index": 0})
-    logits = policy.logits([policy.features(obs)])[0]
-    names = [a.name for a in pool.agents]
+    logits, names = _jittered_logits(policy)
     assert logits[names.index("weak-cot")].item() == pytest.approx(logits[names.index("gen-cot")].item())
     assert logits[names.index("wordy-cot")].item() != pytest.approx(logits[names.index("gen-cot")].item())
     policy.save(tmp_path / "lin")
@@ -416,13 +421,7 @@ def test_on_timed_cards_the_scorer_reads_the_model_minutes_a_minutes_return_char
     pool = replace(pool, cards=timed)
     policy = PuppeteerPolicy(pool, _config(cards_linear=True), seed=0)
     assert policy.scorer.card_linear == [1, 4, timed.n_features]
-    with torch.no_grad():
-        for p in policy.scorer.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    env = build_env(_settings(), pool=pool, suite=SUITE, split="test", n_tasks=2)
-    obs, _ = env.reset(seed=0, options={"task_index": 0})
-    logits = policy.logits([policy.features(obs)])[0]
-    names = [a.name for a in pool.agents]
+    logits, names = _jittered_logits(policy)
     assert logits[names.index("weak-cot")].item() != pytest.approx(logits[names.index("gen-cot")].item())
 
 
