@@ -63,3 +63,14 @@ def test_the_cards_prompt_reaches_the_conductor_through_the_env() -> None:
     unset = {"prompt": default.prompt, "cost_model": default.cost_model, "price_in_prompt": False}
     assert default == replace(config, **unset)
     assert default.prompt == "prompt-v1" and default.cost_model == "tokens"
+
+
+def test_eval_refuses_conductor_prompt_flags_for_other_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    """--prompt, --cost-model and --price-in-prompt set the conductor's prompt: for any other policy the
+    command says so instead of ignoring them."""
+    from puppeteer.cli import main
+
+    for flags in (["--prompt", "prompt-v2-cards"], ["--cost-model", "usd"], ["--price-in-prompt"]):
+        argv = ["eval", "--pool", "sim-routing", "--suite", "mix-routing", "--policy", "random", "--n", "2"]
+        assert main([*argv, *flags]) != 0
+        assert f"{flags[0]}: for conductor policies only" in capsys.readouterr().out

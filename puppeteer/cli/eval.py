@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends.cache import RESPONSE_CACHE_ENV, resolve_cache
 from puppeteer.cli.command import Command
+from puppeteer.errors import UserError
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.pool import load_pool
 
@@ -137,10 +138,19 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.analytics.tables import summary_rows
 
     apply_replay_flag(args)
+    conductor = args.policy.strip().lower().startswith("conductor")
+    prompt_flags = {
+        "--prompt": args.prompt,
+        "--cost-model": args.cost_model,
+        "--price-in-prompt": args.price_in_prompt,
+    }
+    given = [flag for flag, value in prompt_flags.items() if value]
+    if given and not conductor:
+        raise UserError(
+            f"{', '.join(given)}: for conductor policies only (the conductor's prompt); got {args.policy!r}"
+        )
     pool = load_pool(args.pool)
-    cache = resolve_cache(
-        pool, args.cache, args.no_cache, model_policy=args.policy.strip().lower().startswith("conductor")
-    )
+    cache = resolve_cache(pool, args.cache, args.no_cache, model_policy=conductor)
     out = (
         Path(args.out)
         if args.out
