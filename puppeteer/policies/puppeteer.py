@@ -358,20 +358,14 @@ class Scorer(nn.Module):
             pre = pre + self.lam_in(lam)
         h = second(act(pre))
         if self.cards_linear and card is not None:  # the agent only through its price and domain accuracy
-            logits = self.card_logits(h) @ card[:, self.card_linear].T
-            logits = logits + self.count_logit * counts.float() / self.max_steps
-            if matched is not None:
-                logits = logits + self.match_logit(h) * matched
-            return logits.masked_fill(~mask.bool(), float("-inf"))
+            return self._card_terms(h, card, counts, matched).masked_fill(~mask.bool(), float("-inf"))
         g, card = self.agents(card)  # (A + 1, hidden)
+        logits = self._mlp_terms(h, g, signals)
         if self.rest_dropout and card is not None:
-            return self._gated(h, g, card, counts, mask, signals, matched, lam)
-        hb = h[:, None, :].expand(-1, g.shape[0], -1)
-        gb = g[None, :, :].expand(h.shape[0], -1, -1)
-        logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
-        if signals is not None and self.n_signals:
-            extra = self.signal_agent(signals) @ g.T if self.n_card else self.signal_logits(signals)
-            logits = logits + extra
+            if lam is not None and self.n_lam:
+                logits = logits + self.lam_agent(lam) @ g.T
+            logits = self._card_terms(h, card, counts, matched, logits * self._rest_gate())
+            return logits.masked_fill(~mask.bool(), float("-inf"))
         if card is not None:
             acted = self.count_logit * counts.float() / self.max_steps
             logits = logits + self.card_logits(h) @ card[:, self.card_linear].T + acted
@@ -381,37 +375,44 @@ class Scorer(nn.Module):
             logits = logits + self.lam_agent(lam) @ g.T
         return logits.masked_fill(~mask.bool(), float("-inf"))
 
-    def _gated(
-        self,
-        h: torch.Tensor,
-        g: torch.Tensor,
-        card: torch.Tensor,
-        counts: torch.Tensor,
-        mask: torch.Tensor,
-        signals: torch.Tensor | None,
-        matched: torch.Tensor | None,
-        lam: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """(``rest_dropout``.) The card's linear terms plus, per agent, the MLP term times its gate: 1 for
-        an agent the scorer was trained with, 0 for one it was not, and in a training update (where
-        gradients flow) 0 with probability ``rest_dropout`` for any agent but the Terminator."""
+    def _mlp_terms(self, h: torch.Tensor, g: torch.Tensor, signals: torch.Tensor | None) -> torch.Tensor:
+        """The head over each (state, agent) pair, and the answer signals' terms, (batch, A + 1)."""
         hb = h[:, None, :].expand(-1, g.shape[0], -1)
         gb = g[None, :, :].expand(h.shape[0], -1, -1)
-        rest = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
+        logits = self.head(torch.cat([hb, gb, hb * gb], dim=-1)).squeeze(-1)
         if signals is not None and self.n_signals:
-            rest = rest + self.signal_agent(signals) @ g.T
-        if lam is not None and self.n_lam:
-            rest = rest + self.lam_agent(lam) @ g.T
+            extra = self.signal_agent(signals) @ g.T if self.n_card else self.signal_logits(signals)
+            logits = logits + extra
+        return logits
+
+    def _card_terms(
+        self,
+        h: torch.Tensor,
+        card: torch.Tensor,
+        counts: torch.Tensor,
+        matched: torch.Tensor | None,
+        rest: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """(Cards.) The card's linear terms: cost, who has acted and the domain accuracy, after ``rest``
+        (the gated MLP terms of ``rest_dropout``; none with ``cards_linear``)."""
+        logits = self.card_logits(h) @ card[:, self.card_linear].T
+        if rest is not None:
+            logits = rest + logits
+        logits = logits + self.count_logit * counts.float() / self.max_steps
+        if matched is not None:
+            logits = logits + self.match_logit(h) * matched
+        return logits
+
+    def _rest_gate(self) -> torch.Tensor:
+        """(``rest_dropout``.) Per action, whether its MLP terms count: 1 for an agent the scorer was
+        trained with, 0 for one it was not, and in a training update (where gradients flow) 0 with
+        probability ``rest_dropout`` for any agent but the Terminator."""
         gate = self.agent_known.float()
         if torch.is_grad_enabled():
             kept = (torch.rand(gate.shape) >= self.rest_dropout).float()
             kept[-1] = 1.0  # the Terminator has no card to fall back on
             gate = gate * kept
-        logits = rest * gate + self.card_logits(h) @ card[:, self.card_linear].T
-        logits = logits + self.count_logit * counts.float() / self.max_steps
-        if matched is not None:
-            logits = logits + self.match_logit(h) * matched
-        return logits.masked_fill(~mask.bool(), float("-inf"))
+        return gate
 
 
 class PuppeteerPolicy:
