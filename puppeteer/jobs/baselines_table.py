@@ -3,9 +3,11 @@
 Default: the local pool, gsm8k and mmlu test splits, n=50, every baseline of
 ``puppeteer.policies.baselines.default_baseline_specs`` (each single agent, random, chain,
 vote:3, moa, reflect), through one set of loaded models and the shared response cache so that
-calls common to several baselines (every solver's first call) run once. Baselines run one
-after another, each on every suite, and the table is rewritten after each run, so a run that
-is stopped keeps what it finished (re-running replays finished calls from the cache).
+calls common to several baselines (every solver's first call) run once. On llama.cpp with
+batched decoding every run (baseline x suite) is in flight at once, so that each model's batches
+stay full across baselines (``--jobs 1``: one after another, each with its own progress bar);
+elsewhere they run one after another. The table is rewritten after each run finishes, so a run
+that is stopped keeps what it finished (re-running replays finished calls from the cache).
 Trajectories and results.json of each run go to ``runs/baselines/<pool>/<suite>/<spec>/``.
 
     python scripts/baselines_table.py                                  # real models: slow
@@ -29,8 +31,10 @@ from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.evaluation import EvalResult, evaluate_policy, slug
+from puppeteer.evaluate_many import EvalRun, default_jobs, evaluate_many
+from puppeteer.evaluation import EvalResult, EvalSettings, slug
 from puppeteer.policies.baselines import default_baseline_specs
+from puppeteer.policies.protocol import EpisodeSettings
 from puppeteer.pool import load_pool
 from puppeteer.redaction import redact
 
@@ -66,6 +70,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         dest="batching",
         action="store_false",
         help="llama.cpp decodes one call at a time (the path before batched decoding; for benchmarks)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs (baseline x suite) evaluated at once through the shared backend (default: all of them "
+        "on llama.cpp with batching, so its batches fill across baselines; else 1)",
     )
     p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -222,31 +233,44 @@ def main(argv: list[str] | None = None, root: Path | None = None) -> int:
     machine = f"{available_cpus()} CPUs"
     if "llamacpp" in pool.backends():
         machine += f", llama.cpp with {options['llamacpp']['n_threads']} threads"
-    results: list[EvalResult] = []
     runs = [(spec, suite) for spec in specs for suite in args.suites]
-    for i, (spec, suite) in enumerate(runs):
-        out = Path(args.runs_dir) / pool.name / suite / slug(spec)
-        results.append(
-            evaluate_policy(
-                spec,
-                pool,
-                suite,
-                split=args.split,
-                n=args.n,
-                seed=args.seed,
-                out_dir=out,
-                backend=backend,
-                max_steps=args.max_steps,
-                progress=not args.quiet,
-                overwrite=True,
-            )
-        )  # regenerates its runs
-        pending = [f"`{sp}` on {su}" for sp, su in runs[i + 1 :]]
+    jobs = args.jobs if args.jobs is not None else default_jobs(pool.backends(), args.batching, len(runs))
+    finished: dict[int, EvalResult] = {}
+
+    def write_table(i: int, result: EvalResult) -> None:
+        finished[i] = result
+        results = [finished[j] for j in sorted(finished)]
+        pending = [f"`{sp}` on {su}" for j, (sp, su) in enumerate(runs) if j not in finished]
         figure = None
         if not args.no_plot:
             png = plot(results, md_path.parent / "img" / f"baselines-{pool.name}.png", machine)
             figure = png.relative_to(md_path.parent).as_posix()
         md_path.write_text(render(results, command, cache, machine, pending, figure) + kept_notes(md_path))
+
+    evaluate_many(
+        [
+            EvalRun(
+                spec,
+                EvalSettings(
+                    pool=pool,
+                    suite=suite,
+                    split=args.split,
+                    n=args.n,
+                    seed=args.seed,
+                    out_dir=Path(args.runs_dir) / pool.name / suite / slug(spec),
+                    episode=EpisodeSettings(max_steps=args.max_steps),
+                    backend=backend,
+                    progress=not args.quiet,
+                    overwrite=True,  # regenerates its runs
+                ),
+            )
+            for spec, suite in runs
+        ],
+        jobs,
+        on_done=write_table,
+        label=f"baselines on {pool.name} ({jobs} at a time)",
+        progress=not args.quiet,
+    )
     sys.stdout.write(f"wrote {md_path}\n")
     return 0
 

@@ -1,0 +1,75 @@
+"""Several evaluations at once, through one backend, so that local models batch across policies.
+
+A baselines table or a quickstart evaluates one policy after another. With llama.cpp's batched
+decoding that leaves each model's batch emptying at the end of every policy (the last, longest
+generations decode a few at a time) and keeps a model idle while another one's policy runs.
+:func:`evaluate_many` runs ``jobs`` evaluations at a time in threads, each one the ordinary
+:func:`puppeteer.evaluation.evaluate` (its own env clones, policy forks and output folder), so
+the pending calls of every policy in flight share each model's batches; the response cache's
+single flight makes two runs that need the same call wait for one computation.
+
+Results do not depend on ``jobs`` except where batched decoding itself does (greedy texts can
+differ in their last bits between batch compositions, as between batched and one-at-a-time
+runs). Per-call model times recorded in trajectories include the calls a call shared a batch
+with; single-stream model seconds (the pool's declared speeds) do not depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from puppeteer.evaluation import EvalResult, EvalSettings, evaluate
+from puppeteer.parallel import map_as_completed
+from puppeteer.progress import ProgressReporter
+
+
+@dataclass(frozen=True)
+class EvalRun:
+    """One evaluation: a policy (spec or object) and its settings."""
+
+    policy: str | Any
+    settings: EvalSettings
+
+
+def default_jobs(backends: Sequence[str], batching: bool, runs: int) -> int:
+    """Every run at once when llama.cpp batches (the runs' calls share its batches), else one at a time:
+    the simulator gains nothing from threads, and a provider's rate limit would see every run's calls."""
+    return max(1, runs) if batching and "llamacpp" in backends else 1
+
+
+def evaluate_many(
+    runs: Sequence[EvalRun],
+    jobs: int = 1,
+    *,
+    on_done: Callable[[int, EvalResult], None] | None = None,
+    label: str = "evaluations",
+    progress: bool = True,
+) -> list[EvalResult]:
+    """Evaluate every run, ``jobs`` at a time; the results in the order of ``runs``.
+
+    ``on_done(index, result)`` is called in the calling thread as each run finishes (in finishing
+    order), e.g. to rewrite a table. With ``jobs == 1`` the runs go one after another in the calling
+    thread, each with its own progress bar (as its settings say); with more, the runs' own bars are
+    off (two live bars cannot share a terminal) and one bar counts finished runs. An exception in a
+    run propagates after the runs already started have finished; runs not started are skipped.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if not runs:
+        return []
+    together = jobs > 1 and len(runs) > 1
+    todo = [EvalRun(r.policy, replace(r.settings, progress=False)) if together else r for r in runs]
+    results: dict[int, EvalResult] = {}
+
+    def run(_: None, i: int) -> EvalResult:
+        return evaluate(todo[i].policy, todo[i].settings)
+
+    with ProgressReporter(label, len(runs), enabled=progress and together) as bar:
+        for i, result in map_as_completed(run, len(runs), [None] * (min(jobs, len(runs)) if together else 1)):
+            results[i] = result
+            bar.update(advance=1, info=f"last: {result.policy} {result.accuracy:.3f}")
+            if on_done is not None:
+                on_done(i, result)
+    return [results[i] for i in range(len(runs))]
