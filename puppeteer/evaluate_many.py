@@ -1,12 +1,12 @@
 """Several evaluations at once, through one backend, so that local models batch across policies.
 
-A baselines table or a quickstart evaluates one policy after another. With llama.cpp's batched
-decoding that leaves each model's batch emptying at the end of every policy (the last, longest
-generations decode a few at a time) and keeps a model idle while another one's policy runs.
-:func:`evaluate_many` runs ``jobs`` evaluations at a time in threads, each one the ordinary
-:func:`puppeteer.evaluation.evaluate` (its own env clones, policy forks and output folder), so
-the pending calls of every policy in flight share each model's batches; the response cache's
-single flight makes two runs that need the same call wait for one computation.
+A baselines table or a quickstart evaluates one policy after another. :func:`evaluate_many` runs
+``jobs`` evaluations at a time in threads, each one the ordinary :func:`puppeteer.evaluation.evaluate`
+(its own env clones, policy forks and output folder), through the backend their settings share: the
+pending calls of every run in flight reach the backend together, and the response cache's single
+flight makes two runs that need the same call wait for one computation. That pays where calls wait
+on something else (a provider's API); on llama.cpp with 2 cores it was measured no faster than one
+run after another (docs/benchmarks.md, "Policies at once"), so the callers' default is 1.
 
 Results do not depend on ``jobs`` except where batched decoding itself does (greedy texts can
 differ in their last bits between batch compositions, as between batched and one-at-a-time
@@ -31,12 +31,6 @@ class EvalRun:
 
     policy: str | Any
     settings: EvalSettings
-
-
-def default_jobs(backends: Sequence[str], batching: bool, runs: int) -> int:
-    """Every run at once when llama.cpp batches (the runs' calls share its batches), else one at a time:
-    the simulator gains nothing from threads, and a provider's rate limit would see every run's calls."""
-    return max(1, runs) if batching and "llamacpp" in backends else 1
 
 
 def evaluate_many(

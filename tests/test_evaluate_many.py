@@ -11,7 +11,7 @@ import pytest
 
 from puppeteer.backends.sim import SimBackend
 from puppeteer.envbuild import sim_answer_key
-from puppeteer.evaluate_many import EvalRun, default_jobs, evaluate_many
+from puppeteer.evaluate_many import EvalRun, evaluate_many
 from puppeteer.evaluation import EvalSettings, evaluate_policy
 from puppeteer.jobs import baselines_table
 from puppeteer.pool import Pool, load_pool
@@ -120,13 +120,12 @@ def test_calls_of_runs_at_once_are_in_flight_together(
     assert backend.overlapped.is_set() is together
 
 
-def test_default_jobs_only_batch_on_llamacpp_with_batching() -> None:
-    assert default_jobs(("llamacpp",), batching=True, runs=11) == 11
-    assert default_jobs(("llamacpp",), batching=False, runs=11) == 1
-    assert default_jobs(("sim",), batching=True, runs=11) == 1
-    assert default_jobs(("litellm",), batching=True, runs=11) == 1
+def test_jobs_below_one_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="jobs must be at least 1"):
         evaluate_many([], jobs=0)
+    args = ["--pool", "sim-paper", "--suites", "arith", "--n", "2", "--quiet", "--no-cache", "--no-plot"]
+    with pytest.raises(SystemExit, match="--jobs must be at least 1"):
+        baselines_table.main([*args, "--jobs", "0", "--out", str(tmp_path / "t.md")])
 
 
 def _table_rows(text: str) -> list[list[str]]:

@@ -3,11 +3,11 @@
 Default: the local pool, gsm8k and mmlu test splits, n=50, every baseline of
 ``puppeteer.policies.baselines.default_baseline_specs`` (each single agent, random, chain,
 vote:3, moa, reflect), through one set of loaded models and the shared response cache so that
-calls common to several baselines (every solver's first call) run once. On llama.cpp with
-batched decoding every run (baseline x suite) is in flight at once, so that each model's batches
-stay full across baselines (``--jobs 1``: one after another, each with its own progress bar);
-elsewhere they run one after another. The table is rewritten after each run finishes, so a run
-that is stopped keeps what it finished (re-running replays finished calls from the cache).
+calls common to several baselines (every solver's first call) run once. Runs (baseline x suite)
+go one after another, or ``--jobs K`` at a time through the same backend (for providers' APIs; on
+llama.cpp it was measured no faster, docs/benchmarks.md). The table is rewritten after each run
+finishes, so a run that is stopped keeps what it finished (re-running replays finished calls from
+the cache).
 Trajectories and results.json of each run go to ``runs/baselines/<pool>/<suite>/<spec>/``.
 
     python scripts/baselines_table.py                                  # real models: slow
@@ -31,7 +31,7 @@ from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.evaluate_many import EvalRun, default_jobs, evaluate_many
+from puppeteer.evaluate_many import EvalRun, evaluate_many
 from puppeteer.evaluation import EvalResult, EvalSettings, slug
 from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.policies.protocol import EpisodeSettings
@@ -74,9 +74,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--jobs",
         type=int,
-        default=None,
-        help="runs (baseline x suite) evaluated at once through the shared backend (default: all of them "
-        "on llama.cpp with batching, so its batches fill across baselines; else 1)",
+        default=1,
+        help="runs (baseline x suite) evaluated at once through the shared backend (default 1: one after "
+        "another, each with its own progress bar; more pays for API backends, not for llama.cpp on 2 cores)",
     )
     p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None, root: Path | None = None) -> int:
     if "llamacpp" in pool.backends():
         machine += f", llama.cpp with {options['llamacpp']['n_threads']} threads"
     runs = [(spec, suite) for spec in specs for suite in args.suites]
-    jobs = args.jobs if args.jobs is not None else default_jobs(pool.backends(), args.batching, len(runs))
+    if args.jobs < 1:
+        raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
+    jobs = args.jobs
     finished: dict[int, EvalResult] = {}
 
     def write_table(i: int, result: EvalResult) -> None:

@@ -26,7 +26,7 @@ from puppeteer.backends import REPLAY_ENV
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.envbuild import BackendSpec, EnvConfig
-from puppeteer.evaluate_many import EvalRun, default_jobs, evaluate_many
+from puppeteer.evaluate_many import EvalRun, evaluate_many
 from puppeteer.evaluation import EvalResult, EvalSettings
 from puppeteer.jobs.builder import StepJob
 from puppeteer.policies.protocol import EpisodeSettings
@@ -275,11 +275,7 @@ def _run_quickstart(
 
     policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
     policies = [(TRAINED, policy), *((b, b) for b in cfg.baselines)]
-    jobs = default_jobs(pool.backends(), cfg.batching, len(policies))
-    console.print(
-        f"evaluating {len(policies)} policies on {len(eval_tasks)} held-out items"
-        + (f" ({jobs} at a time: their calls batch together)" if jobs > 1 else "")
-    )
+    console.print(f"evaluating {len(policies)} policies on {len(eval_tasks)} held-out items")
     evaluated = evaluate_many(
         [
             EvalRun(
@@ -297,8 +293,7 @@ def _run_quickstart(
             )
             for name, spec in policies
         ],
-        jobs,
-        label="held-out evaluation (policies finished)",
+        jobs=1,  # at once was no faster on llama.cpp (docs/benchmarks.md, "Policies at once")
     )
     results = {name: r for (name, _), r in zip(policies, evaluated, strict=True)}
     rows = [_row(name, r) for name, r in results.items()]
