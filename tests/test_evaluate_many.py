@@ -3,11 +3,11 @@ of different runs in flight together, and the baselines table's --jobs."""
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 
 import pytest
+from _eval_lines import comparable_lines
 
 from puppeteer.backends.sim import SimBackend
 from puppeteer.envbuild import sim_answer_key
@@ -29,15 +29,6 @@ def pool() -> Pool:
 @pytest.fixture(scope="module")
 def tasks() -> tuple[Task, ...]:
     return tuple(load_suite("arith", "test", n=12))
-
-
-def _lines(path: Path) -> list[dict]:
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    for x in lines:
-        x.pop("wall_s")
-        for step in x["steps"]:
-            step["completion"].pop("latency_s", None)
-    return lines
 
 
 def test_runs_at_once_give_what_they_give_one_after_another(
@@ -67,7 +58,7 @@ def test_runs_at_once_give_what_they_give_one_after_another(
             alone.mean_calls,
             alone.mean_reward,
         )
-        assert _lines(tmp_path / f"many/{i}/trajectories.jsonl") == _lines(
+        assert comparable_lines(tmp_path / f"many/{i}/trajectories.jsonl") == comparable_lines(
             tmp_path / f"one/{i}/trajectories.jsonl"
         )
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _eval_lines import comparable_lines
 
 from puppeteer.envgroup import LocalEnvGroup
 from puppeteer.evaluation import evaluate_policy
@@ -51,15 +51,6 @@ def test_default_concurrency_only_for_model_calling_pools() -> None:
     assert default_concurrency(("llamacpp",)) > 1 and default_concurrency(("sim", "litellm")) > 1
 
 
-def _lines(path: Path) -> list[dict]:
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    for x in lines:
-        x.pop("wall_s")
-        for step in x["steps"]:
-            step["completion"].pop("latency_s", None)
-    return lines
-
-
 @pytest.mark.parametrize("spec", ["moa", "random-step"])
 def test_concurrent_eval_equals_the_sequential_one(tmp_path: Path, spec: str) -> None:
     pool = load_pool("sim-paper")
@@ -76,7 +67,7 @@ def test_concurrent_eval_equals_the_sequential_one(tmp_path: Path, spec: str) ->
         one.mean_prompt_tokens,
         one.mean_reward,
     )
-    seq, par = (_lines(tmp_path / name / "trajectories.jsonl") for name in ("one", "many"))
+    seq, par = (comparable_lines(tmp_path / name / "trajectories.jsonl") for name in ("one", "many"))
     assert [x["index"] for x in par] == list(range(24))  # rewritten in item order once complete
     assert par == seq
 
@@ -120,7 +111,9 @@ def test_a_puppeteer_policy_is_copied_per_worker_and_its_eval_equals_the_sequent
         )
     assert "cannot be copied" not in caplog.text  # it used to fall back to one item at a time
     assert (many.correct, many.mean_calls, many.mean_reward) == (one.correct, one.mean_calls, one.mean_reward)
-    assert _lines(tmp_path / "many" / "trajectories.jsonl") == _lines(tmp_path / "one" / "trajectories.jsonl")
+    assert comparable_lines(tmp_path / "many" / "trajectories.jsonl") == comparable_lines(
+        tmp_path / "one" / "trajectories.jsonl"
+    )
 
 
 class _Env:
