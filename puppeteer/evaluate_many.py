@@ -1,4 +1,4 @@
-"""Several evaluations at once, through one backend, so that local models batch across policies.
+"""Several evaluations at once, through one backend (the baselines table's `--jobs`).
 
 A baselines table or a quickstart evaluates one policy after another. :func:`evaluate_many` runs
 ``jobs`` evaluations at a time in threads, each one the ordinary :func:`puppeteer.evaluation.evaluate`
@@ -6,7 +6,7 @@ A baselines table or a quickstart evaluates one policy after another. :func:`eva
 pending calls of every run in flight reach the backend together, and the response cache's single
 flight makes two runs that need the same call wait for one computation. That pays where calls wait
 on something else (a provider's API); on llama.cpp with 2 cores it was measured no faster than one
-run after another (docs/benchmarks.md, "Policies at once"), so the callers' default is 1.
+run after another (docs/benchmarks.md, "Policies at once"), so the table's default is 1.
 
 Results do not depend on ``jobs`` except where batched decoding itself does (greedy texts can
 differ in their last bits between batch compositions, as between batched and one-at-a-time

@@ -26,10 +26,8 @@ from puppeteer.backends import REPLAY_ENV
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.envbuild import BackendSpec, EnvConfig
-from puppeteer.evaluate_many import EvalRun, evaluate_many
-from puppeteer.evaluation import EvalResult, EvalSettings
+from puppeteer.evaluation import EvalResult, evaluate_policy
 from puppeteer.jobs.builder import StepJob
-from puppeteer.policies.protocol import EpisodeSettings
 from puppeteer.policies.puppeteer import PolicyConfig
 from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
@@ -274,29 +272,24 @@ def _run_quickstart(
     policy.save(run / "policy")
 
     policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
-    policies = [(TRAINED, policy), *((b, b) for b in cfg.baselines)]
-    console.print(f"evaluating {len(policies)} policies on {len(eval_tasks)} held-out items")
-    evaluated = evaluate_many(
-        [
-            EvalRun(
-                spec,
-                EvalSettings(
-                    pool=pool,
-                    suite=cfg.suite,
-                    tasks=tuple(eval_tasks),
-                    backend=eval_backend,
-                    episode=EpisodeSettings(lam=cfg.lam, max_steps=cfg.max_steps),
-                    out_dir=run / "eval" / name.split(" ")[0].replace(":", "_"),
-                    seed=cfg.seed,
-                    overwrite=True,  # a quickstart rerun regenerates its own evaluation runs
-                ),
-            )
-            for name, spec in policies
-        ],
-        jobs=1,  # at once was no faster on llama.cpp (docs/benchmarks.md, "Policies at once")
-    )
-    results = {name: r for (name, _), r in zip(policies, evaluated, strict=True)}
-    rows = [_row(name, r) for name, r in results.items()]
+    rows, results = [], {}
+    for name, spec in [(TRAINED, policy), *((b, b) for b in cfg.baselines)]:
+        console.print(f"evaluating [bold]{name}[/bold] on {len(eval_tasks)} held-out items")
+        r = evaluate_policy(
+            spec,
+            pool,
+            cfg.suite,
+            tasks=eval_tasks,
+            backend=eval_backend,
+            max_steps=cfg.max_steps,
+            lam=cfg.lam,
+            out_dir=run / "eval" / name.split(" ")[0].replace(":", "_"),
+            progress=True,
+            seed=cfg.seed,
+            overwrite=True,  # a quickstart rerun regenerates its own evaluation runs
+        )
+        results[name] = r
+        rows.append(_row(name, r))
 
     learning_curve(
         state.history,
