@@ -61,7 +61,7 @@ def evaluate_many(
         return evaluate(todo[i].policy, todo[i].settings)
 
     with ProgressReporter(label, len(runs), enabled=progress and together) as bar:
-        for i, result in map_as_completed(run, len(runs), [None] * (min(jobs, len(runs)) if together else 1)):
+        for i, result in map_as_completed(run, len(runs), [None] * min(jobs, len(runs))):
             results[i] = result
             bar.update(advance=1, info=f"last: {result.policy} {result.accuracy:.3f}")
             if on_done is not None:

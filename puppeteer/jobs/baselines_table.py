@@ -236,7 +236,6 @@ def main(argv: list[str] | None = None, root: Path | None = None) -> int:
     runs = [(spec, suite) for spec in specs for suite in args.suites]
     if args.jobs < 1:
         raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
-    jobs = args.jobs
     finished: dict[int, EvalResult] = {}
 
     def write_table(i: int, result: EvalResult) -> None:
@@ -268,9 +267,9 @@ def main(argv: list[str] | None = None, root: Path | None = None) -> int:
             )
             for spec, suite in runs
         ],
-        jobs,
+        args.jobs,
         on_done=write_table,
-        label=f"baselines on {pool.name} ({jobs} at a time)",
+        label=f"baselines on {pool.name} ({args.jobs} at a time)",
         progress=not args.quiet,
     )
     sys.stdout.write(f"wrote {md_path}\n")
