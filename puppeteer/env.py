@@ -25,6 +25,8 @@ Recursion (workflow mode, ``max_depth >= 1``): the conductor is offered as one m
 episode goes on (``terminated=False``, reward 0) with a new observation whose prompt shows the
 parent workflow and the last worker's answer; the policy acts again with a new workflow, or with
 three empty lists to keep that answer. At depth ``max_depth`` the conductor is no longer offered.
+With ``recursion="always"`` the conductor is not offered as a worker: every round below
+``max_depth`` is followed by such a review round (test-time scaling, measured per depth).
 ``info["rounds"]`` lists every planning round (depth, text, parse error, steps, answer).
 
 Construction: the settings are an :class:`~puppeteer.envparts.EnvConfig`; the pool, the tasks and
@@ -363,8 +365,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
     @property
     def self_id(self) -> int | None:
-        """The conductor's own worker id while it may still recurse (``len(pool)``), else None."""
-        if self.config.mode == "workflow" and self._depth < self.config.max_depth:
+        """The conductor's own worker id while it may still recurse (``len(pool)``), else None (also
+        under ``recursion="always"``, where the next round comes without being asked for)."""
+        c = self.config
+        if c.mode == "workflow" and c.recursion == "offer" and self._depth < c.max_depth:
             return len(self.pool)
         return None
 
@@ -637,9 +641,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             self._round(text, answer=self._answer_so_far())
             return self._end_workflow(self._workflow)
         self._workflow = workflow
-        recurse = self.self_id is not None and workflow.model_id[-1] == self.self_id
+        named = self.self_id is not None and workflow.model_id[-1] == self.self_id
+        recurse = named or (self.config.recursion == "always" and self._depth < self.config.max_depth)
         run = workflow
-        if recurse:
+        if named:
             run = Workflow(workflow.model_id[:-1], workflow.subtasks[:-1], workflow.access_list[:-1])
         prior = tuple(self._steps[-1:])
         steps: tuple[Step, ...] = ()

@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 MODES = ("step", "workflow")
 INVALID_ACTIONS = ("raise", "remap")
+# workflow mode with max_depth >= 1: "offer" lists the conductor as one more worker (naming it as the
+# last step plans again); "always" follows every round below max_depth with a review round (the
+# conductor sees its workflow and the last answer and plans again or keeps it): test-time scaling
+RECURSION = ("offer", "always")
 DEFAULT_POOL = "sim-paper"
 DEFAULT_SUITE = "arith"
 
@@ -67,6 +71,7 @@ class EnvConfig:
     # k-of-n subsets (agent ids) that ``k_available`` never draws: held out of training, for evaluation
     holdout_subsets: tuple[tuple[int, ...], ...] = ()
     max_depth: int = 0
+    recursion: str = "offer"
     prompt: str = DEFAULT_PROMPT
     unavailable: tuple[int, ...] = ()  # agent ids never offered in this env
     # step mode, an in-range action that the mask forbids: "raise" (InvalidAction), or "remap" it to the
@@ -100,6 +105,10 @@ class EnvConfig:
             )
         if self.max_depth < 0 or (self.max_depth and self.mode != "workflow"):
             raise ValueError("max_depth (recursion) must be >= 0 and needs mode='workflow'")
+        if self.recursion not in RECURSION:
+            raise ValueError(f"recursion must be one of {', '.join(RECURSION)}, got {self.recursion!r}")
+        if self.recursion == "always" and self.max_depth < 1:
+            raise ValueError("recursion='always' plans again after each round: needs max_depth >= 1")
         object.__setattr__(self, "unavailable", tuple(int(i) for i in self.unavailable))
         held = tuple(tuple(sorted(int(i) for i in subset)) for subset in self.holdout_subsets)
         object.__setattr__(self, "holdout_subsets", held)

@@ -84,6 +84,7 @@ class EvalResult:
     out_dir: str | None = None
     available: tuple[str, ...] | None = None
     max_depth: int = 0
+    recursion: str = "offer"
     # the conductor LM's own calls (conductor policies only; the worker means above exclude them)
     mean_conductor_calls: float = 0.0
     mean_conductor_prompt_tokens: float = 0.0
@@ -435,6 +436,7 @@ def evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
         out_dir=str(out) if out is not None else None,
         available=settings.available or _offered(env),
         max_depth=config.max_depth,
+        recursion=config.recursion,
     )
 
     records: dict[int, _Record] = {}
@@ -551,6 +553,7 @@ def evaluate_policy(
     available: Sequence[str] | None = None,
     k_available: int | None = None,
     max_depth: int = 0,
+    recursion: str = "offer",
     concurrency: int | None = None,
     ray: RayExecutor | None = None,
     price_in_prompt: bool = False,
@@ -572,6 +575,7 @@ def evaluate_policy(
                 lam=lam,
                 max_steps=max_steps,
                 max_depth=max_depth,
+                recursion=recursion,
                 k_available=k_available,
                 price_in_prompt=price_in_prompt,
                 prompt=prompt,

@@ -215,6 +215,43 @@ def test_recursion_depth_is_bounded() -> None:
     assert "out of range" in info["parse_error"]  # at depth 2 the conductor id is no longer valid
 
 
+def test_recursion_always_reviews_every_round_below_max_depth_without_offering_itself() -> None:
+    env = _env(max_depth=2, recursion="always")
+    policy, fake = _policy([WRONG, RIGHT, END])
+    obs, info = env.reset(seed=0)
+    assert "3 | conductor" not in obs["prompt"] and env.plan_space().self_id is None
+    obs, r, term, _, info = env.step(policy.act(obs, info))  # a plain plan still gets a review round
+    assert not term and r == 0.0 and obs["depth"] == 1 and info["round"]["recurse"]
+    obs, r, term, _, info = env.step(policy.act(obs, info))  # the review replans: ace is right
+    assert "Planning round 1" in fake.requests[1].messages[-1].content
+    assert not term and obs["depth"] == 2
+    _, r, term, _, info = env.step(policy.act(obs, info))  # at max_depth: empty lists keep the answer
+    assert term and r == 1.0 and [rd["depth"] for rd in info["rounds"]] == [0, 1, 2]
+    assert [s.agent_name for s in info["trajectory"].steps] == ["dud", "ace"]
+    # naming the conductor's id is out of range: under "always" it is not a worker
+    env.reset(seed=0)
+    _, r, term, _, info = env.step(SELF)
+    assert term and r == 0.0 and "out of range" in info["parse_error"]
+    with pytest.raises(ValueError, match="max_depth >= 1"):
+        _env(recursion="always")
+    with pytest.raises(ValueError, match="recursion must be one of"):
+        _env(max_depth=1, recursion="sometimes")
+
+
+def test_per_depth_under_recursion_always_reports_what_the_review_changed(tmp_path) -> None:
+    tasks = load_suite("arith", "test", n=3)
+    # item 1: wrong, its review replans and is right; items 2, 3: right, their reviews keep the answer
+    policy, _ = _policy([WRONG, RIGHT, RIGHT, END, RIGHT, END])
+    result = evaluate_policy(
+        policy, _pool(), "arith", tasks=tasks, progress=False, max_depth=1, recursion="always"
+    )
+    depth0, depth1 = result.per_depth
+    assert result.recursion == "always" and depth1["reached"] == 3
+    assert depth0["accuracy"] == pytest.approx(2 / 3) and depth1["accuracy"] == 1.0 == result.correct / 3
+    assert depth0["mean_worker_calls"] == 1.0 and depth1["mean_worker_calls"] == pytest.approx(4 / 3)
+    assert depth0["mean_conductor_calls"] == 1.0 and depth1["mean_conductor_calls"] == 2.0
+
+
 def test_conductor_must_be_the_last_step_and_empty_lists_end_only_inner_rounds() -> None:
     env = _env(max_depth=1)
     env.reset(seed=0)

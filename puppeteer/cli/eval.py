@@ -108,6 +108,13 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         help="conductor policies: how often the conductor may call itself (recursion)",
     )
     p.add_argument(
+        "--recursion",
+        choices=("offer", "always"),
+        default="offer",
+        help="conductor policies with --max-depth: offer the conductor as a worker it may name as the "
+        "last step (offer), or follow every round with a review round (always: test-time scaling)",
+    )
+    p.add_argument(
         "--price-in-prompt",
         action="store_true",
         help="conductor policies: the prompt states the price of cost (--lam per unit of the cost "
@@ -184,6 +191,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         prompt=args.prompt,
         cost_model=args.cost_model,
         max_depth=args.max_depth,
+        recursion=args.recursion,
         concurrency=args.concurrency,
         ray=ray,
     )

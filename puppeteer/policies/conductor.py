@@ -146,7 +146,9 @@ class ConductorPolicy:
         self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
     ) -> EnvConfig:
         """Workflow mode, the last step's answer, ``settings.max_depth`` more planning rounds allowed."""
-        return settings.workflow_config(self.aggregate, max_depth=settings.max_depth)
+        return settings.workflow_config(
+            self.aggregate, max_depth=settings.max_depth, recursion=settings.recursion
+        )
 
     def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
         """One backend for the conductor and the workers (the same response cache): see :meth:`bind`."""

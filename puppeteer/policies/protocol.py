@@ -53,6 +53,7 @@ class EpisodeSettings:
     lam: float = 0.1
     max_steps: int = 5
     max_depth: int = 0  # planning rounds after the first (conductors only)
+    recursion: str = "offer"  # conductors: "offer" itself as a worker, or "always" review (EnvConfig)
     k_available: int | None = None  # a random k-of-n subset of agents per item
     price_in_prompt: bool = False  # conductors: the prompt states the price of cost (``lam`` per unit)
     prompt: str | None = None  # conductors: configs/conductor/<prompt>.yaml (None: the default prompt)
