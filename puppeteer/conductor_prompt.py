@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import yaml
 
+from puppeteer.cards import AgentCard
 from puppeteer.pool import Pool
 from puppeteer.resources import find_yaml
 from puppeteer.types import Message, Workflow
@@ -111,17 +112,54 @@ def example_workflow(pool: Pool, example: Example, available: Sequence[bool] | N
     )
 
 
+@dataclass(frozen=True)
+class Valued:
+    """Price each agent's card for one question (issue 36): its expected reward for one call on the
+    question's ``domain`` at ``lam`` points per unit of cost (``cost_model``: usd or minutes)."""
+
+    domain: str
+    lam: float
+    cost_model: str
+
+
+# a card's cost per call in each cost model's unit (see puppeteer.reward.COST_UNITS)
+_CARD_COST: dict[str, Callable[[AgentCard], float | None]] = {
+    "usd": lambda c: c.cents_per_call,
+    "minutes": lambda c: None if c.seconds_per_call is None else c.seconds_per_call / 60,
+}
+
+
+def card_value(card: AgentCard, valued: Valued) -> float | None:
+    """0.5 + 0.5 x share right on the domain - lam x cost per call: the conductor reward's expectation
+    for a one-step plan by this agent (None where the card lacks the domain or the cost)."""
+    cost = _CARD_COST[valued.cost_model](card)
+    right = card.accuracy.get(valued.domain)
+    return None if cost is None or right is None else 0.5 + 0.5 * right - valued.lam * cost
+
+
 def pool_table(
-    pool: Pool, available: Sequence[bool] | None = None, self_id: int | None = None, cards: bool = False
+    pool: Pool,
+    available: Sequence[bool] | None = None,
+    self_id: int | None = None,
+    cards: bool = False,
+    valued: Valued | None = None,
 ) -> str:
     """The agents table; with ``available`` only the available agents (ids stay the pool's ids). With
     ``cards`` and a pool that has them (:mod:`puppeteer.cards`), each agent's measured card too: US
     cents per call and the share right per domain on the calibration items (``-`` for an agent
-    without a card)."""
+    without a card). With ``valued`` (and cards), a last column: each agent's :func:`card_value` for
+    this question's domain at this price."""
     measured = pool.cards if cards else None
+    if valued is not None and valued.cost_model not in _CARD_COST:
+        raise ValueError(
+            f"priced cards need a card cost in the cost model's unit: {', '.join(_CARD_COST)}; "
+            f"got {valued.cost_model!r}"
+        )
     header = "id | agent | model | pattern | tools | $/1M in | $/1M out"
     if measured is not None:
         header += " | cents/call | " + " | ".join(f"right {d}" for d in measured.domains)
+        if valued is not None:
+            header += " | value here"
     lines = [header]
     known = {c.name: c for c in measured.cards} if measured is not None else {}
     for i, a in enumerate(pool.agents):
@@ -139,10 +177,14 @@ def pool_table(
                 if card is not None
                 else ["-"] * (1 + len(measured.domains))
             )
+            if valued is not None:
+                value = card_value(card, valued) if card is not None else None
+                cells.append("-" if value is None else f"{value:.3f}")
             row += " | " + " | ".join(cells)
         lines.append(row)
     if self_id is not None:
-        tail = " | 0 | " + " | ".join("-" for _ in measured.domains) if measured is not None else ""
+        dashes = len(measured.domains) + (valued is not None) if measured is not None else 0
+        tail = " | 0 | " + " | ".join("-" for _ in range(dashes)) if measured is not None else ""
         lines.append(f"{self_id} | conductor | (you) | plan again | - | 0 | 0{tail}")
     return "\n".join(lines)
 
@@ -164,10 +206,15 @@ class PromptConfig:
     # the agents table also shows each agent's measured card where the pool has cards (issue 31,
     # section 2): US cents per call and the share right per domain on calibration items
     cards: bool = False
+    # with cards and a stated price (issue 36): a "value here" column, each agent's expected reward
+    # for one call on this question's domain at this price (card_value)
+    priced_cards: bool = False
 
     def __post_init__(self) -> None:
         if self.example_set not in EXAMPLE_SETS:
             raise ValueError(f"example_set must be one of {sorted(EXAMPLE_SETS)}, got {self.example_set!r}")
+        if self.priced_cards and not (self.cards and self.price):
+            raise ValueError("priced_cards needs cards: true and a price line")
 
 
 def load_prompt_config(name: str = DEFAULT_PROMPT) -> PromptConfig:
@@ -183,10 +230,12 @@ def load_prompt_config(name: str = DEFAULT_PROMPT) -> PromptConfig:
 
 @dataclass(frozen=True)
 class Price:
-    """The price of cost the conductor is told: ``lam`` reward points per ``unit`` of cost."""
+    """The price of cost the conductor is told: ``lam`` reward points per ``unit`` of cost
+    (``cost_model``: the env's, which a priced card's cost column must match)."""
 
     lam: float
     unit: str
+    cost_model: str = "tokens"
 
 
 @dataclass(frozen=True)
@@ -240,12 +289,13 @@ def build_prompt(
     config's price line (the episode's lambda per unit of cost) after the output format.
     """
     cfg = config or load_prompt_config()
+    valued = Valued(domain, price.lam, price.cost_model) if cfg.priced_cards and price is not None else None
     family = DOMAIN_FAMILIES.get(domain, domain)
     k = cfg.n_examples if n_examples is None else n_examples
     examples = [e for e in EXAMPLE_SETS[cfg.example_set] if e.domain != family][:k]
     system = [
         cfg.intro.format(max_steps=max_steps),
-        f"Agents:\n{pool_table(pool, available, self_id, cards=cfg.cards)}",
+        f"Agents:\n{pool_table(pool, available, self_id, cards=cfg.cards, valued=valued)}",
         cfg.format,
     ]
     if self_id is not None:

@@ -396,7 +396,11 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             self_id=self.self_id,
             followup=self._followup,
             config=self._prompt_config,
-            price=Price(self._lam, COST_UNITS[self.config.cost_model]) if self.config.states_price else None,
+            price=(
+                Price(self._lam, COST_UNITS[self.config.cost_model], self.config.cost_model)
+                if self.config.states_price
+                else None
+            ),
         )
 
     def _trajectory(

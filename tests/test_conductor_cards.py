@@ -74,3 +74,43 @@ def test_eval_refuses_conductor_prompt_flags_for_other_policies(capsys: pytest.C
         argv = ["eval", "--pool", "sim-routing", "--suite", "mix-routing", "--policy", "random", "--n", "2"]
         assert main([*argv, *flags]) != 0
         assert f"{flags[0]}: for conductor policies only" in capsys.readouterr().out
+
+
+def _values(text: str) -> dict[str, float]:
+    """Agent name -> its "value here" cell, from a prompt's agents table."""
+    lines = [line for line in text.splitlines() if line.count("|") > 6]
+    header = _cells(lines[0])
+    col = header.index("value here")
+    return {_cells(line)[1]: float(_cells(line)[col]) for line in lines[1:] if _cells(line)[col] != "-"}
+
+
+def test_priced_cards_value_each_agent_at_the_stated_price_and_the_best_changes_with_it() -> None:
+    pool = load_pool("sim-routing")
+    assert pool.cards is not None
+    settings = EpisodeSettings(max_steps=3, price_in_prompt=True, prompt="prompt-v2-priced", cost_model="usd")
+    env = build_env(settings.workflow_config(None), pool=pool, suite="mix-routing", split="test", n_tasks=40)
+    gpqa = next(i for i, t in enumerate(env.tasks) if t.domain == "gpqa-diamond")
+    best = {}
+    for lam in (0.01, 3.0):
+        _, info = env.reset(seed=0, options={"task_index": gpqa, "lam": lam})
+        values = _values(info["conductor_prompt"].messages[0].content)
+        assert len(values) == len(pool)
+        card = pool.cards.card("sonnet35-cot")
+        expected = 0.5 + 0.5 * card.accuracy["gpqa-diamond"] - lam * card.cents_per_call
+        assert values["sonnet35-cot"] == pytest.approx(expected, abs=5e-4)
+        best[lam] = max(values, key=values.__getitem__)
+    # cheap, the most accurate agent on GPQA is worth its price; at 3 points a cent it is not
+    assert best[0.01] == "sonnet35-cot" and best[3.0] != "sonnet35-cot"
+    # without a stated price the column is not there; a config asking for it without cards is refused
+    plain = build_prompt(pool, "Q?", "gsm8k", 3, config=load_prompt_config("prompt-v2-priced")).text
+    assert "value here" not in plain and "cents/call" in plain
+    with pytest.raises(ValueError, match="priced_cards needs"):
+        replace(load_prompt_config("prompt-v2"), priced_cards=True)
+
+
+def test_priced_cards_refuse_a_cost_model_whose_unit_no_card_gives() -> None:
+    pool = load_pool("sim-routing")
+    settings = EpisodeSettings(price_in_prompt=True, prompt="prompt-v2-priced", cost_model="tokens")
+    env = build_env(settings.workflow_config(None), pool=pool, suite="mix-routing", split="test", n_tasks=2)
+    with pytest.raises(ValueError, match="priced cards need a card cost"):
+        env.reset(seed=0)
