@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import yaml
 
@@ -123,10 +124,12 @@ class Valued:
 
 
 # a card's cost per call in each cost model's unit (see puppeteer.reward.COST_UNITS)
-_CARD_COST: dict[str, Callable[[AgentCard], float | None]] = {
-    "usd": lambda c: c.cents_per_call,
-    "minutes": lambda c: None if c.seconds_per_call is None else c.seconds_per_call / 60,
-}
+_CARD_COST: Mapping[str, Callable[[AgentCard], float | None]] = MappingProxyType(
+    {
+        "usd": lambda c: c.cents_per_call,
+        "minutes": lambda c: None if c.seconds_per_call is None else c.seconds_per_call / 60,
+    }
+)
 
 
 def card_value(card: AgentCard, valued: Valued) -> float | None:

@@ -204,7 +204,7 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
-        r"^ab( --\S+ \S+)* runs/",
+        r"^ab( --\S+ \S+)* runs/|^ab\b.*(?<!--out) runs/",
         RealModels("compares a run directory made by an earlier command of the same page", slow=False),
     ),
     (
