@@ -275,13 +275,14 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
     ):
         if settings.get(key) == old:
             settings.pop(key)
-    # ``unavailable``, ``lam_range``, ``holdout_subsets`` and ``price_in_prompt`` joined the env config
-    # later: left out while empty, so older checkpoints resume
+    # ``unavailable``, ``lam_range``, ``holdout_subsets``, ``price_in_prompt`` and ``recursion`` joined
+    # the env config later: left out while empty or at their default, so older checkpoints resume
     env_settings = {
         k: v
         for k, v in asdict(env.config).items()
         if (k not in ("unavailable", "holdout_subsets", "price_in_prompt") or v)
         and (k != "lam_range" or v is not None)
+        and (k != "recursion" or v != "offer")
     }
     fingerprint = {
         "trainer": json.dumps(trainer, sort_keys=True, default=str),
