@@ -639,7 +639,7 @@ def _evaluate_on_ray(
     hits = [p[0]["cache_hits"] for p in parts if p[0]["cache_hits"] is not None]
     misses = [p[0]["cache_misses"] for p in parts if p[0]["cache_misses"] is not None]
     out = Path(settings.out_dir) if settings.out_dir is not None else None
-    keep = ("policy_name", "mode", "lam", "max_depth")
+    keep = ("policy_name", "mode", "lam", "max_depth", "recursion")
     fields: dict[str, Any] = dict(
         {key: first[key] for key in keep},
         policy=spec,
