@@ -96,16 +96,24 @@ DOMAIN_FAMILIES: dict[str, str] = {
 }
 
 
-def _pick(pool: Pool, pattern: str, fallback: int, available: Sequence[bool] | None = None) -> int:
-    ids = [i for i in range(len(pool.agents)) if available is None or available[i]] or list(range(len(pool)))
+def _pick(pool: Pool, pattern: str, fallback: int, ids: Sequence[int]) -> int:
     for i in ids:
         if pool.agents[i].pattern == pattern:
             return i
     return ids[fallback % len(ids)]
 
 
-def example_workflow(pool: Pool, example: Example, available: Sequence[bool] | None = None) -> Workflow:
-    ids = tuple(_pick(pool, pat, k, available) for k, (pat, _, _) in enumerate(example.plan))
+def example_workflow(
+    pool: Pool,
+    example: Example,
+    available: Sequence[bool] | None = None,
+    order: Sequence[int] | None = None,
+) -> Workflow:
+    """The example's plan on this pool: for each step the first agent with the step's pattern, in
+    ``order`` (the agents table's row order; default the pool's), among the ``available`` ones."""
+    rows = order if order is not None else range(len(pool.agents))
+    ids_ = [i for i in rows if available is None or available[i]] or list(range(len(pool)))
+    ids = tuple(_pick(pool, pat, k, ids_) for k, (pat, _, _) in enumerate(example.plan))
     return Workflow(
         model_id=ids,
         subtasks=tuple(s for _, s, _ in example.plan),
@@ -140,18 +148,32 @@ def card_value(card: AgentCard, valued: Valued) -> float | None:
     return None if cost is None or right is None else 0.5 + 0.5 * right - valued.lam * cost
 
 
+def value_order(pool: Pool, valued: Valued) -> tuple[int, ...]:
+    """The pool's agent ids by :func:`card_value` at ``valued``, best first (agents without a value
+    last, each group in pool order): the table's row order under ``order_by_value``."""
+    known = {c.name: c for c in pool.cards.cards} if pool.cards is not None else {}
+
+    def key(i: int) -> tuple[bool, float, int]:
+        card = known.get(pool.agents[i].name)
+        value = card_value(card, valued) if card is not None else None
+        return (value is None, -(value or 0.0), i)
+
+    return tuple(sorted(range(len(pool.agents)), key=key))
+
+
 def pool_table(
     pool: Pool,
     available: Sequence[bool] | None = None,
     self_id: int | None = None,
     cards: bool = False,
     valued: Valued | None = None,
+    order: Sequence[int] | None = None,
 ) -> str:
     """The agents table; with ``available`` only the available agents (ids stay the pool's ids). With
     ``cards`` and a pool that has them (:mod:`puppeteer.cards`), each agent's measured card too: US
     cents per call and the share right per domain on the calibration items (``-`` for an agent
     without a card). With ``valued`` (and cards), a last column: each agent's :func:`card_value` for
-    this question's domain at this price."""
+    this question's domain at this price. ``order``: the rows' order (agent ids; default the pool's)."""
     measured = pool.cards if cards else None
     if valued is not None and valued.cost_model not in _CARD_COST:
         raise ValueError(
@@ -165,7 +187,8 @@ def pool_table(
             header += " | value here"
     lines = [header]
     known = {c.name: c for c in measured.cards} if measured is not None else {}
-    for i, a in enumerate(pool.agents):
+    for i in order if order is not None else range(len(pool.agents)):
+        a = pool.agents[i]
         if available is not None and not available[i]:
             continue
         tools = ",".join(a.tools) or "-"
@@ -212,12 +235,17 @@ class PromptConfig:
     # with cards and a stated price (issue 36): a "value here" column, each agent's expected reward
     # for one call on this question's domain at this price (card_value)
     priced_cards: bool = False
+    # with priced cards: the table's rows (and the agents the examples name) in order of value at
+    # this price, best first, instead of the pool's order
+    order_by_value: bool = False
 
     def __post_init__(self) -> None:
         if self.example_set not in EXAMPLE_SETS:
             raise ValueError(f"example_set must be one of {sorted(EXAMPLE_SETS)}, got {self.example_set!r}")
         if self.priced_cards and not (self.cards and self.price):
             raise ValueError("priced_cards needs cards: true and a price line")
+        if self.order_by_value and not self.priced_cards:
+            raise ValueError("order_by_value needs priced_cards: true")
 
 
 def load_prompt_config(name: str = DEFAULT_PROMPT) -> PromptConfig:
@@ -293,12 +321,13 @@ def build_prompt(
     """
     cfg = config or load_prompt_config()
     valued = Valued(domain, price.lam, price.cost_model) if cfg.priced_cards and price is not None else None
+    order = value_order(pool, valued) if cfg.order_by_value and valued is not None else None
     family = DOMAIN_FAMILIES.get(domain, domain)
     k = cfg.n_examples if n_examples is None else n_examples
     examples = [e for e in EXAMPLE_SETS[cfg.example_set] if e.domain != family][:k]
     system = [
         cfg.intro.format(max_steps=max_steps),
-        f"Agents:\n{pool_table(pool, available, self_id, cards=cfg.cards, valued=valued)}",
+        f"Agents:\n{pool_table(pool, available, self_id, cards=cfg.cards, valued=valued, order=order)}",
         cfg.format,
     ]
     if self_id is not None:
@@ -311,7 +340,9 @@ def build_prompt(
     for e in examples:
         messages.append(Message("user", f"Question: {e.question}"))
         messages.append(
-            Message("assistant", _shot(e, example_workflow(pool, e, available), cfg.thought_as_comment))
+            Message(
+                "assistant", _shot(e, example_workflow(pool, e, available, order), cfg.thought_as_comment)
+            )
         )
     user = f"Question: {question}"
     if followup is not None:

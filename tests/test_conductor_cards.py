@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from puppeteer.conductor_prompt import build_prompt, load_prompt_config, pool_table
+from puppeteer.conductor_prompt import Price, build_prompt, load_prompt_config, pool_table
 from puppeteer.envbuild import build_env
 from puppeteer.policies.protocol import EpisodeSettings
 from puppeteer.pool import load_pool
@@ -114,3 +114,56 @@ def test_priced_cards_refuse_a_cost_model_whose_unit_no_card_gives() -> None:
     env = build_env(settings.workflow_config(None), pool=pool, suite="mix-routing", split="test", n_tasks=2)
     with pytest.raises(ValueError, match="priced cards need a card cost"):
         env.reset(seed=0)
+
+
+def _first_ids(text: str) -> list[int]:
+    """The agent ids in the order of the agents table's rows (the conductor's own row aside)."""
+    lines = [line for line in text.splitlines() if line.count("|") > 6]
+    return [int(_cells(line)[0]) for line in lines[1:]]
+
+
+def test_ordered_priced_table_runs_best_value_first_and_the_examples_follow_it() -> None:
+    """prompt-v2-priced-ordered: the rows are sorted by value at the stated price, and the examples'
+    one-step plan names the table's first row, so the agent a plan starts from moves with the price."""
+    pool = load_pool("sim-routing")
+    settings = EpisodeSettings(
+        max_steps=3, price_in_prompt=True, prompt="prompt-v2-priced-ordered", cost_model="usd"
+    )
+    env = build_env(settings.workflow_config(None), pool=pool, suite="mix-routing", split="test", n_tasks=40)
+    gpqa = next(i for i, t in enumerate(env.tasks) if t.domain == "gpqa-diamond")
+    first = {}
+    for lam in (0.01, 3.0):
+        _, info = env.reset(seed=0, options={"task_index": gpqa, "lam": lam})
+        prompt = info["conductor_prompt"]
+        system = prompt.messages[0].content
+        values = _values(system)
+        rows = _first_ids(system)
+        assert sorted(rows) == list(range(len(pool)))  # every agent once
+        ordered = [values[pool.agents[i].name] for i in rows]
+        assert ordered == sorted(ordered, reverse=True)
+        # the one-step example (the first shot) names the table's first row
+        assert f"model_id = [{rows[0]}]" in prompt.messages[2].content
+        first[lam] = pool.agents[rows[0]].name
+    assert first[0.01] == "sonnet35-cot" and first[3.0] != "sonnet35-cot"
+    # the unordered priced prompt keeps the pool's order and its examples name agent 0
+    env2 = build_env(
+        replace(settings, prompt="prompt-v2-priced").workflow_config(None),
+        pool=pool,
+        suite="mix-routing",
+        split="test",
+        n_tasks=40,
+    )
+    _, info = env2.reset(seed=0, options={"task_index": gpqa, "lam": 3.0})
+    assert _first_ids(info["conductor_prompt"].messages[0].content) == list(range(len(pool)))
+    assert "model_id = [0]" in info["conductor_prompt"].messages[2].content
+    # only with priced cards; a subset keeps only the agents on offer, in value order
+    with pytest.raises(ValueError, match="order_by_value needs"):
+        replace(load_prompt_config("prompt-v2-cards"), order_by_value=True)
+    offered = [a.name in ("sonnet35-cot", "qwen7b-cot", "gpt4o-cot") for a in pool.agents]
+    cfg = load_prompt_config("prompt-v2-priced-ordered")
+    task = env.tasks[gpqa]
+    text = build_prompt(
+        pool, task.question, task.domain, 3, available=offered, config=cfg, price=Price(3.0, "US cent", "usd")
+    )
+    rows = _first_ids(text.messages[0].content)
+    assert pool.agents[rows[0]].name == "qwen7b-cot" and len(rows) == 3
