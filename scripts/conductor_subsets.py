@@ -7,7 +7,7 @@ conductor plans on the first ``--n`` held-out items with only those k agents in 
 of the subset's agents alone and the subset's per-item optimum (the agent with the best expected
 accuracy given what the question shows; sim pools only) on the same items.
 
-    python scripts/conductor_subsets.py --pool sim-routing --suite mix-routing --n 24 \
+    python scripts/conductor_subsets.py --pool sim-routing --suite mix-routing --n 24 --concurrency 8 \
         --cache runs/conductor-subsets/responses.sqlite --out runs/conductor-subsets
 
 Resumable: each finished subset's results.json is kept; the response cache replays finished plans.
@@ -62,6 +62,7 @@ def subset_row(
         max_steps=args.max_steps,
         prompt=args.prompt,
         cost_model="usd",
+        concurrency=args.concurrency,
     )
     singles = {
         name: evaluate_policy(f"single:{name}", pool, suite, **common, max_steps=1, out_dir=run / name)
@@ -138,6 +139,7 @@ def main() -> None:
     p.add_argument("--lam", type=float, default=0.0)
     p.add_argument("--prompt", default="prompt-v2")
     p.add_argument("--cache", type=Path, default=None)
+    p.add_argument("--concurrency", type=int, default=8, help="conductor plans in flight (batched decoding)")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
