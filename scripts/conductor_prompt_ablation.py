@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from puppeteer.analytics.conductor_items import item_records
 from puppeteer.conductor_prompt import load_prompt_config
 from puppeteer.evaluation import evaluate_policy
 from puppeteer.pool import load_pool
@@ -53,38 +54,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
     p.add_argument("--out", required=True)
     return p.parse_args(list(argv))
-
-
-def _reasoned(text: str) -> bool:
-    """The completion has a '#' line before its lists (the reasoning the v2 prompts ask for)."""
-    head = text.split("model_id", 1)[0]
-    return any(line.strip().startswith("#") for line in head.splitlines())
-
-
-def item_records(run: Path, agents: Sequence[str]) -> list[dict[str, Any]]:
-    """Per item of an eval run: id, domain, the first round's plan as agent names (None: unparsed),
-    whether the conductor reasoned first, grade, reward, worker cost and tokens, conductor tokens."""
-    out = []
-    for line in (run / "trajectories.jsonl").read_text().splitlines():
-        d = json.loads(line)
-        calls = d.get("conductor") or [{}]
-        wf = d.get("workflow")
-        plan = [agents[i] if 0 <= i < len(agents) else "(conductor)" for i in wf["model_id"]] if wf else None
-        out.append(
-            {
-                "task_id": d["task_id"],
-                "domain": d["domain"],
-                "plan": None if d.get("parse_error") else plan,
-                "reasoned": _reasoned(calls[0].get("text", "")),
-                "correct": bool(d["correct"]),
-                "reward": d["reward"],
-                "usd": d["cost_usd"],
-                "tokens": d["prompt_tokens"] + d["completion_tokens"],
-                "conductor_completion_tokens": sum(c.get("completion_tokens", 0) for c in calls),
-                "available": d.get("available"),
-            }
-        )
-    return out
 
 
 def summarise(name: str, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -5,13 +5,18 @@ measured card (cents per call, share right per domain) with a prompt config that
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from puppeteer.backends.base import SyncBackend
 from puppeteer.conductor_prompt import Price, build_prompt, load_prompt_config, pool_table
 from puppeteer.envbuild import build_env
+from puppeteer.evaluation import evaluate_policy
+from puppeteer.policies.conductor import ConductorPolicy
 from puppeteer.policies.protocol import EpisodeSettings
 from puppeteer.pool import load_pool
+from puppeteer.types import Completion, CompletionRequest, ModelSpec
 
 
 def _cells(line: str) -> list[str]:
@@ -167,3 +172,61 @@ def test_ordered_priced_table_runs_best_value_first_and_the_examples_follow_it()
     )
     rows = _first_ids(text.messages[0].content)
     assert pool.agents[rows[0]].name == "qwen7b-cot" and len(rows) == 3
+
+
+class _FirstRow(SyncBackend):
+    """A scripted conductor that plans one call to the first row of its agents table, as the prompted
+    1.5B mostly does (docs/lam-conditioned.md)."""
+
+    name = "first-row"
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        system = request.messages[0].content
+        table = system.split("Agents:\n", 1)[1].splitlines()
+        first = int(_cells(table[1])[0])
+        text = f"# the first row\nmodel_id = [{first}]\nsubtasks = ['Solve it.']\naccess_list = [[]]"
+        return Completion(
+            text=text,
+            prompt_tokens=100,
+            completion_tokens=20,
+            cost_usd=0.0,
+            flops=1.0,
+            latency_s=0.1,
+            model="first-row",
+        )
+
+
+def test_a_first_row_conductor_spends_less_as_the_stated_price_rises(tmp_path: Path) -> None:
+    """Through evaluation: with the ordered priced table, a conductor that names the first row picks the
+    best value at every price, so its mean cost falls from lambda 0.01 to 3 on the same items; the
+    per-item records carry no question text."""
+    from puppeteer.analytics.conductor_items import first_is_best_value, item_records
+
+    pool = load_pool("sim-routing")
+    policy = ConductorPolicy(
+        model=ModelSpec("conductor", "first-row", "fake", params_b=1.0),
+        backend=_FirstRow(),
+        name="conductor:first-row",
+    )
+    cents = {}
+    for lam in (0.01, 3.0):
+        run = tmp_path / f"lam{lam:g}"
+        result = evaluate_policy(
+            policy,
+            pool,
+            "mix-routing",
+            n=20,
+            lam=lam,
+            max_steps=3,
+            out_dir=run,
+            progress=False,
+            price_in_prompt=True,
+            prompt="prompt-v2-priced-ordered",
+            cost_model="usd",
+        )
+        items = item_records(run, [a.name for a in pool.agents])
+        assert len(items) == 20 and all(len(i["plan"]) == 1 for i in items)
+        assert all(first_is_best_value(pool, i, lam, "usd") for i in items)
+        assert not any("question" in i for i in items)
+        cents[lam] = 100 * result.mean_usd
+    assert cents[3.0] < 0.5 * cents[0.01]
