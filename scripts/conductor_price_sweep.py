@@ -45,6 +45,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=8, help="plans in flight (batched decoding)")
     p.add_argument("--cache", default=None, help="response cache (default: the user's shared cache)")
+    p.add_argument(
+        "--singles",
+        action="store_true",
+        help="also each agent alone on the same items, scored with the conductor's reward at each lambda",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(list(argv))
     if len(args.lams) < 2 or any(x < 0 for x in args.lams):
@@ -92,8 +97,36 @@ def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> d
     }
 
 
+def single_returns(pool: Pool, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each agent alone on the same items (``OUT/singles/<agent>``): accuracy and US cents per item, and at
+    each lambda the conductor's reward for a one-step plan by it (0.5 + 0.5 x right - lambda x cents)."""
+    out: dict[str, dict[str, Any]] = {}
+    for agent in pool.agents:
+        result = evaluate_policy(
+            f"single:{agent.name}",
+            pool,
+            args.suite,
+            n=args.n,
+            max_steps=1,
+            out_dir=Path(args.out) / "singles" / agent.name,
+            cache=args.cache,
+            overwrite=True,
+            progress=False,
+        )
+        cents = 100 * result.mean_usd
+        out[agent.name] = {
+            "accuracy": result.accuracy,
+            "cents": cents,
+            "reward": {f"{lam:g}": 0.5 + 0.5 * result.accuracy - lam * cents for lam in args.lams},
+        }
+    return out
+
+
 def report(
-    rows: Sequence[Mapping[str, Any]], steps: Sequence[Mapping[str, Any]], args: argparse.Namespace
+    rows: Sequence[Mapping[str, Any]],
+    steps: Sequence[Mapping[str, Any]],
+    singles: Mapping[str, Mapping[str, Any]],
+    args: argparse.Namespace,
 ) -> str:
     lines = [
         f"# The prompted conductor at {len(rows)} prices of cost",
@@ -127,6 +160,24 @@ def report(
             f"| {s['from']:g} -> {s['to']:g} | {s['n']} | {s['cents_diff']:+.4f} [{s['cents_ci'][0]:+.4f}, "
             f"{s['cents_ci'][1]:+.4f}] | {s['mcnemar_p']:.3g} ({s['a_only']} / {s['b_only']}) |"
         )
+    if singles:
+        lines += [
+            "",
+            "Each agent alone on the same items, scored with the conductor's reward at each price "
+            "(0.5 + 0.5 x right - lambda x cents):",
+            "",
+            "| agent | accuracy | US cents / item | "
+            + " | ".join(f"reward at {r['lam']:g}" for r in rows)
+            + " |",
+            "|---|---:|---:|" + "---:|" * len(rows),
+        ]
+        keys = [format(r["lam"], "g") for r in rows]
+        for name, s in singles.items():
+            cells = " | ".join(f"{s['reward'][k]:.3f}" for k in keys)
+            lines.append(f"| `{name}` | {s['accuracy']:.3f} | {s['cents']:.4f} | {cells} |")
+        best = " | ".join(f"{max(s['reward'][k] for s in singles.values()):.3f}" for k in keys)
+        mine = " | ".join(f"{r['reward']:.3f}" for r in rows)
+        lines += [f"| **best agent alone** | | | {best} |", f"| **the conductor** | | | {mine} |"]
     return "\n".join(lines) + "\n"
 
 
@@ -194,11 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         {"from": a, "to": b, **compare(runs[a], runs[b])}
         for a, b in zip(args.lams, args.lams[1:], strict=False)
     ]
-    (out / "sweep.json").write_text(json.dumps({"rows": rows, "steps": steps}, indent=2) + "\n")
-    (out / "report.md").write_text(report(rows, steps, args))
-    plot(
-        rows, out / "sweep.png", f"conductor, prompt {args.prompt}: {args.pool} / {args.suite}, n = {args.n}"
-    )
+    singles = single_returns(pool, args) if args.singles else {}
+    summary = {"rows": rows, "steps": steps, "singles": singles}
+    (out / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "report.md").write_text(report(rows, steps, singles, args))
+    backends = json.loads((run_dir(out, args.lams[0]) / "results.json").read_text()).get("backends", [])
+    title = f"conductor, prompt {args.prompt}: {args.pool} / {args.suite}, n = {args.n}"
+    plot(rows, out / "sweep.png", f"{title}\nbackends: {', '.join(backends)}")
     log.info("wrote %s", out / "report.md")
     return 0
 
