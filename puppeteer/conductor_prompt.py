@@ -112,8 +112,8 @@ def example_workflow(
     """The example's plan on this pool: for each step the first agent with the step's pattern, in
     ``order`` (the agents table's row order; default the pool's), among the ``available`` ones."""
     rows = order if order is not None else range(len(pool.agents))
-    ids_ = [i for i in rows if available is None or available[i]] or list(range(len(pool)))
-    ids = tuple(_pick(pool, pat, k, ids_) for k, (pat, _, _) in enumerate(example.plan))
+    offered = [i for i in rows if available is None or available[i]] or list(range(len(pool)))
+    ids = tuple(_pick(pool, pat, k, offered) for k, (pat, _, _) in enumerate(example.plan))
     return Workflow(
         model_id=ids,
         subtasks=tuple(s for _, s, _ in example.plan),
