@@ -263,6 +263,25 @@ def test_bf16_choice_takes_bools_and_auto_and_refuses_anything_else() -> None:
     assert explicit.grpo["bf16"] is False and explicit.eval.autocast_bf16 is True
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ((), "group"),  # no price: trl's default
+        (("workflow_lam=0.01",), "none"),  # a price: unscaled advantages
+        (("workflow_lam_range=[0.01,1]",), "none"),
+        (("workflow_lam=0.01", "grpo.scale_rewards=group"), "group"),  # the user's choice wins
+        (("grpo.scale_rewards=batch",), "batch"),
+    ],
+)
+def test_priced_runs_do_not_scale_advantages_by_the_group_spread(
+    tmp_path: Path, overrides: tuple[str, ...], expected: str
+) -> None:
+    # a group whose completions share one grade differs only by lambda x cost; scaled by its spread
+    # those differences became unit advantages (docs/conductor-grpo.md, "The price, swept")
+    job = GRPOJob.from_mapping(conductor_cfg("conductor=cpu-qwen05", *overrides))
+    assert grpo_config(job, tmp_path / "unused").scale_rewards == expected
+
+
 def test_paired_heldout_runs_exact_mcnemar_tests_on_the_same_items(tmp_path: Path) -> None:
     def write(name: str, rows: list[tuple[str, bool, bool]]) -> Path:
         path = tmp_path / name

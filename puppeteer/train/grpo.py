@@ -134,6 +134,8 @@ class GRPOJob:
         grpo = dict(cfg.get("grpo") or {})
         if "bf16" in grpo:
             grpo["bf16"] = bf16_choice(grpo["bf16"])
+        priced = float(cfg.get("workflow_lam", 0.0)) > 0 or bool(cfg.get("workflow_lam_range"))
+        grpo["scale_rewards"] = scale_rewards_choice(grpo.get("scale_rewards"), priced)
         eval_cfg = dict(cfg.get("eval") or {})
         if eval_cfg.get("autocast_bf16") is None:  # held-out generation as the training's (bf16 autocast)
             eval_cfg["autocast_bf16"] = bool(grpo.get("bf16", False))
@@ -226,6 +228,21 @@ def _lam_range(value: Any) -> tuple[float, float] | None:
         return None
     bounds = LamRange.of(tuple(float(v) for v in value))
     return bounds.bounds if bounds is not None else None
+
+
+def scale_rewards_choice(value: Any, priced: bool) -> str | bool:
+    """``grpo.scale_rewards``: as given, or (null) ``"none"`` when the reward has a price, else ``"group"``.
+
+    trl's default divides each group's advantages by the group's reward spread. When every completion
+    of a group gets the same grade, that spread is only the price term (lambda x cost), so the division
+    blows cost differences of a thousandth of a point up to unit advantages: at lambda 0.01 per US cent
+    GRPO then learned the same one cheap call as at lambda 1 and lowered the reward it was trained on
+    (docs/conductor-grpo.md, "The price, swept"). Unscaled advantages (Dr. GRPO) keep each term at its
+    weight in the reward.
+    """
+    if value is None:
+        return "none" if priced else "group"
+    return value
 
 
 def bf16_choice(value: Any) -> bool:
