@@ -85,6 +85,10 @@ def summarise(name: str, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def report(rows: Sequence[Mapping[str, Any]], command: str, pool: str, suite: str, policy: str) -> str:
     lines = [
         f"# Conductor prompt ablation: `{policy}` on pool `{pool}`, suite `{suite}`",
@@ -97,19 +101,21 @@ def report(rows: Sequence[Mapping[str, Any]], command: str, pool: str, suite: st
         "",
         "Same items, item seeds and worker calls per prompt; backend of the workers and the conductor as the "
         "pool and policy say (see each run's results.json). Accuracy with its 95% Wilson interval; steps, US "
-        "cents (workers) and reward are means per item; reasoned: share of plans with a '#' line before the "
-        "lists; top plan: the share of items given the most common plan.",
+        "cents and model seconds (workers; single-stream, on pools that declare speeds) and reward are "
+        "means per item; reasoned: share of plans with a '#' line before the lists; top plan: the share of "
+        "items given the most common plan.",
         "",
         "| prompt | asks reasoning first | few-shot plans | cards | n | parsed | accuracy [95% CI] | steps | "
-        "cents / item | reward | reasoned | conductor tokens | distinct plans | top plan |",
-        "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "cents / item | model s / item | reward | reasoned | conductor tokens | distinct plans | top plan |",
+        "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| `{r['prompt']}` | {r['asks_reasoning']} | {r['examples']} | {'yes' if r['cards'] else 'no'} "
             "| "
             f"{r['n']} | {r['parsed']:.2f} | {r['accuracy']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] | "
-            f"{r['steps']:.2f} | {r['cents']:.3f} | {r['reward']:.3f} | {r['reasoned']:.2f} | "
+            f"{r['steps']:.2f} | {r['cents']:.3f} | {_seconds(r.get('model_s'))} | {r['reward']:.3f} | "
+            f"{r['reasoned']:.2f} | "
             f"{r['conductor_tokens']:.0f} | {r['distinct_plans']} | {r['top_plan_share']:.2f} |"
         )
     lines += ["", "## Most common plans per domain", ""]
@@ -151,7 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         items = item_records(run, agents)
         (run / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
-        rows.append(summarise(name, items))
+        row = summarise(name, items)
+        # single-stream model seconds of the workers, on pools that declare speeds (local models)
+        row["model_s"] = json.loads(done.read_text()).get("mean_model_s")
+        rows.append(row)
         (out / "ablation.json").write_text(json.dumps(rows, indent=2) + "\n")
         (out / "report.md").write_text(report(rows, command, args.pool, args.suite, args.policy) + "\n")
     sys.stdout.write(f"wrote {out / 'report.md'}\n")
