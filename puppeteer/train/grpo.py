@@ -134,8 +134,11 @@ class GRPOJob:
         grpo = dict(cfg.get("grpo") or {})
         if "bf16" in grpo:
             grpo["bf16"] = bf16_choice(grpo["bf16"])
-        priced = float(cfg.get("workflow_lam", 0.0)) > 0 or bool(cfg.get("workflow_lam_range"))
-        grpo["scale_rewards"] = scale_rewards_choice(grpo.get("scale_rewards"), priced)
+        workflow_lam = float(cfg.get("workflow_lam", 0.0))
+        lam_range = _lam_range(cfg.get("workflow_lam_range"))
+        grpo["scale_rewards"] = scale_rewards_choice(
+            grpo.get("scale_rewards"), priced=workflow_lam > 0 or lam_range is not None
+        )
         eval_cfg = dict(cfg.get("eval") or {})
         if eval_cfg.get("autocast_bf16") is None:  # held-out generation as the training's (bf16 autocast)
             eval_cfg["autocast_bf16"] = bool(grpo.get("bf16", False))
@@ -154,8 +157,8 @@ class GRPOJob:
             n_eval=pick("n_eval", "n_eval", None),
             chat=bool(cfg.get("chat", False)),
             workflow_max_steps=int(cfg.get("workflow_max_steps", 5)),
-            workflow_lam=float(cfg.get("workflow_lam", 0.0)),
-            workflow_lam_range=_lam_range(cfg.get("workflow_lam_range")),
+            workflow_lam=workflow_lam,
+            workflow_lam_range=lam_range,
             cost_model=str(cfg.get("cost_model", "tokens")),
             reward_workers=int(cfg.get("reward_workers", 16)),
             stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
