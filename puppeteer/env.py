@@ -339,8 +339,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         steps, tally = self._steps, self._tally
         if tally.n > len(steps):  # the steps were replaced: tally again
             tally = self._tally = AnswerTally(self._signal_vectors)
+        checks = self.parts.checks if self.config.visible_checks else None
         for i in range(tally.n, len(steps)):
-            tally.add(steps[i].answer)
+            answer = steps[i].answer
+            tally.add(answer, checks.check(self.task, answer) if checks is not None else None)
         return tally.signals()
 
     def _obs(self) -> dict[str, Any]:
@@ -567,6 +569,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             "trajectory": self._trajectory(answer, correct, ret),
             "correct": correct,
             "final_answer": answer,
+            # what the Terminator would be paid now (no cost: it calls nobody), the return from here if
+            # the episode stopped: a baseline for the next decision (trainer.later_baseline=stop)
+            "stop_return": self._reward.final_reward(correct, 0.0, max(len(self._steps), 1)),
         }
 
     def _end_episode(self, f: float, t: int, terminated_by: str):

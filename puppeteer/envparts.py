@@ -36,6 +36,7 @@ from puppeteer.memo import BoundedMemo
 from puppeteer.pool import Pool, load_pool
 from puppeteer.pot import ProgramMemo
 from puppeteer.tasks import load_suite
+from puppeteer.tasks.visible import VISIBLE_CHECKS
 from puppeteer.types import Task
 
 if TYPE_CHECKING:
@@ -83,6 +84,9 @@ class EnvConfig:
     # workflow mode: the conductor's prompt states the episode's price of cost (the prompt config's
     # price line); always on with ``lam_range``, where the price differs from episode to episode
     price_in_prompt: bool = False
+    # step mode: run each answer against what its question shows (puppeteer.tasks.visible: a HumanEval
+    # function on its docstring's examples, in the sandbox) and put the verdict in obs["signals"]
+    visible_checks: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -165,6 +169,18 @@ class EnvParts:
     # program-of-thought runs by (program, limits), shared likewise: a replayed or cached completion's
     # program is run in the sandbox once per process, not at every step that calls its agent
     programs: ProgramMemo = field(default_factory=lambda: ProgramMemo())
+    # visible checks' verdicts (EnvConfig.visible_checks), shared likewise: one sandbox run per answer
+    checks: CheckMemo = field(default_factory=lambda: CheckMemo())
+
+
+class CheckMemo(BoundedMemo[tuple[str, str, "str | None"], "bool | None"]):
+    """Visible checks' verdicts keyed by (task id, grader, answer); None: nothing to check."""
+
+    def check(self, task: Task, answer: str | None) -> bool | None:
+        check = VISIBLE_CHECKS.get(task.grader)
+        if check is None:
+            return None
+        return self.get((task.id, task.grader, answer), lambda: check.check(answer, task))
 
 
 class GradeMemo(BoundedMemo[tuple[str, str, "str | None"], bool]):

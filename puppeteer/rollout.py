@@ -229,6 +229,9 @@ class Episode:
     trajectory: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  # the failed call that ended the episode, if one did
     lam: float | None = None  # the episode's lambda when the caller set one (reset options["lam"])
+    # per action after the first: what stopping instead would have returned (the env's info["stop_return"]
+    # after the previous step: the answer so far graded, nothing more paid); stop_returns[t - 1] is step t's
+    stop_returns: list[float] = field(default_factory=list)
 
     @property
     def ret(self) -> float:
@@ -254,13 +257,14 @@ def run_lockstep(
     generator: torch.Generator | None = None,
     greedy: bool = False,
     on_episode: Callable[[Episode], None] | None = None,
-    first_actions: Sequence[int | None] | None = None,
+    first_actions: Sequence[int | tuple[int, ...] | None] | None = None,
     lams: Sequence[float | None] | None = None,
     available: Sequence[Sequence[int] | None] | None = None,
 ) -> list[Episode]:
     """Run one episode per (reset seed, task index) spec, ``len(envs)`` at a time in lockstep.
 
-    ``first_actions`` (one per spec, None: the policy's choice) forces an episode's first action.
+    ``first_actions`` (one per spec, None: the policy's choice) forces an episode's first action, or its
+    first actions when a tuple (then the policy chooses from the step after them).
     ``lams`` (one per spec, None: the env's own) prices an episode's cost (reset ``options["lam"]``);
     the trajectory line then records it as ``lam``. ``available`` (one per spec, None: the env's own
     draw) offers an episode these agent ids (reset ``options["available"]``).
@@ -295,8 +299,7 @@ def run_lockstep(
             feats = policy.features_batch([obs[k] for k in active])
             actions = policy.choose_batch(feats, generator, greedy=greedy)
             actions = [
-                forced[k] if not eps[k].actions and forced[k] is not None else a
-                for k, a in zip(active, actions, strict=True)
+                _forced(forced[k], len(eps[k].actions), a) for k, a in zip(active, actions, strict=True)
             ]
             still = []
             results = group.step_many(list(zip(active, actions, strict=True)))
@@ -319,10 +322,22 @@ def run_lockstep(
                     if on_episode is not None:
                         on_episode(ep)
                 else:
+                    if "stop_return" in info:
+                        ep.stop_returns.append(float(info["stop_return"]))
                     still.append(k)
             active = still
         out += [eps[k] for k in range(len(chunk))]
     return out
+
+
+def _forced(forced: int | tuple[int, ...] | None, step: int, chosen: int) -> int:
+    """The action at ``step``: the forced one (an int forces the first step, a tuple the first few),
+    else the policy's ``chosen``."""
+    if forced is None:
+        return chosen
+    if isinstance(forced, tuple):
+        return forced[step] if step < len(forced) else chosen
+    return forced if step == 0 else chosen
 
 
 def _reset_options(

@@ -3,10 +3,11 @@
 A cascade (call a cheap agent, stop when its answer looks trustworthy, escalate otherwise) needs to
 know more about the earlier steps than a sentence embedding of their text conveys: whether an answer
 was extracted at all (a program that crashed prints nothing), whether it is a whole number (what
-GSM8K-style word problems expect), and whether independent agents agree. :func:`answer_signals`
-turns the extracted answers of an episode's steps into a fixed vector in ``[0, 1]``, which the env
-puts in every step-mode observation (``obs["signals"]``) and the puppeteer policy can read
-(``PolicyConfig.signals``).
+GSM8K-style word problems expect), whether independent agents agree, and whether the latest answer
+passes what the question itself shows (a HumanEval function run on its docstring's examples:
+:mod:`puppeteer.tasks.visible`). :func:`answer_signals` turns the extracted answers of an episode's
+steps (and those checks' verdicts) into a fixed vector in ``[0, 1]``, which the env puts in every
+step-mode observation (``obs["signals"]``) and the puppeteer policy can read (``PolicyConfig.signals``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ SIGNAL_NAMES: tuple[str, ...] = (
     "answered_share",  # steps with an answer / steps so far
     "top_share",  # votes of the majority answer / steps so far
     "agreement",  # two or more steps gave the majority answer
+    "last_passed_check",  # the latest answer passes the question's visible examples (code items)
+    "last_failed_check",  # it fails them, or gave no answer where there were some to run
 )
 N_SIGNALS = len(SIGNAL_NAMES)
 LAST_ANSWERED = SIGNAL_NAMES.index("last_answered")
@@ -39,11 +42,14 @@ def is_integer(answer: str) -> bool:
     return math.isfinite(value) and value == int(value)
 
 
-def answer_signals(answers: Sequence[str | None]) -> np.ndarray:
-    """The :data:`SIGNAL_NAMES` of the steps' extracted answers (``None``: no answer), float32."""
+def answer_signals(answers: Sequence[str | None], checks: Sequence[bool | None] = ()) -> np.ndarray:
+    """The :data:`SIGNAL_NAMES` of the steps' extracted answers (``None``: no answer) and of the
+    visible checks' verdicts on them (aligned with ``answers``; ``None`` or missing: nothing to
+    check), float32."""
     if not answers:
         return np.zeros(N_SIGNALS, dtype=np.float32)
     last = answers[-1]
+    check = checks[len(answers) - 1] if len(checks) >= len(answers) else None
     counts: dict[str, int] = {}  # a plain dict: a handful of answers, counted at every env step
     for a in answers:
         if a is not None:
@@ -58,6 +64,8 @@ def answer_signals(answers: Sequence[str | None]) -> np.ndarray:
         given / n,
         top / n,
         top >= 2,
+        check is True,
+        check is False,
     )
     return np.array(signals, dtype=np.float32)
 
@@ -66,12 +74,13 @@ class AnswerTally:
     """:func:`answer_signals` of a growing list of answers, kept up to date in O(1) per answer (the env
     adds each step's answer once instead of recounting every answer at every step)."""
 
-    __slots__ = ("_counts", "_given", "_last", "_n", "_top", "_vectors")
+    __slots__ = ("_check", "_counts", "_given", "_last", "_n", "_top", "_vectors")
 
     def __init__(self, vectors: dict[tuple[int, ...], np.ndarray] | None = None) -> None:
         self._counts: dict[str, int] = {}
         self._n = self._given = self._top = 0
         self._last: str | None = None
+        self._check: bool | None = None
         # the vectors made so far, by what they are made of (a few hundred at most: n <= max_steps);
         # pass one dict to every tally of an env and each vector is built once
         self._vectors = vectors if vectors is not None else {}
@@ -81,9 +90,11 @@ class AnswerTally:
         """How many answers (``None`` included) were added."""
         return self._n
 
-    def add(self, answer: str | None) -> None:
+    def add(self, answer: str | None, check: bool | None = None) -> None:
+        """One more step's answer, and the visible check's verdict on it (None: nothing to check)."""
         self._n += 1
         self._last = answer
+        self._check = check
         if answer is not None:
             count = self._counts.get(answer, 0) + 1
             self._counts[answer] = count
@@ -95,14 +106,24 @@ class AnswerTally:
         """``answer_signals`` of the answers added so far."""
         n, last, top = self._n, self._last, self._top
         integer = last is not None and is_integer(last)
-        key = (n, last is not None, integer, self._given, top)
+        check = self._check
+        key = (n, last is not None, integer, self._given, top, -1 if check is None else int(check))
         vector = self._vectors.get(key)
         if vector is None:
             if not n:
                 vector = np.zeros(N_SIGNALS, dtype=np.float32)
             else:
                 answered = last is not None
-                signals = (answered, not answered, integer, self._given / n, top / n, top >= 2)
+                signals = (
+                    answered,
+                    not answered,
+                    integer,
+                    self._given / n,
+                    top / n,
+                    top >= 2,
+                    check is True,
+                    check is False,
+                )
                 vector = np.array(signals, dtype=np.float32)
             self._vectors[key] = vector
         return vector.copy()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from puppeteer.env import ConductorEnv
 from puppeteer.evaluation import evaluate_policy
@@ -24,12 +25,12 @@ from puppeteer.types import Completion, CompletionRequest, Task
 @pytest.mark.parametrize(
     ("answers", "expected"),
     [
-        ([], [0, 0, 0, 0, 0, 0]),
-        ([None], [0, 1, 0, 0, 0, 0]),
-        (["7"], [1, 0, 1, 1, 1, 0]),
-        (["7", "7.5"], [1, 0, 0, 1, 0.5, 0]),
-        (["B", "B", None], [0, 1, 0, 2 / 3, 2 / 3, 1]),
-        ([None, "12", "12", "3"], [1, 0, 1, 0.75, 0.5, 1]),
+        ([], [0, 0, 0, 0, 0, 0, 0, 0]),
+        ([None], [0, 1, 0, 0, 0, 0, 0, 0]),
+        (["7"], [1, 0, 1, 1, 1, 0, 0, 0]),
+        (["7", "7.5"], [1, 0, 0, 1, 0.5, 0, 0, 0]),
+        (["B", "B", None], [0, 1, 0, 2 / 3, 2 / 3, 1, 0, 0]),
+        ([None, "12", "12", "3"], [1, 0, 1, 0.75, 0.5, 1, 0, 0]),
     ],
 )
 def test_answer_signals_of_hand_made_answers(answers: list[str | None], expected: list[float]) -> None:
@@ -114,11 +115,11 @@ def test_independent_solvers_answer_alone_and_reviewers_still_see_the_work() -> 
     backend = Scripted({"t/0": "No idea.", "t/1": "No idea."})
     env = _env(True, backend)
     obs, _ = env.reset(seed=0, options={"task_index": 0})
-    assert obs["signals"].tolist() == [0, 0, 0, 0, 0, 0]
+    assert obs["signals"].tolist() == [0, 0, 0, 0, 0, 0, 0, 0]
     obs, *_ = env.step(0)  # cheap: no answer
-    assert obs["signals"].tolist() == [0, 1, 0, 0, 0, 0]
+    assert obs["signals"].tolist() == [0, 1, 0, 0, 0, 0, 0, 0]
     obs, *_ = env.step(1)  # strong: alone, so its request is the one it gets as a single agent
-    assert obs["signals"].tolist() == [1, 0, 1, 0.5, 0.5, 0]
+    assert obs["signals"].tolist() == [1, 0, 1, 0.5, 0.5, 0, 0, 0]
     env.step(2)  # the verifier reads context even here
     strong, checker = backend.requests[1].messages[-1].content, backend.requests[2].messages[-1].content
     assert "Agent cheap wrote" not in strong
@@ -234,6 +235,111 @@ def test_a_router_with_signals_learns_to_escalate_when_the_cheap_agent_is_silent
     policy, env = _trained(tmp_path, signals=True, episodes=1024, seed=0, lr=1e-2)
     terminator = env.pool.terminator_id
     assert [_after_cheap(policy, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]
+
+
+def test_episodes_record_what_stopping_would_have_returned() -> None:
+    """The trainer's "stop" baseline: after each non-final step, the answer so far graded and nothing
+    more paid (1 if right, 0 if wrong or none)."""
+    from puppeteer.rollout import run_lockstep
+
+    policy, env = _trained(Path("."), signals=True, episodes=0)
+    eps = run_lockstep([env], policy, [(0, i) for i in range(4)], first_actions=[0, 0, 0, 0])
+    for i, e in enumerate(eps):
+        assert len(e.stop_returns) == len(e.actions) - 1  # one per decision after the first
+        assert e.stop_returns[:1] == ([0.0] if i < 2 else [1.0])[: len(e.stop_returns)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("later", "second", "episodes"), [("stop", "sample", 1024), ("first", "all", 3072)])
+def test_with_every_first_agent_tried_the_router_learns_when_a_second_call_pays(
+    tmp_path: Path, seed: int, later: str, second: str, episodes: int
+) -> None:
+    """first_step=all tries the cheap and the strong agent first on every item. Judged against the first
+    decision's value (``later_baseline=first``, sampled second steps) a second call after the strong
+    agent inherits its luck (seeds 1 and 2 fail); judged against stopping (``stop``) each second call
+    is credited with what it adds; with every second action tried too (``second_step=all``) both
+    decisions' gradients are exact. Either way: escalate after the cheap agent's silence, stop after
+    its answer and after the strong agent's."""
+    policy, env = _trained(tmp_path, signals=True, episodes=0, seed=seed)
+    config = ReinforceConfig(
+        episodes=episodes,
+        batch_episodes=48 if second == "all" else 32,
+        lr=1e-2,
+        seed=seed,
+        first_step="all",
+        later_baseline=later,
+        second_step=second,
+    )
+    train(env, policy, config, tmp_path)
+    terminator = env.pool.terminator_id
+    assert [_after_cheap(policy, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]
+    env.reset(seed=0, options={"task_index": 0})
+    obs, *_ = env.step(1)  # the strong agent first: right, and dear; another call adds nothing
+    assert policy.choose(policy.features(obs), greedy=True) == terminator
+
+
+def test_the_stop_baseline_needs_every_first_agent_tried(tmp_path: Path) -> None:
+    policy, env = _trained(tmp_path, signals=True, episodes=0)
+    with pytest.raises(ValueError, match="first_step=all"):
+        train(env, policy, ReinforceConfig(episodes=32, batch_episodes=32, later_baseline="stop"), tmp_path)
+    with pytest.raises(ValueError, match="later_baseline"):
+        train(env, policy, ReinforceConfig(episodes=32, batch_episodes=32, later_baseline="prefix"), tmp_path)
+
+
+def test_every_pair_of_actions_needs_two_step_episodes_with_every_first_agent_tried(tmp_path: Path) -> None:
+    policy, env = _trained(tmp_path, signals=True, episodes=0)
+    with pytest.raises(ValueError, match="second_step=all"):
+        train(env, policy, ReinforceConfig(episodes=48, batch_episodes=48, second_step="all"), tmp_path)
+    with pytest.raises(ValueError, match="sample or all"):
+        train(env, policy, ReinforceConfig(episodes=48, batch_episodes=48, second_step="some"), tmp_path)
+
+
+def test_forced_action_tuples_play_out_in_order_then_the_policy_chooses(tmp_path: Path) -> None:
+    from puppeteer.rollout import run_lockstep
+
+    policy, env = _trained(tmp_path, signals=True, episodes=0)
+    terminator = env.pool.terminator_id
+    eps = run_lockstep([env], policy, [(0, 2)] * 3, first_actions=[(1, terminator), (0, 1), 0])
+    assert eps[0].actions == [1, terminator] and eps[1].actions == [0, 1] and eps[2].actions[0] == 0
+    assert eps[0].returns[1] == eps[0].stop_returns[0] == 1.0  # stopped after the strong agent's answer
+
+
+def test_step_logits_start_at_zero_and_survive_a_save(tmp_path: Path) -> None:
+    """The step term is zero until trained (so it changes nothing at the start) and is saved with the
+    weights; it is refused beside cards, which have their own term for who has acted."""
+    _, env = _trained(tmp_path, signals=True, episodes=0)
+    config = PolicyConfig(
+        encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=True, step_logits=True
+    )
+    policy = PuppeteerPolicy(env.pool, config, seed=0)
+    assert policy.scorer.step_logits is not None
+    assert float(policy.scorer.step_logits.weight.detach().abs().sum()) == 0.0
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+    obs, *_ = env.step(0)
+    with torch.no_grad():
+        policy.scorer.step_logits.weight[env.pool.terminator_id, 2 + 1] = 5.0  # step 1 -> stop
+    before = policy.logits([policy.features(obs)]).detach()
+    again = PuppeteerPolicy.load(policy.save(tmp_path / "p"), env.pool)
+    torch.testing.assert_close(again.logits([again.features(obs)]).detach(), before)
+    with pytest.raises(ValueError, match="step_logits"):
+        PolicyConfig(cards=True, step_logits=True)
+    with pytest.raises(ValueError, match="step_logits"):
+        PolicyConfig(stop_prior=3.0)
+
+
+def test_a_stop_prior_starts_the_router_stopping_after_its_first_call(tmp_path: Path) -> None:
+    _, env = _trained(tmp_path, signals=True, episodes=0)
+    config = PolicyConfig(
+        encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=True, step_logits=True, stop_prior=3.0
+    )
+    policy = PuppeteerPolicy(env.pool, config, seed=0)
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+    first = policy.logits([policy.features(obs)]).detach()[0]
+    obs, *_ = env.step(0)
+    after = policy.logits([policy.features(obs)]).detach()[0]
+    terminator = env.pool.terminator_id
+    assert torch.isinf(first[terminator])  # min_steps=1: no stopping before a call
+    assert float(after[terminator] - after[:terminator].max()) > 2.5  # the prior, less the MLP's spread
 
 
 def test_a_planning_round_records_the_answer_that_grading_takes() -> None:

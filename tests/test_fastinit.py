@@ -107,24 +107,27 @@ def test_fast_init_refuses_what_it_cannot_build() -> None:
 
 
 SOME_ANSWERS = st.sampled_from(["4", "5", "4.0", "x", "-3", "1,200", " 7 "])
-ANSWERS = st.lists(st.one_of(st.none(), SOME_ANSWERS), max_size=8)
+ANSWERS = st.lists(
+    st.tuples(st.one_of(st.none(), SOME_ANSWERS), st.sampled_from([None, True, False])), max_size=8
+)
 
 
 @given(ANSWERS)
-def test_the_tally_gives_answer_signals_at_every_prefix(answers: list[str | None]) -> None:
+def test_the_tally_gives_answer_signals_at_every_prefix(steps: list[tuple[str | None, bool | None]]) -> None:
+    answers, checks = [a for a, _ in steps], [c for _, c in steps]
     vectors: dict[tuple[int, ...], np.ndarray] = {}
     tally = AnswerTally(vectors)
     np.testing.assert_array_equal(tally.signals(), answer_signals([]))
-    for i, answer in enumerate(answers):
-        tally.add(answer)
+    for i, (answer, check) in enumerate(steps):
+        tally.add(answer, check)
         got = tally.signals()
-        np.testing.assert_array_equal(got, answer_signals(answers[: i + 1]))
+        np.testing.assert_array_equal(got, answer_signals(answers[: i + 1], checks[: i + 1]))
         assert got.dtype == np.float32 and tally.n == i + 1
         got[:] = 9.0  # a vector handed out is the caller's: changing it changes no later one
     again = AnswerTally(vectors)
-    for answer in answers:
-        again.add(answer)
-    np.testing.assert_array_equal(again.signals(), answer_signals(answers))
+    for answer, check in steps:
+        again.add(answer, check)
+    np.testing.assert_array_equal(again.signals(), answer_signals(answers, checks))
 
 
 @given(st.lists(st.floats(-10, 10, allow_nan=False), max_size=8), st.floats(0.0, 1.0))

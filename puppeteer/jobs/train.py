@@ -109,6 +109,8 @@ def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
         k_available=cfg.get("k_available"),  # random k-of-n agent subsets while training only
         holdout_subsets=_holdout(cfg),  # never drawn in training
         lam_range=_bounds(cfg),  # lambda drawn per episode while training only
+        # a policy that reads the answer signals also gets the visible checks' verdicts among them
+        visible_checks=bool(_get(cfg["policy"], "signals", False)),
     )
 
 
@@ -157,6 +159,8 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             cards_text=bool(_get(pc, "cards_text", True)),
             card_noise=float(_get(pc, "card_noise", 0.0)),
             rest_dropout=float(_get(pc, "rest_dropout", 0.0)),
+            step_logits=bool(_get(pc, "step_logits", False)),
+            stop_prior=float(_get(pc, "stop_prior", 0.0)),
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

@@ -59,14 +59,16 @@ class EpisodeSettings:
     prompt: str | None = None  # conductors: configs/conductor/<prompt>.yaml (None: the default prompt)
     cost_model: str | None = None  # conductors: what ``lam`` prices (tokens, usd, ...; None: tokens)
 
-    def step_config(self, aggregate: str | None = None) -> EnvConfig:
-        """Step mode: one agent per action, the Terminator ends the episode."""
+    def step_config(self, aggregate: str | None = None, *, visible_checks: bool = False) -> EnvConfig:
+        """Step mode: one agent per action, the Terminator ends the episode (``visible_checks``: the
+        answer signals carry the visible checks' verdicts, for a policy that reads them)."""
         return EnvConfig(
             mode="step",
             lam=self.lam,
             max_steps=self.max_steps,
             aggregate=aggregate,
             k_available=self.k_available,
+            visible_checks=visible_checks,
         )
 
     def workflow_config(self, aggregate: str | None, max_steps: int | None = None, **more: Any) -> EnvConfig:
@@ -132,7 +134,10 @@ class StepRunner:
     def configure(
         self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
     ) -> EnvConfig:
-        return settings.step_config(getattr(self.step, "aggregate", None))
+        return settings.step_config(
+            getattr(self.step, "aggregate", None),
+            visible_checks=bool(getattr(self.step, "reads_checks", False)),
+        )
 
     def start(self, env: ConductorEnv, shared: Backend | None, cache: str | Path | None = None) -> None:
         return None

@@ -71,7 +71,8 @@ class PolicyConfig:
     max_steps: int = 5
     min_steps: int = 0  # the Terminator is never chosen before this many agents acted
     greedy: bool = False
-    signals: bool = False  # also read obs["signals"] (puppeteer.signals: answered, whole number, agreement)
+    signals: bool = False  # also read obs["signals"] (puppeteer.signals: answered, whole number, agreement,
+    # the visible checks' verdicts: the env runs them for a policy that reads the signals)
     surface: bool = False  # also read the question's surface features (puppeteer.surface: length, numbers)
     # the scorer's layers: "norm" (LayerNorm + GELU) or "tanh" (the first design; its head saturates
     # under REINFORCE's steps and then scores every task alike: docs/sim-routing.md)
@@ -102,6 +103,15 @@ class PolicyConfig:
     # must rank the agents on their own and the MLP learns corrections to them; an agent the policy was
     # not trained with gets no MLP term at all (its card's terms only), a training agent always has it
     rest_dropout: float = 0.0
+    # a linear term per action on the step and on who has acted (zero at the start): the decision after
+    # a call gets agent preferences of its own, where the MLP's agent terms are shared by every step
+    # (so the first step's favourite was also the favourite second call: docs/local-mix.md, section 6)
+    step_logits: bool = False
+    # with step_logits: the Terminator's starting logit at every step after the first (0: none). A
+    # router that starts out stopping after one call learns the first choice as a one-call router would,
+    # and calls again only where that was learned to pay; one that starts out calling at random after
+    # the first call judges every first agent by a random second one
+    stop_prior: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cards and self.layers != "norm":
@@ -112,6 +122,12 @@ class PolicyConfig:
             raise ValueError("policy.cards_text and policy.card_noise need policy.cards")
         if self.card_noise < 0:
             raise ValueError(f"policy.card_noise must be >= 0, got {self.card_noise}")
+        if self.step_logits and self.cards:
+            raise ValueError("policy.step_logits is for policies without policy.cards")
+        if self.stop_prior and not self.step_logits:
+            raise ValueError(
+                "policy.stop_prior is the step term's starting value: it needs policy.step_logits"
+            )
         if self.rest_dropout and (not self.cards or self.cards_linear):
             raise ValueError("policy.rest_dropout needs policy.cards without policy.cards_linear")
         if not 0 <= self.rest_dropout < 1:
@@ -164,6 +180,8 @@ class Scorer(nn.Module):
         card_noise: float = 0.0,
         cost_features: Sequence[int] = (PRICE_LINEAR,),
         rest_dropout: float = 0.0,
+        step_logits: bool = False,
+        stop_prior: float = 0.0,
     ) -> None:
         """``cards``: the agents' raw card features (agents x features, the Terminator excluded) and
         the shift and scale that standardise them (:func:`puppeteer.cards.card_scale`); its last
@@ -171,7 +189,9 @@ class Scorer(nn.Module):
         its card; ``card_noise``: the spread of the noise on the standardised card in gradient steps;
         ``cost_features``: the card features a return charges per call (read linearly);
         ``rest_dropout``: the chance that an agent's MLP term is dropped in a training update (and
-        the MLP term only for the agents marked known, :meth:`set_agents`)."""
+        the MLP term only for the agents marked known, :meth:`set_agents`); ``step_logits``: a linear
+        term per action on the step's one-hot and the calls so far (no cards), the Terminator's
+        starting at ``stop_prior`` on every step after the first."""
         super().__init__()
         self.max_steps = max_steps
         self.n_signals = n_signals
@@ -220,6 +240,14 @@ class Scorer(nn.Module):
         self.task_dims = task_dims
         if task_dims is not None:  # the projection onto the top task_dims directions (identity until fit)
             self.register_buffer("task_proj", torch.eye(dim))
+        self.step_logits = None
+        if step_logits:
+            if self.n_card:
+                raise ValueError("step_logits is for scorers without cards")
+            self.step_logits = nn.Linear(max_steps + 1 + n_actions, n_actions, bias=False)
+            nn.init.zeros_(self.step_logits.weight)
+            with torch.no_grad():  # the Terminator's weight on the step one-hot of steps 1..max_steps
+                self.step_logits.weight[n_actions - 1, 1 : max_steps + 1] = stop_prior
         if n_signals and not self.n_card:
             # the signals also move each action's logit directly: through the MLP alone, two states
             # that differ only in a few signal inputs saturate its tanh units before they separate
@@ -361,6 +389,8 @@ class Scorer(nn.Module):
             return self._card_terms(h, card, counts, matched).masked_fill(~mask.bool(), float("-inf"))
         g, card = self.agents(card)  # (A + 1, hidden)
         logits = self._mlp_terms(h, g, signals)
+        if self.step_logits is not None:
+            logits = logits + self.step_logits(torch.cat([onehot, counts.float() / self.max_steps], dim=-1))
         if self.rest_dropout and card is not None:
             if lam is not None and self.n_lam:
                 logits = logits + self.lam_agent(lam) @ g.T
@@ -453,6 +483,8 @@ class PuppeteerPolicy:
             card_noise=config.card_noise,
             cost_features=pool.cards.cost_features if pool.cards is not None else (PRICE_LINEAR,),
             rest_dropout=config.rest_dropout,
+            step_logits=config.step_logits,
+            stop_prior=config.stop_prior,
         )
         self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
         # (cards) the agents this policy was trained with, where its pool holds others (with_pool, load)
@@ -479,6 +511,11 @@ class PuppeteerPolicy:
         twin.scorer.set_agents(self._agent_texts(pool), pool_cards(pool), known)
         twin._trained = trained
         return twin
+
+    @property
+    def reads_checks(self) -> bool:
+        """Whether its observations should carry the visible checks' verdicts (it reads the signals)."""
+        return self.config.signals
 
     @property
     def lam_range(self) -> LamRange | None:
@@ -637,7 +674,7 @@ class PuppeteerPolicy:
         for key in ("lam_range", "task_dims"):  # unset: the file is what it was before the setting
             if config[key] is None:
                 del config[key]
-        for key in ("cards", "cards_linear", "card_noise", "rest_dropout"):
+        for key in ("cards", "cards_linear", "card_noise", "rest_dropout", "step_logits", "stop_prior"):
             if not config[key]:
                 del config[key]
         if config["cards_text"]:

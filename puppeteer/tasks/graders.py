@@ -183,9 +183,16 @@ class LetterGrader:
 
 def humaneval_program(completion: str, task: Task) -> str:
     """The check program: prompt + completion (or completion re-defining the function) + tests + check()."""
-    prompt = str(task.meta.get("prompt", ""))
     entry = str(task.meta["entry_point"])
     test = str(task.meta["test"])
+    return f"{humaneval_body(completion, task)}\n\n{test}\n\ncheck({entry})\n"
+
+
+def humaneval_body(completion: str, task: Task) -> str:
+    """The program that defines the item's function: the prompt and the completion, which either
+    re-defines the function in full or continues the prompt's stub with its body."""
+    prompt = str(task.meta.get("prompt", ""))
+    entry = str(task.meta["entry_point"])
     if re.search(rf"^\s*(?:async\s+)?def\s+{re.escape(entry)}\s*\(", completion, re.MULTILINE):
         body = (
             prompt + "\n\n" + completion
@@ -195,7 +202,7 @@ def humaneval_program(completion: str, task: Task) -> str:
         if first and not first[0].isspace():
             completion = textwrap.indent(completion, "    ")
         body = prompt + completion
-    return f"{body}\n\n{test}\n\ncheck({entry})\n"
+    return body
 
 
 @dataclass(frozen=True)

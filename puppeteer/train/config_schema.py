@@ -80,6 +80,8 @@ class PolicyNode:
     cards_text: bool = True  # with cards: the agent's text beside its card (false: the agent is its card)
     card_noise: float = 0.0  # with cards: noise on the standardised cards in training updates
     rest_dropout: float = 0.0  # with cards: drop agents' MLP terms in training updates; none for new agents
+    step_logits: bool = False  # a linear term per action on the step and the calls so far (no cards)
+    stop_prior: float = 0.0  # with step_logits: the Terminator's starting logit after the first step
 
 
 @dataclass

@@ -60,6 +60,15 @@ class ReinforceConfig:
     # expectation over them (all-action policy gradient; later steps stay REINFORCE), which does not
     # commit to whichever agent was lucky early when agents differ by a few points
     first_step: str = "sample"
+    # first_step=all, the baseline of each later decision (step t >= 1): "first", the value of the first
+    # decision (V = sum_a pi(a) G_a, so a second call's advantage carries the first call's luck), or
+    # "stop", what stopping at t would return (the answer so far graded, nothing more paid; a function
+    # of the state, not the action): a call is credited with what it adds over stopping
+    later_baseline: str = "first"
+    # first_step=all and two-step episodes (max_steps=2): "all" also tries every second action (the
+    # Terminator included) after every first one, so both decisions' gradients are exact expectations
+    # over the group's item (|A| x (|A| + 1) episodes a group; cheap where calls replay from a table)
+    second_step: str = "sample"
     # a lambda-conditioned run (lam_range) of one-call episodes (max_steps=1) with first_step=all: each
     # group's first decision is also learned at this many more lambdas drawn from the range, the same
     # calls' returns re-priced (exact for one call: R(x) = R(lam) + (lam - x) C); 0: only its own lambda
@@ -183,6 +192,9 @@ def _baseline_prefix(groups: Groups, state: dict[str, float], cfg: ReinforceConf
     return out
 
 
+LATER_BASELINES = ("first", "stop")  # first_step=all: the later decisions' baseline (ReinforceConfig)
+UNIFORM_SHARE = 0.1  # second_step=all: the share of each second-step state's weight spread evenly
+
 BASELINES: dict[str, Callable[[Groups, dict[str, float], ReinforceConfig], StepBaselines]] = {
     "none": _baseline_none,
     "ema": _baseline_ema,
@@ -263,6 +275,8 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (trainer, "first_step", "sample"),
         (trainer, "lam_relabel", 0),
         (trainer, "entropy_final_fraction", 1.0),
+        (trainer, "later_baseline", "first"),
+        (trainer, "second_step", "sample"),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
@@ -272,15 +286,18 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "cards_text", True),
         (pol, "card_noise", 0.0),
         (pol, "rest_dropout", 0.0),
+        (pol, "step_logits", False),
+        (pol, "stop_prior", 0.0),
     ):
         if settings.get(key) == old:
             settings.pop(key)
-    # ``unavailable``, ``lam_range``, ``holdout_subsets``, ``price_in_prompt`` and ``recursion`` joined
-    # the env config later: left out while empty or at their default, so older checkpoints resume
+    # ``unavailable``, ``lam_range``, ``holdout_subsets``, ``price_in_prompt``, ``recursion`` and
+    # ``visible_checks`` joined the env config later: left out while empty or at their default, so older
+    # checkpoints resume
     env_settings = {
         k: v
         for k, v in asdict(env.config).items()
-        if (k not in ("unavailable", "holdout_subsets", "price_in_prompt") or v)
+        if (k not in ("unavailable", "holdout_subsets", "price_in_prompt", "visible_checks") or v)
         and (k != "lam_range" or v is not None)
         and (k != "recursion" or v != "offer")
     }
@@ -359,6 +376,16 @@ def first_actions(
     mask = env.pool.availability(env.config.unavailable) if available is None else available
     out = [a for a in range(len(env.pool)) if mask[a]]
     if env.config.min_steps == 0 and policy.config.min_steps == 0:
+        out.append(env.pool.terminator_id)
+    return out
+
+
+def second_actions(env: ConductorEnv, policy: PuppeteerPolicy) -> list[int]:
+    """The actions open at an episode's second step (``second_step: all`` tries each after every first
+    action): the available agents, and the Terminator unless one step is not yet enough to stop."""
+    mask = env.pool.availability(env.config.unavailable)
+    out = [a for a in range(len(env.pool)) if mask[a]]
+    if env.config.min_steps <= 1 and policy.config.min_steps <= 1:
         out.append(env.pool.terminator_id)
     return out
 
@@ -501,11 +528,13 @@ def _all_first_loss(
     firsts: Sequence[Sequence[int]],
     relabel: Sequence[Sequence[float]] | None = None,
     phi: float = 1.0,
+    later_baseline: str = "first",
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Each group tried every first action open to it (``firsts``: per group, in its episodes' order)
     on one task. The first decision's loss is the exact
     expectation -sum_a pi(a) (G_a - V) log pi(a) with V = sum_a pi(a) G_a (pi's weights held fixed);
-    a later step t of the episode that opened with a0 adds -pi(a0) (G_t - V) log pi(a_t | s_t).
+    a later step t of the episode that opened with a0 adds -pi(a0) (G_t - b_t) log pi(a_t | s_t), with
+    b_t = V (``later_baseline="first"``) or what stopping at t returns (``"stop"``).
     ``relabel`` (one-call episodes of a lambda-conditioned run): per group, more lambdas at which its
     first decision is learned too, from the same calls re-priced (:func:`_relabelled`)."""
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
@@ -520,13 +549,16 @@ def _all_first_loss(
             torch.log_softmax(policy.logits(feats), dim=-1), index.repeat_interleave(per_group, dim=0), priced
         )
         loss, rows = loss + more, rows + len(feats)
-    later_feats, later_actions, later_weights = [], [], []
+    later_feats, later_actions, later_pi, later_adv = [], [], [], []
     for gi, g in enumerate(groups):
         for ai, e in enumerate(g):
             for t in range(1, len(e.actions)):
                 later_feats.append(e.feats[t])
                 later_actions.append(e.actions[t])
-                later_weights.append(float(pi[gi, ai]) * (e.returns[t] - float(baseline[gi, 0])))
+                b = e.stop_returns[t - 1] if later_baseline == "stop" else float(baseline[gi, 0])
+                later_pi.append(float(pi[gi, ai]))
+                later_adv.append(e.returns[t] - b)
+    later_weights = [p * a for p, a in zip(later_pi, later_adv, strict=True)]
     logps = [first_logp]
     if later_feats:
         later_logp = torch.log_softmax(policy.logits(later_feats), dim=-1)
@@ -537,6 +569,75 @@ def _all_first_loss(
         f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
     ]
     return loss / rows, _entropy(torch.cat(logps)), greedy
+
+
+def _all_pairs_loss(
+    policy: PuppeteerPolicy, groups: Groups, firsts: Sequence[Sequence[int]], seconds: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Each group tried every (first, second) pair of actions on one task (first-major: the episodes of
+    first action i are ``g[i * S : (i + 1) * S]``, S = len(seconds)). Both decisions' losses are exact
+    expectations under the current policy (its weights held fixed): after first action a0, with
+    Q(b) = G_1 of the pair (a0, b) and V1 = sum_b pi(b | s1) Q(b), the second decision adds
+    -(1 / |A0|) sum_b pi(b | s1) (Q(b) - V1) log pi(b | s1); the first is ``_exact_first`` on the
+    returns G(a0) = sum_b pi(b | s1) G_0(a0, b), what a0 is worth when the policy then acts as it does.
+    Weighing every first action's state alike (the gradient of the expected return would weigh it by
+    pi(a0)) is policy iteration's order: each state's decision improves whether or not the policy
+    goes there now, so a first action is judged by what the second step can make of it. With pi(a0)
+    the cheap-first-then-escalate plan of tests/test_cascade.py was lost on one seed of three: once
+    the first step turned from the cheap agent, nothing taught the step after it."""
+    n_second = len(seconds)
+    first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
+    index = torch.as_tensor([list(f) for f in firsts])
+    s1_feats, s1_rows, ended = [], [], []  # one second-step state per (group, first action)
+    for gi, g in enumerate(groups):
+        for ai in range(len(firsts[gi])):
+            block = g[ai * n_second : (ai + 1) * n_second]
+            if all(len(e.feats) > 1 for e in block):
+                s1_feats.append(block[0].feats[1])
+                s1_rows.append((gi, ai))
+            else:  # the first call ended the episode (a failed call): nothing to decide after it
+                ended.append((gi, ai))
+    returns0 = torch.zeros(index.shape, dtype=torch.float32)
+    for gi, ai in ended:
+        returns0[gi, ai] = groups[gi][ai * n_second].returns[0]
+    loss = torch.zeros(())
+    logps = [first_logp]
+    if s1_feats:
+        second_logp = torch.log_softmax(policy.logits(s1_feats), dim=-1)
+        tried = second_logp[:, list(seconds)]  # (states, S)
+        pi2 = tried.exp().detach()
+        pi2 = pi2 / pi2.sum(dim=1, keepdim=True).clamp_min(1e-12)
+        q = torch.as_tensor(
+            [[e.returns[1] for e in groups[gi][ai * n_second : (ai + 1) * n_second]] for gi, ai in s1_rows],
+            dtype=torch.float32,
+        )
+        g0 = torch.as_tensor(
+            [[e.returns[0] for e in groups[gi][ai * n_second : (ai + 1) * n_second]] for gi, ai in s1_rows],
+            dtype=torch.float32,
+        )
+        v1 = (pi2 * q).sum(dim=1, keepdim=True)
+        for row, (gi, ai) in enumerate(s1_rows):
+            returns0[gi, ai] = (pi2[row] * g0[row]).sum()
+        # each state after a first action weighs what the policy gives that action, mixed with a tenth
+        # of uniform: pi(a0) alone is the gradient of the expected return, but a first action the policy
+        # has turned from then never learns its second step, and is judged by an untrained one
+        pi1 = first_logp.gather(1, index).exp().detach()
+        pi1 = pi1 / pi1.sum(dim=1, keepdim=True).clamp_min(1e-12)
+        weight = torch.as_tensor(
+            [
+                (1 - UNIFORM_SHARE) * float(pi1[gi, ai]) + UNIFORM_SHARE / len(firsts[gi])
+                for gi, ai in s1_rows
+            ],
+            dtype=torch.float32,
+        )
+        loss = loss - (weight[:, None] * pi2 * (q - v1) * tried).sum()
+        logps.append(second_logp)
+    first_loss, _, _ = _exact_first(first_logp, index, returns0)
+    loss = loss + first_loss
+    greedy = [
+        f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
+    ]
+    return loss / len(groups), _entropy(torch.cat(logps)), greedy
 
 
 def train(
@@ -557,6 +658,23 @@ def train(
     """
     if config.baseline not in BASELINES:
         raise KeyError(f"unknown baseline {config.baseline!r}; known: {', '.join(BASELINES)}")
+    if config.later_baseline not in LATER_BASELINES:
+        raise ValueError(
+            f"trainer.later_baseline={config.later_baseline!r}: one of {', '.join(LATER_BASELINES)}"
+        )
+    if config.later_baseline != "first" and config.first_step != "all":
+        raise ValueError(
+            "trainer.later_baseline sets the later steps' baseline of first_step=all: set that too"
+        )
+    if config.second_step not in ("sample", "all"):
+        raise ValueError(f"trainer.second_step={config.second_step!r}: sample or all")
+    if config.second_step == "all" and (
+        config.first_step != "all" or env.config.max_steps != 2 or env.config.k_available is not None
+    ):
+        raise ValueError(
+            "trainer.second_step=all tries every pair of actions of a two-step episode: it needs "
+            "trainer.first_step=all, max_steps=2 and every agent on offer (no k_available)"
+        )
     if config.batch_episodes % config.group_size:
         raise ValueError("batch_episodes must be a multiple of group_size")
     lam_range = check_lam_conditioning(env, policy, config)
@@ -628,7 +746,10 @@ def train(
     if config.first_step == "all":  # the first actions a group tries (with subsets: how many)
         firsts = first_actions(env, policy, None if draw is None else draw.example)
     phi = float(env.config.phi if env.config.phi is not None else env.config.max_steps)
+    seconds = second_actions(env, policy) if config.second_step == "all" else None
     size = len(firsts) if firsts is not None else config.group_size
+    if firsts is not None and seconds is not None:
+        size *= len(seconds)
     n_groups = max(1, config.batch_episodes // size)
     planned = -(-config.episodes // size) * size  # whole groups: the last one may go past episodes
     if planned != config.episodes:  # say so (and the progress line counts to it)
@@ -664,7 +785,11 @@ def train(
             if lams is not None and lam_range is not None:  # one lambda per group (its baseline's too)
                 lams += [lam_range.sample(rng)] * size
                 relabel.append([lam_range.sample(rng) for _ in range(config.lam_relabel)])
-        forced = None if firsts is None else [a for group_firsts in tried for a in group_firsts]
+        forced: list[int | tuple[int, ...]] | None = None
+        if firsts is not None:
+            forced = [a for group_firsts in tried for a in group_firsts]
+            if seconds is not None:  # every (first, second) pair, first-major
+                forced = [(int(a), b) for a in forced for b in seconds]
         flat = run_lockstep(
             envs,
             policy,
@@ -689,8 +814,12 @@ def train(
             pg_loss, entropy, first_choices = _sampled_loss(
                 policy, groups, baseline_fn(groups, state.baseline, config)
             )
+        elif seconds is not None:  # every pair of actions was tried
+            pg_loss, entropy, first_choices = _all_pairs_loss(policy, groups, tried, seconds)
         else:  # every first action was tried: the watch reads the policy's greedy first choice
-            pg_loss, entropy, first_choices = _all_first_loss(policy, groups, tried, relabel or None, phi)
+            pg_loss, entropy, first_choices = _all_first_loss(
+                policy, groups, tried, relabel or None, phi, config.later_baseline
+            )
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
         loss = pg_loss - entropy_coef(config, frac) * entropy
         for group in opt.param_groups:

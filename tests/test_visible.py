@@ -1,0 +1,140 @@
+"""Visible checks: a HumanEval answer run on the calls its own docstring shows, in the sandbox; the verdict
+in the step-mode observation for a policy that reads the signals; how well it predicts the hidden tests
+on the shipped local-mix table (real-model answers, no model loaded)."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from puppeteer.envbuild import build_env
+from puppeteer.envparts import EnvConfig
+from puppeteer.replay import read_outcomes
+from puppeteer.signals import SIGNAL_NAMES
+from puppeteer.tasks import load_suite
+from puppeteer.tasks.visible import VISIBLE_CHECKS, CodeExamplesCheck, Example, visible_examples
+from puppeteer.types import Task
+
+PROMPT = '''
+def add_one(xs: list) -> list:
+    """Add one to each number.
+    >>> add_one([1, 2])
+    [2, 3]
+    >>> add_one([])
+    []
+    add_one([5]) ==> [6]
+    add_one((7,)) -> [8]
+    For example, add_one(xs) should be shorter than this sentence.
+    add_one(abc) == 'nonsense'
+    add_one([1]) == something prose
+    """
+'''
+TASK = Task(
+    "humaneval/x",
+    PROMPT,
+    "    return [x + 1 for x in xs]\n",
+    "humaneval",
+    "code",
+    "code",
+    meta={"prompt": PROMPT, "entry_point": "add_one", "test": "def check(f):\n    assert f([0]) == [1]\n"},
+)
+PASS = [
+    ("doctest", "    return [x + 1 for x in xs]\n"),
+    ("full definition", "def add_one(xs):\n    return list(map(lambda v: v + 1, xs))\n"),
+    ("tuple for a list", "    return tuple(x + 1 for x in xs)\n"),
+]
+FAIL = [
+    ("wrong", "    return [x + 2 for x in xs]\n"),
+    ("raises", "    return xs[0] + 1\n"),
+    ("loops", "    while True:\n        pass\n"),
+]
+
+
+def test_the_examples_are_the_calls_the_docstring_shows_with_literal_results() -> None:
+    got = visible_examples(PROMPT, "add_one")
+    assert got == (
+        Example("add_one([1, 2])", "[2, 3]"),
+        Example("add_one([])", "[]"),
+        Example("add_one([5])", "[6]"),
+        Example("add_one((7,))", "[8]"),
+    )  # not the prose call, not a bare name (`abc`), not a result that is not a literal
+    assert visible_examples(PROMPT, "add") == ()  # another function's name is not a prefix match
+    assert visible_examples("def f(x):\n    '''Return x.'''\n", "f") == ()
+
+
+@pytest.mark.parametrize(("why", "code"), PASS)
+def test_an_answer_that_does_what_the_examples_show_passes(why: str, code: str) -> None:
+    assert CodeExamplesCheck().check(code, TASK) is True, why
+
+
+@pytest.mark.parametrize(("why", "code"), FAIL)
+def test_an_answer_that_contradicts_or_dies_on_an_example_fails(why: str, code: str) -> None:
+    assert CodeExamplesCheck(timeout_s=2.0).check(code, TASK) is False, why
+
+
+def test_no_answer_fails_and_nothing_to_run_is_no_verdict() -> None:
+    check = VISIBLE_CHECKS["code"]
+    assert check.check(None, TASK) is False and check.check("  ", TASK) is False
+    bare = Task("humaneval/y", "def g(): ...", "", "humaneval", "code", "code", meta={"entry_point": "g"})
+    assert check.check("def g():\n    return 1\n", bare) is None  # no examples in the question
+    assert "numeric" not in VISIBLE_CHECKS  # graders without a check give no verdict
+
+
+def test_the_env_puts_the_verdict_in_the_signals_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strict replay of the shipped table (no model): `qwen1.5b-code` on the first held-out HumanEval
+    items; the last two signals say what the check says of the replayed answer."""
+    monkeypatch.setenv("PUPPETEER_REPLAY", "strict")
+    tasks = tuple(t for t in load_suite("mix-local", "test", n=40) if t.grader == "code")[:4]
+    passed, failed = SIGNAL_NAMES.index("last_passed_check"), SIGNAL_NAMES.index("last_failed_check")
+    answers = {
+        o.task_id: o.answer
+        for o in read_outcomes(load_pool_replay())
+        if o.split == "test" and o.agent == "qwen1.5b-code" and o.suite == "mix-local"
+    }
+    seen = set()
+    for checks in (True, False):
+        config = EnvConfig(
+            mode="step", lam=1.0, max_steps=2, min_steps=1, cost_model="minutes", visible_checks=checks
+        )
+        env = build_env(config, pool="local-mix", tasks=tasks)
+        agent = [a.name for a in env.pool.agents].index("qwen1.5b-code")
+        for seed in range(6):
+            obs, _ = env.reset(seed=seed)
+            assert obs["signals"][passed] == obs["signals"][failed] == 0.0  # no step yet
+            obs, *_ = env.step(agent)
+            verdict = CodeExamplesCheck().check(answers[env.task.id], env.task)
+            want = (verdict is True, verdict is False) if checks else (False, False)
+            np.testing.assert_array_equal(obs["signals"][[passed, failed]], np.array(want, dtype=np.float32))
+            seen.add((checks, verdict))
+        env.close()
+    assert (True, True) in seen  # the items drawn include an answer that passes its examples
+
+
+def test_on_the_shipped_table_failing_the_examples_means_failing_the_tests() -> None:
+    """Every HumanEval answer of every agent in the shipped local-mix table (real Qwen2.5-Coder answers,
+    520 items' worth; no model): an answer that fails the calls its docstring shows is almost never right,
+    one that passes them mostly is. Measured: 5 of 476 right among fails, 297 of 332 among passes (232
+    answers' items show no examples to run)."""
+    rows = [o for o in read_outcomes(load_pool_replay()) if o.task_id.startswith("humaneval/")]
+    tasks = {
+        (s, t.id): t for s, n in (("train", 200), ("test", 320)) for t in load_suite("mix-local", s, n=n)
+    }
+    check = CodeExamplesCheck()
+    tally: collections.Counter[tuple[bool | None, bool]] = collections.Counter()
+    for o in rows:
+        tally[(check.check(o.answer, tasks[(o.split, o.task_id)]), o.correct)] += 1
+    fails, passes = tally[(False, True)] + tally[(False, False)], tally[(True, True)] + tally[(True, False)]
+    assert fails >= 300 and passes >= 250  # most items show examples; both verdicts are common
+    assert tally[(False, True)] / fails <= 0.03
+    assert tally[(True, True)] / passes >= 0.85
+
+
+def load_pool_replay() -> Path:
+    from puppeteer.pool import load_pool
+
+    replay = load_pool("local-mix").replay
+    assert replay is not None
+    return replay
