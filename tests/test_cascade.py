@@ -327,6 +327,32 @@ def test_step_logits_start_at_zero_and_survive_a_save(tmp_path: Path) -> None:
         PolicyConfig(stop_prior=3.0)
 
 
+def test_step_heads_keep_what_is_learned_after_a_call_out_of_the_first_choice(tmp_path: Path) -> None:
+    """With policy.step_heads a gradient step on the second decision's logits leaves the first
+    decision's logits exactly as they were (one scorer each); with one scorer it moves them. Both
+    survive a save."""
+    _, env = _trained(tmp_path, signals=True, episodes=0)
+    obs0, _ = env.reset(seed=0, options={"task_index": 0})
+    obs1, *_ = env.step(0)
+    moved = {}
+    for heads in (False, True):
+        config = PolicyConfig(
+            encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=True, step_heads=heads
+        )
+        policy = PuppeteerPolicy(env.pool, config, seed=0)
+        f0, f1 = policy.features(obs0), policy.features(obs1)
+        before = policy.logits([f0]).detach()
+        opt = torch.optim.SGD(policy.scorer.parameters(), lr=0.5)
+        loss = -torch.log_softmax(policy.logits([f1]), dim=-1)[0, 1]  # call the strong agent after a call
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        moved[heads] = float((policy.logits([f0]).detach() - before)[0, :2].abs().max())
+        again = PuppeteerPolicy.load(policy.save(tmp_path / f"p{heads}"), env.pool)
+        torch.testing.assert_close(again.logits([f1]).detach(), policy.logits([f1]).detach())
+    assert moved[True] == 0.0 and moved[False] > 1e-3
+
+
 def test_a_stop_prior_starts_the_router_stopping_after_its_first_call(tmp_path: Path) -> None:
     _, env = _trained(tmp_path, signals=True, episodes=0)
     config = PolicyConfig(

@@ -161,6 +161,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             rest_dropout=float(_get(pc, "rest_dropout", 0.0)),
             step_logits=bool(_get(pc, "step_logits", False)),
             stop_prior=float(_get(pc, "stop_prior", 0.0)),
+            step_heads=bool(_get(pc, "step_heads", False)),
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

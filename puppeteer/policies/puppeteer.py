@@ -112,6 +112,10 @@ class PolicyConfig:
     # and calls again only where that was learned to pay; one that starts out calling at random after
     # the first call judges every first agent by a random second one
     stop_prior: float = 0.0
+    # a second scorer, with weights of its own, for every decision after the first: what is learned
+    # about calling again cannot move the first choice (one scorer's agent terms serve every step, and
+    # a second call's cost pushed every first choice but one down: docs/local-mix.md, section 6)
+    step_heads: bool = False
 
     def __post_init__(self) -> None:
         if self.cards and self.layers != "norm":
@@ -124,6 +128,8 @@ class PolicyConfig:
             raise ValueError(f"policy.card_noise must be >= 0, got {self.card_noise}")
         if self.step_logits and self.cards:
             raise ValueError("policy.step_logits is for policies without policy.cards")
+        if self.step_heads and self.cards:
+            raise ValueError("policy.step_heads is for policies without policy.cards")
         if self.stop_prior and not self.step_logits:
             raise ValueError(
                 "policy.stop_prior is the step term's starting value: it needs policy.step_logits"
@@ -202,6 +208,8 @@ class Scorer(nn.Module):
         self.cards_text = cards_text or cards is None
         self.card_noise = card_noise
         self.rest_dropout = rest_dropout
+        # (PolicyConfig.step_heads) the scorer of every step after the first, set by its policy
+        self.later: Scorer | None = None
         if cards is None:
             self.agent_emb = nn.Parameter(torch.as_tensor(agent_init, dtype=torch.float32).clone())
         else:
@@ -356,7 +364,7 @@ class Scorer(nn.Module):
         surface: torch.Tensor | None = None,
         lam: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Masked logits, shape (batch, n_actions)."""
+        """Masked logits, shape (batch, n_actions) (``later``, when set, is called by the policy)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
         card = self.card_inputs() if self.n_card else None  # one draw of the noise for the whole pass
         matched = self.domain_accuracy(task, card) if card is not None and self.n_domains else None
@@ -465,7 +473,15 @@ class PuppeteerPolicy:
             raw = pool_cards(pool)
             cards = (raw, *card_scale(raw))  # standardised by this (the training) pool's statistics
         torch.manual_seed(seed)
-        self.scorer = Scorer(
+        self.scorer = self._scorer(pool, config, cards)
+        if config.step_heads:
+            self.scorer.later = self._scorer(pool, config, cards)
+        self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
+        # (cards) the agents this policy was trained with, where its pool holds others (with_pool, load)
+        self._trained: set[str] | None = None
+
+    def _scorer(self, pool: Pool, config: PolicyConfig, cards: Any) -> Scorer:
+        return Scorer(
             self.encoder.dim,
             pool.n_actions,
             config.max_steps,
@@ -486,9 +502,6 @@ class PuppeteerPolicy:
             step_logits=config.step_logits,
             stop_prior=config.stop_prior,
         )
-        self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
-        # (cards) the agents this policy was trained with, where its pool holds others (with_pool, load)
-        self._trained: set[str] | None = None
 
     def _agent_texts(self, pool: Pool) -> np.ndarray:
         texts = [agent_text(pool, i) for i in range(len(pool))] + [TERMINATOR_TEXT]
@@ -557,15 +570,20 @@ class PuppeteerPolicy:
             self.scorer.domain_b.copy_(b.detach())
 
     def _fit_stats(self, emb: torch.Tensor) -> None:
+        scorers = [self.scorer] if self.scorer.later is None else [self.scorer, self.scorer.later]
         with torch.no_grad():
-            self.scorer.task_shift.copy_(emb.mean(dim=0))
             std = emb.std(dim=0) if len(emb) > 1 else torch.ones(emb.shape[1])
-            self.scorer.task_scale.copy_(1.0 / (std + 1e-2 * float(std.mean()) + 1e-6))
+            shift, scale = emb.mean(dim=0), 1.0 / (std + 1e-2 * float(std.mean()) + 1e-6)
+            proj = None
             if self.scorer.task_dims is not None:
-                z = (emb - self.scorer.task_shift) * self.scorer.task_scale
-                _, _, vh = torch.linalg.svd(z, full_matrices=False)
+                _, _, vh = torch.linalg.svd((emb - shift) * scale, full_matrices=False)
                 top = vh[: self.scorer.task_dims]  # (k, dim): the directions the training tasks vary most
-                self.scorer.task_proj.copy_(top.T @ top)
+                proj = top.T @ top
+            for scorer in scorers:
+                scorer.task_shift.copy_(shift)
+                scorer.task_scale.copy_(scale)
+                if proj is not None:
+                    scorer.task_proj.copy_(proj)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> PuppeteerPolicy:
         """A twin with its own scorer that shares the pool and the (frozen, cached) encoder.
@@ -640,7 +658,12 @@ class PuppeteerPolicy:
         )
 
     def logits(self, feats: Sequence[Features]) -> torch.Tensor:
-        return self.scorer(*self.batch(feats))
+        inputs = self.batch(feats)
+        first = self.scorer(*inputs)
+        later = self.scorer.later
+        if later is None:
+            return first
+        return torch.where((inputs[2] > 0)[:, None], later(*inputs), first)  # inputs[2]: the step
 
     # ------------------------------------------------------------------ acting
     def reset(self, task_id: str) -> None:  # stateless between steps: the observation carries the state
@@ -674,7 +697,15 @@ class PuppeteerPolicy:
         for key in ("lam_range", "task_dims"):  # unset: the file is what it was before the setting
             if config[key] is None:
                 del config[key]
-        for key in ("cards", "cards_linear", "card_noise", "rest_dropout", "step_logits", "stop_prior"):
+        for key in (
+            "cards",
+            "cards_linear",
+            "card_noise",
+            "rest_dropout",
+            "step_logits",
+            "stop_prior",
+            "step_heads",
+        ):
             if not config[key]:
                 del config[key]
         if config["cards_text"]:

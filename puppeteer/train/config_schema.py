@@ -82,6 +82,7 @@ class PolicyNode:
     rest_dropout: float = 0.0  # with cards: drop agents' MLP terms in training updates; none for new agents
     step_logits: bool = False  # a linear term per action on the step and the calls so far (no cards)
     stop_prior: float = 0.0  # with step_logits: the Terminator's starting logit after the first step
+    step_heads: bool = False  # a second scorer (own weights) for every decision after the first (no cards)
 
 
 @dataclass

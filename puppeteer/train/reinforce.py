@@ -288,6 +288,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "rest_dropout", 0.0),
         (pol, "step_logits", False),
         (pol, "stop_prior", 0.0),
+        (pol, "step_heads", False),
     ):
         if settings.get(key) == old:
             settings.pop(key)
@@ -658,6 +659,13 @@ def train(
     """
     if config.baseline not in BASELINES:
         raise KeyError(f"unknown baseline {config.baseline!r}; known: {', '.join(BASELINES)}")
+    if config.first_step == "all" and config.baseline != "group":
+        log.warning(
+            "trainer.baseline=%s is not used with trainer.first_step=all: the first decision is an exact "
+            "expectation and later ones take trainer.later_baseline (%s)",
+            config.baseline,
+            config.later_baseline,
+        )
     if config.later_baseline not in LATER_BASELINES:
         raise ValueError(
             f"trainer.later_baseline={config.later_baseline!r}: one of {', '.join(LATER_BASELINES)}"
