@@ -286,6 +286,25 @@ def test_the_stop_baseline_needs_every_first_agent_tried(tmp_path: Path) -> None
         train(env, policy, ReinforceConfig(episodes=32, batch_episodes=32, later_baseline="prefix"), tmp_path)
 
 
+def test_uniform_first_weights_still_pull_a_collapsed_policy_towards_a_better_agent() -> None:
+    """The first decision's exact loss: with the policy's weights a better agent the policy has turned
+    from (logit 40 below) gets no gradient; with uniform weights its logit's gradient is its advantage
+    over the number of agents."""
+    from puppeteer.train.reinforce import _exact_first
+
+    logits = torch.tensor([[40.0, 0.0, 0.0]], requires_grad=True)
+    returns = torch.tensor([[0.5, 0.9, 0.1]])  # agent 1 is the best; the policy picks agent 0
+    index = torch.tensor([[0, 1, 2]])
+    grads = {}
+    for weights in ("policy", "uniform"):
+        loss, _, _ = _exact_first(torch.log_softmax(logits, dim=-1), index, returns, weights)
+        (grad,) = torch.autograd.grad(loss, logits)
+        grads[weights] = -grad[0]  # the ascent direction
+    assert abs(float(grads["policy"][1])) < 1e-12
+    assert float(grads["uniform"][1]) == pytest.approx((0.9 - 0.5) / 3, rel=1e-4)
+    assert float(grads["uniform"][2]) < 0  # the worse agent is pushed further down
+
+
 def test_every_pair_of_actions_needs_two_step_episodes_with_every_first_agent_tried(tmp_path: Path) -> None:
     policy, env = _trained(tmp_path, signals=True, episodes=0)
     with pytest.raises(ValueError, match="second_step=all"):

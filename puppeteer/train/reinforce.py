@@ -69,6 +69,10 @@ class ReinforceConfig:
     # Terminator included) after every first one, so both decisions' gradients are exact expectations
     # over the group's item (|A| x (|A| + 1) episodes a group; cheap where calls replay from a table)
     second_step: str = "sample"
+    # first_step=all, how the first decision's exact loss weighs each first action: "policy" (pi(a), the
+    # gradient of the expected return) or "uniform" (1/|A|: a collapsed policy still learns that an
+    # agent it has turned from is better; docs/local-mix.md, section 6)
+    first_weights: str = "policy"
     # a lambda-conditioned run (lam_range) of one-call episodes (max_steps=1) with first_step=all: each
     # group's first decision is also learned at this many more lambdas drawn from the range, the same
     # calls' returns re-priced (exact for one call: R(x) = R(lam) + (lam - x) C); 0: only its own lambda
@@ -277,6 +281,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (trainer, "entropy_final_fraction", 1.0),
         (trainer, "later_baseline", "first"),
         (trainer, "second_step", "sample"),
+        (trainer, "first_weights", "policy"),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
@@ -483,15 +488,19 @@ def _group_subsets(env: ConductorEnv) -> _SubsetDraw | None:
 
 
 def _exact_first(
-    first_logp: torch.Tensor, index: torch.Tensor, returns: torch.Tensor
+    first_logp: torch.Tensor, index: torch.Tensor, returns: torch.Tensor, weights: str = "policy"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-sum_a pi(a) (G_a - V) log pi(a) summed over rows, V = sum_a pi(a) G_a (pi's weights held fixed);
-    also pi and V."""
+    """-sum_a w(a) (G_a - V) log pi(a) summed over rows, V = sum_a pi(a) G_a (pi's weights held fixed);
+    also pi and V. ``weights="policy"``: w = pi, the gradient of the expected return; ``"uniform"``:
+    w = 1 / |A|, whose gradient on a logit tends to the action's advantage (over |A|) as pi(a) -> 0,
+    where pi's own weight vanishes: an agent the policy has turned from is still pulled back when it
+    is better than the policy's choice (the tabular natural gradient's direction)."""
     tried = first_logp.gather(1, index)  # (rows, tried actions): index holds each row's tried actions
     pi = tried.exp().detach()
     pi = pi / pi.sum(dim=1, keepdim=True).clamp_min(1e-12)
     baseline = (pi * returns).sum(dim=1, keepdim=True)
-    return -(pi * (returns - baseline) * tried).sum(), pi, baseline
+    w = pi if weights == "policy" else torch.full_like(pi, 1.0 / pi.shape[1])
+    return -(w * (returns - baseline) * tried).sum(), pi, baseline
 
 
 def _relabelled(
@@ -530,6 +539,7 @@ def _all_first_loss(
     relabel: Sequence[Sequence[float]] | None = None,
     phi: float = 1.0,
     later_baseline: str = "first",
+    first_weights: str = "policy",
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Each group tried every first action open to it (``firsts``: per group, in its episodes' order)
     on one task. The first decision's loss is the exact
@@ -541,13 +551,16 @@ def _all_first_loss(
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
     index = torch.as_tensor([list(f) for f in firsts])  # (groups, tried actions)
     returns = torch.as_tensor([[e.returns[0] for e in g] for g in groups], dtype=torch.float32)
-    loss, pi, baseline = _exact_first(first_logp, index, returns)
+    loss, pi, baseline = _exact_first(first_logp, index, returns, first_weights)
     rows = len(groups)
     if relabel is not None and any(relabel):
         feats, priced = _relabelled(policy, groups, relabel, phi)
         per_group = torch.as_tensor([len(xs) for xs in relabel])
         more, _, _ = _exact_first(
-            torch.log_softmax(policy.logits(feats), dim=-1), index.repeat_interleave(per_group, dim=0), priced
+            torch.log_softmax(policy.logits(feats), dim=-1),
+            index.repeat_interleave(per_group, dim=0),
+            priced,
+            first_weights,
         )
         loss, rows = loss + more, rows + len(feats)
     later_feats, later_actions, later_pi, later_adv = [], [], [], []
@@ -573,7 +586,11 @@ def _all_first_loss(
 
 
 def _all_pairs_loss(
-    policy: PuppeteerPolicy, groups: Groups, firsts: Sequence[Sequence[int]], seconds: Sequence[int]
+    policy: PuppeteerPolicy,
+    groups: Groups,
+    firsts: Sequence[Sequence[int]],
+    seconds: Sequence[int],
+    first_weights: str = "policy",
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Each group tried every (first, second) pair of actions on one task (first-major: the episodes of
     first action i are ``g[i * S : (i + 1) * S]``, S = len(seconds)). Both decisions' losses are exact
@@ -633,7 +650,7 @@ def _all_pairs_loss(
         )
         loss = loss - (weight[:, None] * pi2 * (q - v1) * tried).sum()
         logps.append(second_logp)
-    first_loss, _, _ = _exact_first(first_logp, index, returns0)
+    first_loss, _, _ = _exact_first(first_logp, index, returns0, first_weights)
     loss = loss + first_loss
     greedy = [
         f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
@@ -674,6 +691,10 @@ def train(
         raise ValueError(
             "trainer.later_baseline sets the later steps' baseline of first_step=all: set that too"
         )
+    if config.first_weights not in ("policy", "uniform"):
+        raise ValueError(f"trainer.first_weights={config.first_weights!r}: policy or uniform")
+    if config.first_weights != "policy" and config.first_step != "all":
+        raise ValueError("trainer.first_weights weighs first_step=all's first actions: set that too")
     if config.second_step not in ("sample", "all"):
         raise ValueError(f"trainer.second_step={config.second_step!r}: sample or all")
     if config.second_step == "all" and (
@@ -823,10 +844,12 @@ def train(
                 policy, groups, baseline_fn(groups, state.baseline, config)
             )
         elif seconds is not None:  # every pair of actions was tried
-            pg_loss, entropy, first_choices = _all_pairs_loss(policy, groups, tried, seconds)
+            pg_loss, entropy, first_choices = _all_pairs_loss(
+                policy, groups, tried, seconds, config.first_weights
+            )
         else:  # every first action was tried: the watch reads the policy's greedy first choice
             pg_loss, entropy, first_choices = _all_first_loss(
-                policy, groups, tried, relabel or None, phi, config.later_baseline
+                policy, groups, tried, relabel or None, phi, config.later_baseline, config.first_weights
             )
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
         loss = pg_loss - entropy_coef(config, frac) * entropy
