@@ -278,12 +278,23 @@ def test_with_every_first_agent_tried_the_router_learns_when_a_second_call_pays(
     assert policy.choose(policy.features(obs), greedy=True) == terminator
 
 
-def test_the_stop_baseline_needs_every_first_agent_tried(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"later_baseline": "stop"}, "first_step=all"),  # a later step's baseline of first_step=all
+        ({"later_baseline": "prefix"}, "later_baseline"),
+        ({"second_step": "all"}, "second_step=all"),  # every pair: first_step=all, two-step episodes
+        ({"second_step": "some"}, "sample or all"),
+        ({"first_weights": "uniform"}, "first_step=all"),
+        ({"first_weights": "even", "first_step": "all"}, "policy or uniform"),
+    ],
+)
+def test_two_step_trainer_settings_that_cannot_apply_are_refused(
+    tmp_path: Path, settings: dict[str, str], message: str
+) -> None:
     policy, env = _trained(tmp_path, signals=True, episodes=0)
-    with pytest.raises(ValueError, match="first_step=all"):
-        train(env, policy, ReinforceConfig(episodes=32, batch_episodes=32, later_baseline="stop"), tmp_path)
-    with pytest.raises(ValueError, match="later_baseline"):
-        train(env, policy, ReinforceConfig(episodes=32, batch_episodes=32, later_baseline="prefix"), tmp_path)
+    with pytest.raises(ValueError, match=message):
+        train(env, policy, ReinforceConfig(episodes=48, batch_episodes=48, **settings), tmp_path)
 
 
 def test_uniform_first_weights_still_pull_a_collapsed_policy_towards_a_better_agent() -> None:
@@ -303,14 +314,6 @@ def test_uniform_first_weights_still_pull_a_collapsed_policy_towards_a_better_ag
     assert abs(float(grads["policy"][1])) < 1e-12
     assert float(grads["uniform"][1]) == pytest.approx((0.9 - 0.5) / 3, rel=1e-4)
     assert float(grads["uniform"][2]) < 0  # the worse agent is pushed further down
-
-
-def test_every_pair_of_actions_needs_two_step_episodes_with_every_first_agent_tried(tmp_path: Path) -> None:
-    policy, env = _trained(tmp_path, signals=True, episodes=0)
-    with pytest.raises(ValueError, match="second_step=all"):
-        train(env, policy, ReinforceConfig(episodes=48, batch_episodes=48, second_step="all"), tmp_path)
-    with pytest.raises(ValueError, match="sample or all"):
-        train(env, policy, ReinforceConfig(episodes=48, batch_episodes=48, second_step="some"), tmp_path)
 
 
 def test_forced_action_tuples_play_out_in_order_then_the_policy_chooses(tmp_path: Path) -> None:
@@ -370,6 +373,20 @@ def test_step_heads_keep_what_is_learned_after_a_call_out_of_the_first_choice(tm
         again = PuppeteerPolicy.load(policy.save(tmp_path / f"p{heads}"), env.pool)
         torch.testing.assert_close(again.logits([f1]).detach(), policy.logits([f1]).detach())
     assert moved[True] == 0.0 and moved[False] > 1e-3
+
+
+def test_a_saved_router_that_reads_the_signals_is_evaluated_with_the_visible_checks(tmp_path: Path) -> None:
+    """`puppeteer eval` / `ab` run a saved policy through the registry: it asks for the checks it was
+    trained with (a policy without the signals does not pay for them)."""
+    from puppeteer.policies.protocol import EpisodeSettings, as_policy
+
+    _, env = _trained(tmp_path, signals=True, episodes=0)
+    for signals in (True, False):
+        config = PolicyConfig(encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=signals)
+        saved = PuppeteerPolicy(env.pool, config, seed=0).save(tmp_path / f"s{signals}")
+        runner = as_policy(make_policy(f"puppeteer:{saved}", env.pool, max_steps=2))
+        settings = runner.configure(EpisodeSettings(max_steps=2), env.tasks, [0] * len(env.tasks), env.pool)
+        assert settings.visible_checks is signals
 
 
 def test_a_stop_prior_starts_the_router_stopping_after_its_first_call(tmp_path: Path) -> None:

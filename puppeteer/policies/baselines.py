@@ -390,6 +390,11 @@ class LearnedStep:
         """The lambdas a conditioned policy was trained over (None: one fixed lambda)."""
         return self.policy.lam_range
 
+    @property
+    def reads_checks(self) -> bool:
+        """Whether it reads the visible checks' verdicts (a policy trained with the signals does)."""
+        return self.policy.reads_checks
+
     def reset(self, task_id: str) -> None:
         self.policy.reset(task_id)
 

@@ -104,17 +104,14 @@ class PolicyConfig:
     # not trained with gets no MLP term at all (its card's terms only), a training agent always has it
     rest_dropout: float = 0.0
     # a linear term per action on the step and on who has acted (zero at the start): the decision after
-    # a call gets agent preferences of its own, where the MLP's agent terms are shared by every step
-    # (so the first step's favourite was also the favourite second call: docs/local-mix.md, section 6)
+    # a call gets agent preferences of its own beside the MLP's agent terms, which every step shares
     step_logits: bool = False
-    # with step_logits: the Terminator's starting logit at every step after the first (0: none). A
-    # router that starts out stopping after one call learns the first choice as a one-call router would,
-    # and calls again only where that was learned to pay; one that starts out calling at random after
-    # the first call judges every first agent by a random second one
+    # with step_logits: the Terminator's starting logit at every step after the first (0: none), so a
+    # router starts out stopping after one call rather than judging each first agent by a random second
     stop_prior: float = 0.0
     # a second scorer, with weights of its own, for every decision after the first: what is learned
-    # about calling again cannot move the first choice (one scorer's agent terms serve every step, and
-    # a second call's cost pushed every first choice but one down: docs/local-mix.md, section 6)
+    # about calling again cannot move the first choice (measured on local-mix: it did not stop the first
+    # choice collapsing onto one agent either; docs/local-mix.md, section 6)
     step_heads: bool = False
 
     def __post_init__(self) -> None:
