@@ -46,10 +46,6 @@ def _table(rows: Sequence[Outcome], split: str, suite: str, ids: Sequence[str]) 
     return {i: table[i] for i in ids}
 
 
-def _value(outcomes: Sequence[Outcome], lam: float) -> float:
-    return sum(o.correct - lam * o.model_s / 60.0 for o in outcomes) / len(outcomes)
-
-
 Verdicts = dict[tuple[str, str], bool | None]  # (task id, agent) -> the visible check's verdict
 
 
@@ -113,24 +109,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     train = _table(rows, "train", args.suite, [t.id for t in train_tasks])
     test = _table(rows, "test", args.suite, [t.id for t in test_tasks])
     agents = sorted(next(iter(train.values())))
-    kinds = sorted({t.domain for t in train_tasks})
     best_single = max(agents, key=lambda a: sum(r[a].correct for r in train.values()))
-    first = {
-        k: max(agents, key=lambda a: _value([train[t.id][a] for t in train_tasks if t.domain == k], args.lam))
-        for k in kinds
-    }
     tasks = {t.id: t for t in (*train_tasks, *test_tasks)}
-    # HumanEval's chain chosen on the training items too: every ordered chain of up to --max-chain agents,
-    # by its value there (accuracy - lambda x model minutes per item)
     verdicts = {**verdicts_of(train, tasks), **verdicts_of(test, tasks)}
-    checked = sorted({t.domain for t in train_tasks if t.grader in VISIBLE_CHECKS})
-    chains: dict[str, list[str]] = {}
-    for kind in checked:
-        items = {t.id: train[t.id] for t in train_tasks if t.domain == kind}
-        candidates = [
-            list(c) for n in range(1, args.max_chain + 1) for c in itertools.permutations(agents, n)
-        ]
-        chains[kind] = max(candidates, key=lambda c: _chain_value(items, c, verdicts, args.lam))
+    by_kind: dict[str, Table] = {}
+    for t in sorted(train_tasks, key=lambda t: t.domain):
+        by_kind.setdefault(t.domain, {})[t.id] = train[t.id]
+    # each kind's agent by its value on the training items (accuracy - lambda x model minutes per item);
+    # a kind with a visible check gets the best ordered chain of up to --max-chain agents the same way
+    first = {
+        k: max(agents, key=lambda a: _chain_value(items, [a], verdicts, args.lam))
+        for k, items in by_kind.items()
+    }
+    candidates = [list(c) for n in range(1, args.max_chain + 1) for c in itertools.permutations(agents, n)]
+    chains = {
+        k: max(candidates, key=lambda c: _chain_value(by_kind[k], c, verdicts, args.lam))
+        for k in sorted({t.domain for t in train_tasks if t.grader in VISIBLE_CHECKS})
+    }
     base = [test[t][best_single].correct for t in test]
     base_s = [test[t][best_single].model_s for t in test]
     results = []

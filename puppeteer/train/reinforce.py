@@ -379,19 +379,22 @@ def first_actions(
     """The actions open at an episode's first step (``first_step: all`` tries each): the available
     agents (``available``: the episode's own k-of-n draw, else the env's base availability), and the
     Terminator where neither the env nor the policy forbids stopping at once."""
-    mask = env.pool.availability(env.config.unavailable) if available is None else available
-    out = [a for a in range(len(env.pool)) if mask[a]]
-    if env.config.min_steps == 0 and policy.config.min_steps == 0:
-        out.append(env.pool.terminator_id)
-    return out
+    return _open_actions(env, policy, 0, available)
 
 
 def second_actions(env: ConductorEnv, policy: PuppeteerPolicy) -> list[int]:
     """The actions open at an episode's second step (``second_step: all`` tries each after every first
     action): the available agents, and the Terminator unless one step is not yet enough to stop."""
-    mask = env.pool.availability(env.config.unavailable)
+    return _open_actions(env, policy, 1)
+
+
+def _open_actions(
+    env: ConductorEnv, policy: PuppeteerPolicy, acted: int, available: np.ndarray | None = None
+) -> list[int]:
+    """The available agents, and the Terminator where ``acted`` calls meet both min_steps."""
+    mask = env.pool.availability(env.config.unavailable) if available is None else available
     out = [a for a in range(len(env.pool)) if mask[a]]
-    if env.config.min_steps <= 1 and policy.config.min_steps <= 1:
+    if env.config.min_steps <= acted and policy.config.min_steps <= acted:
         out.append(env.pool.terminator_id)
     return out
 
@@ -606,41 +609,36 @@ def _all_pairs_loss(
     n_second = len(seconds)
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
     index = torch.as_tensor([list(f) for f in firsts])
-    s1_feats, s1_rows, ended = [], [], []  # one second-step state per (group, first action)
+    s1_feats, s1_rows, blocks = [], [], []  # one second-step state per (group, first action)
+    returns0 = torch.zeros(index.shape, dtype=torch.float32)
     for gi, g in enumerate(groups):
         for ai in range(len(firsts[gi])):
             block = g[ai * n_second : (ai + 1) * n_second]
             if all(len(e.feats) > 1 for e in block):
                 s1_feats.append(block[0].feats[1])
                 s1_rows.append((gi, ai))
+                blocks.append(block)
             else:  # the first call ended the episode (a failed call): nothing to decide after it
-                ended.append((gi, ai))
-    returns0 = torch.zeros(index.shape, dtype=torch.float32)
-    for gi, ai in ended:
-        returns0[gi, ai] = groups[gi][ai * n_second].returns[0]
-    loss = torch.zeros(())
+                returns0[gi, ai] = block[0].returns[0]
     logps = [first_logp]
+    second = None
     if s1_feats:
         second_logp = torch.log_softmax(policy.logits(s1_feats), dim=-1)
         tried = second_logp[:, list(seconds)]  # (states, S)
         pi2 = tried.exp().detach()
         pi2 = pi2 / pi2.sum(dim=1, keepdim=True).clamp_min(1e-12)
-        q = torch.as_tensor(
-            [[e.returns[1] for e in groups[gi][ai * n_second : (ai + 1) * n_second]] for gi, ai in s1_rows],
-            dtype=torch.float32,
-        )
-        g0 = torch.as_tensor(
-            [[e.returns[0] for e in groups[gi][ai * n_second : (ai + 1) * n_second]] for gi, ai in s1_rows],
-            dtype=torch.float32,
-        )
-        v1 = (pi2 * q).sum(dim=1, keepdim=True)
+        q = torch.as_tensor([[e.returns[1] for e in block] for block in blocks], dtype=torch.float32)
+        g0 = torch.as_tensor([[e.returns[0] for e in block] for block in blocks], dtype=torch.float32)
         for row, (gi, ai) in enumerate(s1_rows):
             returns0[gi, ai] = (pi2[row] * g0[row]).sum()
+        second = (pi2, q, (pi2 * q).sum(dim=1, keepdim=True), tried)
+        logps.append(second_logp)
+    loss, pi1, _ = _exact_first(first_logp, index, returns0, first_weights)
+    if second is not None:
         # each state after a first action weighs what the policy gives that action, mixed with a tenth
         # of uniform: pi(a0) alone is the gradient of the expected return, but a first action the policy
         # has turned from then never learns its second step, and is judged by an untrained one
-        pi1 = first_logp.gather(1, index).exp().detach()
-        pi1 = pi1 / pi1.sum(dim=1, keepdim=True).clamp_min(1e-12)
+        pi2, q, v1, tried = second
         weight = torch.as_tensor(
             [
                 (1 - UNIFORM_SHARE) * float(pi1[gi, ai]) + UNIFORM_SHARE / len(firsts[gi])
@@ -649,9 +647,6 @@ def _all_pairs_loss(
             dtype=torch.float32,
         )
         loss = loss - (weight[:, None] * pi2 * (q - v1) * tried).sum()
-        logps.append(second_logp)
-    first_loss, _, _ = _exact_first(first_logp, index, returns0, first_weights)
-    loss = loss + first_loss
     greedy = [
         f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
     ]
