@@ -181,6 +181,22 @@ def test_the_cascade_escalates_only_when_the_first_agent_gave_no_answer() -> Non
 FILLER = "\n" + " ".join(["then we think about it some more"] * 25)  # longer than the state window
 
 
+def _cascade_env(max_steps: int = 2, lam: float = 0.3) -> ConductorEnv:
+    tasks = tuple(Task(f"t/{i}", "What is the number?", str(i + 4), "t", "math", "numeric") for i in range(4))
+    replies = {f"t/{i}": ("No idea." if i < 2 else f"Answer: {i + 4}") + FILLER for i in range(4)}
+    return ConductorEnv(
+        mode="step",
+        pool=_pool(True, checker=False),
+        tasks=tasks,
+        backend=Scripted(replies, tasks),
+        max_steps=max_steps,
+        min_steps=1,
+        lam=lam,
+        phi=1.0,
+        cost_model="tokens",
+    )
+
+
 def _trained(
     tmp_path: Path, signals: bool, episodes: int, seed: int = 1, lr: float = 3e-2
 ) -> tuple[PuppeteerPolicy, ConductorEnv]:
@@ -189,19 +205,7 @@ def _trained(
     tell the router, after the cheap agent, whether to pay for the strong one (a hundred times the
     tokens): at lambda 0.3 (phi 1), escalating after silence returns ~0.66 (stopping: 0), and
     stopping after an answer ~1.0 (escalating: ~0.66)."""
-    tasks = tuple(Task(f"t/{i}", "What is the number?", str(i + 4), "t", "math", "numeric") for i in range(4))
-    replies = {f"t/{i}": ("No idea." if i < 2 else f"Answer: {i + 4}") + FILLER for i in range(4)}
-    env = ConductorEnv(
-        mode="step",
-        pool=_pool(True, checker=False),
-        tasks=tasks,
-        backend=Scripted(replies, tasks),
-        max_steps=2,
-        min_steps=1,
-        lam=0.3,
-        phi=1.0,
-        cost_model="tokens",
-    )
+    env = _cascade_env()
     config = PolicyConfig(encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=signals)
     policy = PuppeteerPolicy(env.pool, config, seed=seed)
     if episodes:
@@ -373,6 +377,66 @@ def test_step_heads_keep_what_is_learned_after_a_call_out_of_the_first_choice(tm
         again = PuppeteerPolicy.load(policy.save(tmp_path / f"p{heads}"), env.pool)
         torch.testing.assert_close(again.logits([f1]).detach(), policy.logits([f1]).detach())
     assert moved[True] == 0.0 and moved[False] > 1e-3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
+    tmp_path: Path, seed: int
+) -> None:
+    """trainer.init_first: a one-call router trained at lambda 3 calls the cheap agent (the strong one's
+    price outweighs its answers); loaded as the first decision of a two-step router at lambda 0.3 and
+    kept fixed, the decision after its call learns to escalate after the cheap agent's silence and to
+    stop after its answer, while the first decision's logits stay those of the router. The two-step
+    router survives a save."""
+    one_env = _cascade_env(max_steps=1, lam=3.0)
+    common = {"encoder": "hashing", "min_steps": 1, "hidden": 32}
+    router = PuppeteerPolicy(one_env.pool, PolicyConfig(max_steps=1, **common), seed=seed)
+    one_call = ReinforceConfig(episodes=256, batch_episodes=32, lr=1e-2, seed=seed)
+    train(one_env, router, one_call, tmp_path / "one")
+    saved = router.save(tmp_path / "router")
+    env = _cascade_env()
+    obs0, _ = env.reset(seed=0, options={"task_index": 0})
+    assert router.choose(router.features(obs0), greedy=True) == 0  # the cheap agent
+    config = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **common)
+    policy = PuppeteerPolicy(env.pool, config, seed=seed)
+    trainer = ReinforceConfig(
+        episodes=1536,
+        batch_episodes=48,
+        lr=1e-2,
+        seed=seed,
+        first_step="all",
+        later_baseline="stop",
+        second_step="all",
+        init_first=str(saved),
+    )
+    train(env, policy, trainer, tmp_path / "two")
+    torch.testing.assert_close(
+        policy.logits([policy.features(obs0)]).detach(), router.logits([router.features(obs0)]).detach()
+    )
+    terminator = env.pool.terminator_id
+    assert [_after_cheap(policy, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]
+    again = PuppeteerPolicy.load(policy.save(tmp_path / "two-step"), env.pool)
+    for i in (0, 2):
+        torch.testing.assert_close(_after_cheap(again, env, i)[1], _after_cheap(policy, env, i)[1])
+
+
+def test_a_first_decision_is_loaded_only_from_a_one_call_router_of_the_same_layout(tmp_path: Path) -> None:
+    env = _cascade_env()
+    common = {"encoder": "hashing", "min_steps": 1, "hidden": 32}
+    two = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **common)
+    with pytest.raises(ValueError, match="one_call_first"):
+        PolicyConfig(max_steps=2, one_call_first=True)  # no step_heads: no first scorer of its own
+    with pytest.raises(ValueError, match="one_call_first"):  # the trainer asks for the layout
+        plain = PuppeteerPolicy(env.pool, PolicyConfig(max_steps=2, step_heads=True, **common))
+        train(env, plain, ReinforceConfig(episodes=48, batch_episodes=48, init_first=str(tmp_path)), tmp_path)
+    policy = PuppeteerPolicy(env.pool, two)
+    with pytest.raises(FileNotFoundError, match=r"policy\.json"):
+        policy.load_first(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="not a one-call router"):
+        policy.load_first(policy.save(tmp_path / "two"))
+    wide = PuppeteerPolicy(env.pool, PolicyConfig(max_steps=1, encoder="hashing", min_steps=1, hidden=64))
+    with pytest.raises(ValueError, match="does not fit"):
+        policy.load_first(wide.save(tmp_path / "wide"))
 
 
 def test_a_saved_router_that_reads_the_signals_is_evaluated_with_the_visible_checks(tmp_path: Path) -> None:

@@ -162,6 +162,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             step_logits=bool(_get(pc, "step_logits", False)),
             stop_prior=float(_get(pc, "stop_prior", 0.0)),
             step_heads=bool(_get(pc, "step_heads", False)),
+            one_call_first=bool(_get(pc, "one_call_first", False)),
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

@@ -34,7 +34,7 @@ import copy
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,10 @@ class PolicyConfig:
     # about calling again cannot move the first choice (measured on local-mix: it did not stop the first
     # choice collapsing onto one agent either; docs/local-mix.md, section 6)
     step_heads: bool = False
+    # with step_heads: the first decision's scorer is laid out as a one-call router's (max_steps 1, no
+    # signals, no step terms: nothing it would read at the first step), so a trained one-call router's
+    # weights can make that decision (trainer.init_first) while the decisions after a call are learned
+    one_call_first: bool = False
 
     def __post_init__(self) -> None:
         if self.cards and self.layers != "norm":
@@ -127,6 +131,10 @@ class PolicyConfig:
             raise ValueError("policy.step_logits is for policies without policy.cards")
         if self.step_heads and self.cards:
             raise ValueError("policy.step_heads is for policies without policy.cards")
+        if self.one_call_first and not self.step_heads:
+            raise ValueError(
+                "policy.one_call_first lays out step_heads' first scorer: it needs policy.step_heads"
+            )
         if self.stop_prior and not self.step_logits:
             raise ValueError(
                 "policy.stop_prior is the step term's starting value: it needs policy.step_logits"
@@ -470,7 +478,10 @@ class PuppeteerPolicy:
             raw = pool_cards(pool)
             cards = (raw, *card_scale(raw))  # standardised by this (the training) pool's statistics
         torch.manual_seed(seed)
-        self.scorer = self._scorer(pool, config, cards)
+        first = config
+        if config.one_call_first:  # what the first step reads: no signals, step 0 of a one-call episode
+            first = replace(config, max_steps=1, signals=False, step_logits=False, stop_prior=0.0)
+        self.scorer = self._scorer(pool, first, cards)
         if config.step_heads:
             self.scorer.later = self._scorer(pool, config, cards)
         self._warned_lams: set[float] = set()  # lambdas outside the range already warned about
@@ -521,6 +532,44 @@ class PuppeteerPolicy:
         twin.scorer.set_agents(self._agent_texts(pool), pool_cards(pool), known)
         twin._trained = trained
         return twin
+
+    def load_first(self, directory: str | Path) -> None:
+        """Make the first decision with a saved one-call router's scorer (weights and the statistics it
+        read its training tasks by); the decisions after a call keep this policy's own scorer. Needs
+        ``one_call_first`` and a router saved with the same encoder, hidden size, layers, task_dims and
+        surface, on the same agents."""
+        if not self.config.one_call_first:
+            raise ValueError("loading a one-call router as the first decision needs policy.one_call_first")
+        d = Path(directory)
+        if not (d / "policy.json").exists():
+            raise FileNotFoundError(f"{d} holds no saved policy (policy.json); give a run's best/ or final/")
+        meta = json.loads((d / "policy.json").read_text())
+        raw = meta["config"]
+        if meta["agents"] != [a.name for a in self.pool.agents]:
+            raise ValueError(f"{d} was trained on agents {meta['agents']}, this pool's differ")
+        if int(raw.get("max_steps", 0)) != 1 or raw.get("step_heads"):
+            raise ValueError(
+                f"{d} is not a one-call router (max_steps={raw.get('max_steps')}); train one first"
+            )
+        state = safe_torch_load(d / "policy.pt")
+        mine = {k: v for k, v in self.scorer.state_dict().items() if not k.startswith("later.")}
+        odd = sorted(set(state) ^ set(mine)) + sorted(
+            k for k in set(state) & set(mine) if state[k].shape != mine[k].shape
+        )
+        if odd:
+            raise ValueError(
+                f"{d}'s scorer does not fit this policy's first scorer (differs in {', '.join(odd[:4])}): "
+                "train the one-call router with the same encoder, hidden, layers, task_dims and surface"
+            )
+        self.scorer.load_state_dict({**self.scorer.state_dict(), **state})
+
+    def freeze_first(self) -> None:
+        """Keep the first decision's scorer fixed in training (its parameters take no gradient)."""
+        if self.scorer.later is None:
+            raise ValueError("only a policy with policy.step_heads has a first scorer of its own to freeze")
+        for name, param in self.scorer.named_parameters():
+            if not name.startswith("later."):
+                param.requires_grad_(False)
 
     @property
     def reads_checks(self) -> bool:
@@ -702,6 +751,7 @@ class PuppeteerPolicy:
             "step_logits",
             "stop_prior",
             "step_heads",
+            "one_call_first",
         ):
             if not config[key]:
                 del config[key]

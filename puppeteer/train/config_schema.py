@@ -83,6 +83,7 @@ class PolicyNode:
     step_logits: bool = False  # a linear term per action on the step and the calls so far (no cards)
     stop_prior: float = 0.0  # with step_logits: the Terminator's starting logit after the first step
     step_heads: bool = False  # a second scorer (own weights) for every decision after the first (no cards)
+    one_call_first: bool = False  # with step_heads: the first scorer laid out as a one-call router's
 
 
 @dataclass

@@ -73,6 +73,10 @@ class ReinforceConfig:
     # gradient of the expected return) or "uniform" (1/|A|: a collapsed policy still learns that an
     # agent it has turned from is better; docs/local-mix.md, section 6)
     first_weights: str = "policy"
+    # a saved one-call router (a run's best/ or final/) that makes the first decision, its weights kept
+    # fixed, while the decisions after a call are learned (needs policy.step_heads and
+    # policy.one_call_first): a router that already routes by kind learns only when to call again
+    init_first: str | None = None
     # a lambda-conditioned run (lam_range) of one-call episodes (max_steps=1) with first_step=all: each
     # group's first decision is also learned at this many more lambdas drawn from the range, the same
     # calls' returns re-priced (exact for one call: R(x) = R(lam) + (lam - x) C); 0: only its own lambda
@@ -282,6 +286,8 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (trainer, "later_baseline", "first"),
         (trainer, "second_step", "sample"),
         (trainer, "first_weights", "policy"),
+        (trainer, "init_first", None),
+        (pol, "one_call_first", False),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
@@ -705,7 +711,15 @@ def train(
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
     ckpt_path, traj_path = run / "checkpoint.pt", run / "trajectories.jsonl"
-    opt = torch.optim.AdamW(policy.scorer.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    if config.init_first is not None:
+        if not policy.config.one_call_first:
+            raise ValueError(
+                "trainer.init_first loads a one-call router as the first scorer: set "
+                "policy.step_heads=true and policy.one_call_first=true"
+            )
+        policy.freeze_first()
+    trained = [p for p in policy.scorer.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
     rng = np.random.default_rng(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
     state = TrainState()
@@ -726,6 +740,8 @@ def train(
         log.info("resumed from update %d (%d episodes)", state.update, state.episodes)
     else:  # a fresh start: lines left by a run killed before its first checkpoint are not kept
         policy.fit_inputs([t.question for t in env.tasks], [t.domain for t in env.tasks])
+        if config.init_first is not None:  # after fit_inputs: the router keeps the statistics it read by
+            policy.load_first(config.init_first)
         if traj_path.exists():
             traj_path.write_bytes(b"")
         if isinstance(logger, Rewindable):
@@ -852,7 +868,7 @@ def train(
             group["lr"] = config.lr * (1.0 - (1.0 - config.lr_final_fraction) * frac)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.scorer.parameters(), config.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(trained, config.max_grad_norm)
         opt.step()
 
         batch = [e for g in groups for e in g]
