@@ -291,6 +291,8 @@ def test_with_every_first_agent_tried_the_router_learns_when_a_second_call_pays(
         ({"second_step": "some"}, "sample or all"),
         ({"first_weights": "uniform"}, "first_step=all"),
         ({"first_weights": "even", "first_step": "all"}, "policy or uniform"),
+        ({"second_target": 0.1, "first_step": "all"}, "second_step=all"),
+        ({"second_target": 0.0, "first_step": "all", "second_step": "all"}, "temperature > 0"),
     ],
 )
 def test_two_step_trainer_settings_that_cannot_apply_are_refused(
@@ -379,25 +381,31 @@ def test_step_heads_keep_what_is_learned_after_a_call_out_of_the_first_choice(tm
     assert moved[True] == 0.0 and moved[False] > 1e-3
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
-    tmp_path: Path, seed: int
-) -> None:
-    """trainer.init_first: a one-call router trained at lambda 3 calls the cheap agent (the strong one's
-    price outweighs its answers); loaded as the first decision of a two-step router at lambda 0.3 and
-    kept fixed, the decision after its call learns to escalate after the cheap agent's silence and to
-    stop after its answer, while the first decision's logits stay those of the router. The two-step
-    router survives a save."""
+COMMON = {"encoder": "hashing", "min_steps": 1, "hidden": 32}
+
+
+def _one_call_router(tmp_path: Path, seed: int) -> tuple[PuppeteerPolicy, Path]:
+    """A one-call router trained at lambda 3, where the cheap agent's half-right answers beat the
+    strong agent's right ones at their price; saved."""
     one_env = _cascade_env(max_steps=1, lam=3.0)
-    common = {"encoder": "hashing", "min_steps": 1, "hidden": 32}
-    router = PuppeteerPolicy(one_env.pool, PolicyConfig(max_steps=1, **common), seed=seed)
-    one_call = ReinforceConfig(episodes=256, batch_episodes=32, lr=1e-2, seed=seed)
-    train(one_env, router, one_call, tmp_path / "one")
-    saved = router.save(tmp_path / "router")
-    env = _cascade_env()
-    obs0, _ = env.reset(seed=0, options={"task_index": 0})
-    assert router.choose(router.features(obs0), greedy=True) == 0  # the cheap agent
-    config = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **common)
+    router = PuppeteerPolicy(one_env.pool, PolicyConfig(max_steps=1, **COMMON), seed=seed)
+    train(
+        one_env,
+        router,
+        ReinforceConfig(episodes=256, batch_episodes=32, lr=1e-2, seed=seed),
+        tmp_path / "one",
+    )
+    return router, router.save(tmp_path / "router")
+
+
+def _on_router(
+    env: ConductorEnv, saved: Path, seed: int, second_target: float | None = None, **options: object
+) -> PuppeteerPolicy:
+    """A two-step router whose first decision is ``saved`` (kept fixed), the decision after its call
+    trained on every pair of actions (``options``: more PolicyConfig settings, and second_target)."""
+    config = PolicyConfig(
+        max_steps=2, signals=True, step_heads=True, one_call_first=True, **COMMON, **options
+    )
     policy = PuppeteerPolicy(env.pool, config, seed=seed)
     trainer = ReinforceConfig(
         episodes=1536,
@@ -407,9 +415,27 @@ def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
         first_step="all",
         later_baseline="stop",
         second_step="all",
+        second_target=second_target,
         init_first=str(saved),
     )
-    train(env, policy, trainer, tmp_path / "two")
+    train(env, policy, trainer, saved.parent / "two")
+    return policy
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
+    tmp_path: Path, seed: int
+) -> None:
+    """trainer.init_first: a one-call router trained at lambda 3 calls the cheap agent (the strong one's
+    price outweighs its answers); loaded as the first decision of a two-step router at lambda 0.3 and
+    kept fixed, the decision after its call learns to escalate after the cheap agent's silence and to
+    stop after its answer, while the first decision's logits stay those of the router. The two-step
+    router survives a save."""
+    router, saved = _one_call_router(tmp_path, seed)
+    env = _cascade_env()
+    obs0, _ = env.reset(seed=0, options={"task_index": 0})
+    assert router.choose(router.features(obs0), greedy=True) == 0  # the cheap agent
+    policy = _on_router(env, saved, seed)
     torch.testing.assert_close(
         policy.logits([policy.features(obs0)]).detach(), router.logits([router.features(obs0)]).detach()
     )
@@ -420,9 +446,46 @@ def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
         torch.testing.assert_close(_after_cheap(again, env, i)[1], _after_cheap(policy, env, i)[1])
 
 
+@pytest.mark.parametrize("target", [None, 0.1])
+def test_a_softmax_target_pulls_a_router_that_always_stops_back_to_escalating(
+    tmp_path: Path, target: float | None
+) -> None:
+    """The decision after the call starts all but certain to stop (a stop prior of 20). The exact policy
+    gradient gives calling the strong agent after silence a pull weighed by its probability, ~e^-20, so
+    it never escalates; fitted to softmax(Q / 0.1) of every second action's return (second_target), it
+    escalates after silence and stops after an answer."""
+    _, saved = _one_call_router(tmp_path, 0)
+    env = _cascade_env()
+    policy = _on_router(env, saved, 0, step_logits=True, stop_prior=20.0, second_target=target)
+    terminator = env.pool.terminator_id
+    expected = [terminator] * 4 if target is None else [1, 1, terminator, terminator]
+    assert [_after_cheap(policy, env, i)[0] for i in range(4)] == expected
+
+
+@pytest.mark.parametrize("transcript", [True, False])
+def test_without_the_transcript_the_decision_after_a_call_reads_only_the_rest(transcript: bool) -> None:
+    """policy.later_transcript=false: two states after a call that differ only in the transcript's
+    embedding get the same logits (the first decision still reads it); refused without step_heads."""
+    from dataclasses import replace
+
+    env = _cascade_env()
+    config = PolicyConfig(max_steps=2, signals=True, step_heads=True, later_transcript=transcript, **COMMON)
+    policy = PuppeteerPolicy(env.pool, config, seed=0)
+    obs, _ = env.reset(seed=0, options={"task_index": 0})
+    first = policy.features(obs)
+    obs, *_ = env.step(0)
+    after = policy.features(obs)
+    for f in (first, after):
+        other = replace(f, state=f.state + 1.0)
+        same = torch.equal(policy.logits([f]), policy.logits([other]))
+        assert same is (f.step > 0 and not transcript)
+    with pytest.raises(ValueError, match="later_transcript"):
+        PolicyConfig(max_steps=2, later_transcript=False)
+
+
 def test_a_first_decision_is_loaded_only_from_a_one_call_router_of_the_same_layout(tmp_path: Path) -> None:
     env = _cascade_env()
-    common = {"encoder": "hashing", "min_steps": 1, "hidden": 32}
+    common = COMMON
     two = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **common)
     with pytest.raises(ValueError, match="one_call_first"):
         PolicyConfig(max_steps=2, one_call_first=True)  # no step_heads: no first scorer of its own

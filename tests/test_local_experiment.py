@@ -78,3 +78,12 @@ def test_agents_restricts_the_router_and_the_baselines_to_those_agents(tmp_path:
         }
         assert called and called <= set(agents), (label, called)
     assert f"Pool `sim-paper[{','.join(agents)}]`" in (out / "report.md").read_text()
+
+
+def test_seed_list_trains_the_seeds_named_instead_of_the_first_n() -> None:
+    import argparse
+
+    from puppeteer.jobs.local_experiment import seed_list
+
+    assert seed_list(argparse.Namespace(seeds=3, seed_list=None)) == [0, 1, 2]
+    assert seed_list(argparse.Namespace(seeds=3, seed_list="2,5")) == [2, 5]

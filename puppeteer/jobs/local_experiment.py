@@ -122,18 +122,26 @@ def train(args: argparse.Namespace, out: Path, pool: Pool) -> None:
         *args.overrides,
     ]
     lams = [float(x) for x in args.lam.split(",")]
+    seeds = seed_list(args)
     done = {(r.value, r.seed) for r in find_trained(out / "sweep")} if (out / "sweep").is_dir() else set()
     run_sweep(
         lams,
-        args.seeds,
+        seeds,
         out / "sweep",
         overrides,
         track="puppeteer",
         cost="model_s" if pool.has_speeds else "tokens",
         n_eval=args.n_eval,
-        train=any((lam, seed) not in done for lam in lams for seed in range(args.seeds)),  # resume
+        train=any((lam, seed) not in done for lam in lams for seed in seeds),  # resume
         reevaluate=True,
     )
+
+
+def seed_list(args: argparse.Namespace) -> list[int]:
+    """The training seeds: ``--seed-list`` when given, else 0 .. ``--seeds`` - 1."""
+    if args.seed_list:
+        return [int(x) for x in str(args.seed_list).split(",")]
+    return list(range(args.seeds))
 
 
 def baseline_specs(pool: Pool) -> list[str]:
@@ -425,7 +433,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         choices=["train", "baselines", "report"],
     )
     p.add_argument("--lam", default="0,0.1,0.3,1")
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=3, help="train seeds 0 .. SEEDS-1")
+    p.add_argument(
+        "--seed-list",
+        default=None,
+        help="comma-separated seeds to train instead (e.g. 1,2; overrides --seeds)",
+    )
     p.add_argument("--n-train", type=int, default=100)
     p.add_argument("--n-eval", type=int, default=100, help="held-out test items (mix: half GSM8K, half MMLU)")
     p.add_argument("--episodes", type=int, default=2048)

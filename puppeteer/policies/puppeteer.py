@@ -117,6 +117,10 @@ class PolicyConfig:
     # signals, no step terms: nothing it would read at the first step), so a trained one-call router's
     # weights can make that decision (trainer.init_first) while the decisions after a call are learned
     one_call_first: bool = False
+    # with step_heads: whether the decisions after a call read the transcript's embedding; false: only
+    # the question's view, the step, who has acted, who is on offer and the answer signals, so what is
+    # learned after a call is a rule over the signals, not a memory of each training item's transcript
+    later_transcript: bool = True
 
     def __post_init__(self) -> None:
         if self.cards and self.layers != "norm":
@@ -135,6 +139,8 @@ class PolicyConfig:
             raise ValueError(
                 "policy.one_call_first lays out step_heads' first scorer: it needs policy.step_heads"
             )
+        if not self.later_transcript and not self.step_heads:
+            raise ValueError("policy.later_transcript=false is for step_heads' later scorer: set that too")
         if self.stop_prior and not self.step_logits:
             raise ValueError(
                 "policy.stop_prior is the step term's starting value: it needs policy.step_logits"
@@ -709,6 +715,8 @@ class PuppeteerPolicy:
         later = self.scorer.later
         if later is None:
             return first
+        if not self.config.later_transcript:  # inputs[1]: the transcript's embedding
+            inputs = (inputs[0], torch.zeros_like(inputs[1]), *inputs[2:])
         return torch.where((inputs[2] > 0)[:, None], later(*inputs), first)  # inputs[2]: the step
 
     # ------------------------------------------------------------------ acting
@@ -755,8 +763,9 @@ class PuppeteerPolicy:
         ):
             if not config[key]:
                 del config[key]
-        if config["cards_text"]:
-            del config["cards_text"]
+        for key in ("cards_text", "later_transcript"):  # saved only where they are off
+            if config[key]:
+                del config[key]
         meta: dict[str, Any] = {
             "config": config,
             "pool": self.pool.name,

@@ -73,6 +73,12 @@ class ReinforceConfig:
     # gradient of the expected return) or "uniform" (1/|A|: a collapsed policy still learns that an
     # agent it has turned from is better; docs/local-mix.md, section 6)
     first_weights: str = "policy"
+    # second_step=all, what the decision after a call is fitted to: None, the exact policy gradient; a
+    # temperature t, softmax(Q / t) over the returns of every second action tried on the item
+    # (cross-entropy: an action the policy has turned from that pays on a few states is pulled back,
+    # where the policy gradient's pull is weighed by its vanishing probability; docs/local-mix.md,
+    # section 7)
+    second_target: float | None = None
     # a saved one-call router (a run's best/ or final/) that makes the first decision, its weights kept
     # fixed, while the decisions after a call are learned (needs policy.step_heads and
     # policy.one_call_first): a router that already routes by kind learns only when to call again
@@ -287,7 +293,9 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (trainer, "second_step", "sample"),
         (trainer, "first_weights", "policy"),
         (trainer, "init_first", None),
+        (trainer, "second_target", None),
         (pol, "one_call_first", False),
+        (pol, "later_transcript", True),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
@@ -600,6 +608,7 @@ def _all_pairs_loss(
     firsts: Sequence[Sequence[int]],
     seconds: Sequence[int],
     first_weights: str = "policy",
+    second_target: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
     """Each group tried every (first, second) pair of actions on one task (first-major: the episodes of
     first action i are ``g[i * S : (i + 1) * S]``, S = len(seconds)). Both decisions' losses are exact
@@ -611,7 +620,11 @@ def _all_pairs_loss(
     pi(a0)) is policy iteration's order: each state's decision improves whether or not the policy
     goes there now, so a first action is judged by what the second step can make of it. With pi(a0)
     the cheap-first-then-escalate plan of tests/test_cascade.py was lost on one seed of three: once
-    the first step turned from the cheap agent, nothing taught the step after it."""
+    the first step turned from the cheap agent, nothing taught the step after it.
+
+    With ``second_target`` t the second decision is instead fitted to softmax(Q / t) over the actions
+    tried (cross-entropy, each state weighed as above): bounded, and its pull on an action that pays
+    does not shrink with the action's probability, where the policy gradient's does."""
     n_second = len(seconds)
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
     index = torch.as_tensor([list(f) for f in firsts])
@@ -652,7 +665,11 @@ def _all_pairs_loss(
             ],
             dtype=torch.float32,
         )
-        loss = loss - (weight[:, None] * pi2 * (q - v1) * tried).sum()
+        if second_target is None:
+            loss = loss - (weight[:, None] * pi2 * (q - v1) * tried).sum()
+        else:  # cross-entropy to the Boltzmann target over the tried actions' returns
+            target = torch.softmax(q / second_target, dim=1)
+            loss = loss - (weight[:, None] * target * tried).sum()
     greedy = [
         f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
     ]
@@ -696,6 +713,11 @@ def train(
         raise ValueError(f"trainer.first_weights={config.first_weights!r}: policy or uniform")
     if config.first_weights != "policy" and config.first_step != "all":
         raise ValueError("trainer.first_weights weighs first_step=all's first actions: set that too")
+    if config.second_target is not None and (config.second_target <= 0 or config.second_step != "all"):
+        raise ValueError(
+            f"trainer.second_target={config.second_target}: a temperature > 0 for the returns of every "
+            "second action (second_step=all)"
+        )
     if config.second_step not in ("sample", "all"):
         raise ValueError(f"trainer.second_step={config.second_step!r}: sample or all")
     if config.second_step == "all" and (
@@ -856,7 +878,7 @@ def train(
             )
         elif seconds is not None:  # every pair of actions was tried
             pg_loss, entropy, first_choices = _all_pairs_loss(
-                policy, groups, tried, seconds, config.first_weights
+                policy, groups, tried, seconds, config.first_weights, config.second_target
             )
         else:  # every first action was tried: the watch reads the policy's greedy first choice
             pg_loss, entropy, first_choices = _all_first_loss(
