@@ -3,6 +3,7 @@ router that learns when to escalate from the signals alone."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -399,7 +400,11 @@ def _one_call_router(tmp_path: Path, seed: int) -> tuple[PuppeteerPolicy, Path]:
 
 
 def _on_router(
-    env: ConductorEnv, saved: Path, seed: int, second_target: float | None = None, **options: object
+    env: ConductorEnv,
+    saved: Path,
+    seed: int,
+    second_target: float | None = None,
+    **options: object,
 ) -> PuppeteerPolicy:
     """A two-step router whose first decision is ``saved`` (kept fixed), the decision after its call
     trained on every pair of actions (``options``: more PolicyConfig settings, and second_target)."""
@@ -436,6 +441,10 @@ def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
     obs0, _ = env.reset(seed=0, options={"task_index": 0})
     assert router.choose(router.features(obs0), greedy=True) == 0  # the cheap agent
     policy = _on_router(env, saved, seed)
+    lines = (saved.parent / "two" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 1536 and {json.loads(x)["steps"][0]["agent_id"] for x in lines} == {
+        0
+    }  # its call only
     torch.testing.assert_close(
         policy.logits([policy.features(obs0)]).detach(), router.logits([router.features(obs0)]).detach()
     )
@@ -462,25 +471,30 @@ def test_a_softmax_target_pulls_a_router_that_always_stops_back_to_escalating(
     assert [_after_cheap(policy, env, i)[0] for i in range(4)] == expected
 
 
-@pytest.mark.parametrize("transcript", [True, False])
-def test_without_the_transcript_the_decision_after_a_call_reads_only_the_rest(transcript: bool) -> None:
-    """policy.later_transcript=false: two states after a call that differ only in the transcript's
-    embedding get the same logits (the first decision still reads it); refused without step_heads."""
+@pytest.mark.parametrize("inputs", ["all", "question", "signals"])
+def test_narrower_later_inputs_leave_the_decision_after_a_call_blind_to_the_rest(inputs: str) -> None:
+    """policy.later_inputs: after a call, "question" ignores the transcript's embedding and "signals"
+    the question's too (two states that differ only there get the same logits); the first decision
+    reads both whatever the setting. Refused without step_heads, and unknown values."""
     from dataclasses import replace
 
     env = _cascade_env()
-    config = PolicyConfig(max_steps=2, signals=True, step_heads=True, later_transcript=transcript, **COMMON)
+    config = PolicyConfig(max_steps=2, signals=True, step_heads=True, later_inputs=inputs, **COMMON)
     policy = PuppeteerPolicy(env.pool, config, seed=0)
     obs, _ = env.reset(seed=0, options={"task_index": 0})
     first = policy.features(obs)
     obs, *_ = env.step(0)
     after = policy.features(obs)
+    blind = {"all": set(), "question": {"state"}, "signals": {"state", "task"}}[inputs]
     for f in (first, after):
-        other = replace(f, state=f.state + 1.0)
-        same = torch.equal(policy.logits([f]), policy.logits([other]))
-        assert same is (f.step > 0 and not transcript)
-    with pytest.raises(ValueError, match="later_transcript"):
-        PolicyConfig(max_steps=2, later_transcript=False)
+        for field in ("state", "task"):
+            other = replace(f, **{field: getattr(f, field) + 1.0})
+            same = torch.equal(policy.logits([f]), policy.logits([other]))
+            assert same is (f.step > 0 and field in blind), (field, f.step)
+    with pytest.raises(ValueError, match="later_inputs"):
+        PolicyConfig(max_steps=2, later_inputs="signals")
+    with pytest.raises(ValueError, match="unknown"):
+        PolicyConfig(max_steps=2, step_heads=True, later_inputs="answers")
 
 
 def test_a_first_decision_is_loaded_only_from_a_one_call_router_of_the_same_layout(tmp_path: Path) -> None:
@@ -489,8 +503,11 @@ def test_a_first_decision_is_loaded_only_from_a_one_call_router_of_the_same_layo
     two = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **common)
     with pytest.raises(ValueError, match="one_call_first"):
         PolicyConfig(max_steps=2, one_call_first=True)  # no step_heads: no first scorer of its own
+    plain = PuppeteerPolicy(env.pool, PolicyConfig(max_steps=2, step_heads=True, **common))
+    pairs = {"first_step": "all", "second_step": "all", "init_first": str(tmp_path)}
     with pytest.raises(ValueError, match="one_call_first"):  # the trainer asks for the layout
-        plain = PuppeteerPolicy(env.pool, PolicyConfig(max_steps=2, step_heads=True, **common))
+        train(env, plain, ReinforceConfig(episodes=48, batch_episodes=48, **pairs), tmp_path)
+    with pytest.raises(ValueError, match="second_step=all"):  # every second action after the router's
         train(env, plain, ReinforceConfig(episodes=48, batch_episodes=48, init_first=str(tmp_path)), tmp_path)
     policy = PuppeteerPolicy(env.pool, two)
     with pytest.raises(FileNotFoundError, match=r"policy\.json"):

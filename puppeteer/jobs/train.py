@@ -163,7 +163,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             stop_prior=float(_get(pc, "stop_prior", 0.0)),
             step_heads=bool(_get(pc, "step_heads", False)),
             one_call_first=bool(_get(pc, "one_call_first", False)),
-            later_transcript=bool(_get(pc, "later_transcript", True)),
+            later_inputs=str(_get(pc, "later_inputs", "all")),
             lam_range=_bounds(cfg),
         ),
         trainer=ReinforceConfig(**{**dict(cfg["trainer"]), "seed": int(cfg["seed"])}),

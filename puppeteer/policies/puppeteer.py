@@ -56,6 +56,7 @@ TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority a
 _NO_SURFACE = np.zeros(0, dtype=np.float32)
 _NO_LAM = np.zeros(0, dtype=np.float32)
 SCORER_LAYERS = ("norm", "tanh")
+LATER_INPUTS = ("all", "question", "signals")  # PolicyConfig.later_inputs
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
 
 
@@ -117,10 +118,11 @@ class PolicyConfig:
     # signals, no step terms: nothing it would read at the first step), so a trained one-call router's
     # weights can make that decision (trainer.init_first) while the decisions after a call are learned
     one_call_first: bool = False
-    # with step_heads: whether the decisions after a call read the transcript's embedding; false: only
-    # the question's view, the step, who has acted, who is on offer and the answer signals, so what is
-    # learned after a call is a rule over the signals, not a memory of each training item's transcript
-    later_transcript: bool = True
+    # with step_heads, what the decisions after a call read: "all"; "question" (not the transcript's
+    # embedding); "signals" (neither the question nor the transcript: the step, who has acted, who is on
+    # offer and the answer signals). The narrower, the more what is learned after a call is a rule over
+    # the signals and who acted, shared by every item alike, rather than a memory of each training item
+    later_inputs: str = "all"
 
     def __post_init__(self) -> None:
         if self.cards and self.layers != "norm":
@@ -139,8 +141,14 @@ class PolicyConfig:
             raise ValueError(
                 "policy.one_call_first lays out step_heads' first scorer: it needs policy.step_heads"
             )
-        if not self.later_transcript and not self.step_heads:
-            raise ValueError("policy.later_transcript=false is for step_heads' later scorer: set that too")
+        if self.later_inputs not in LATER_INPUTS:
+            raise ValueError(
+                f"policy.later_inputs: unknown {self.later_inputs!r}; known: {', '.join(LATER_INPUTS)}"
+            )
+        if self.later_inputs != "all" and not self.step_heads:
+            raise ValueError(
+                "policy.later_inputs narrows step_heads' later scorer: set policy.step_heads too"
+            )
         if self.stop_prior and not self.step_logits:
             raise ValueError(
                 "policy.stop_prior is the step term's starting value: it needs policy.step_logits"
@@ -715,8 +723,9 @@ class PuppeteerPolicy:
         later = self.scorer.later
         if later is None:
             return first
-        if not self.config.later_transcript:  # inputs[1]: the transcript's embedding
-            inputs = (inputs[0], torch.zeros_like(inputs[1]), *inputs[2:])
+        if self.config.later_inputs != "all":  # inputs[0]: the question's embedding, [1]: the transcript's
+            task = inputs[0] if self.config.later_inputs == "question" else torch.zeros_like(inputs[0])
+            inputs = (task, torch.zeros_like(inputs[1]), *inputs[2:])
         return torch.where((inputs[2] > 0)[:, None], later(*inputs), first)  # inputs[2]: the step
 
     # ------------------------------------------------------------------ acting
@@ -763,9 +772,10 @@ class PuppeteerPolicy:
         ):
             if not config[key]:
                 del config[key]
-        for key in ("cards_text", "later_transcript"):  # saved only where they are off
-            if config[key]:
-                del config[key]
+        if config["cards_text"]:
+            del config["cards_text"]
+        if config["later_inputs"] == "all":
+            del config["later_inputs"]
         meta: dict[str, Any] = {
             "config": config,
             "pool": self.pool.name,

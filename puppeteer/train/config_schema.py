@@ -84,7 +84,9 @@ class PolicyNode:
     stop_prior: float = 0.0  # with step_logits: the Terminator's starting logit after the first step
     step_heads: bool = False  # a second scorer (own weights) for every decision after the first (no cards)
     one_call_first: bool = False  # with step_heads: the first scorer laid out as a one-call router's
-    later_transcript: bool = True  # with step_heads: the decisions after a call read the transcript too
+    later_inputs: str = (
+        "all"  # with step_heads, what the decisions after a call read: all | question | signals
+    )
 
 
 @dataclass

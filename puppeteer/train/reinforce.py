@@ -295,7 +295,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (trainer, "init_first", None),
         (trainer, "second_target", None),
         (pol, "one_call_first", False),
-        (pol, "later_transcript", True),
+        (pol, "later_inputs", "all"),
         (pol, "layers", "tanh"),
         (pol, "surface", False),
         (pol, "lam_range", None),
@@ -502,6 +502,19 @@ def _group_subsets(env: ConductorEnv) -> _SubsetDraw | None:
     allowed = env.pool.availability(env.config.unavailable)[: len(env.pool)].astype(bool)
     held = frozenset(frozenset(s) for s in env.config.holdout_subsets)
     return _SubsetDraw(allowed, int(env.config.k_available), held)
+
+
+class _RouterFirst:
+    """(trainer.init_first) The fixed first scorer's greedy action on a group's first observation: each
+    group tries only what the router would call, and every second action after it."""
+
+    def __init__(self, env: ConductorEnv, policy: PuppeteerPolicy) -> None:
+        self.env, self.policy = env.clone(), policy
+
+    def __call__(self, seed: int, task_index: int) -> int:
+        obs, _ = self.env.reset(seed=seed, options={"task_index": task_index})
+        with torch.no_grad():
+            return int(torch.argmax(self.policy.logits([self.policy.features(obs)])[0]))
 
 
 def _exact_first(
@@ -734,6 +747,11 @@ def train(
     run.mkdir(parents=True, exist_ok=True)
     ckpt_path, traj_path = run / "checkpoint.pt", run / "trajectories.jsonl"
     if config.init_first is not None:
+        if config.first_step != "all" or config.second_step != "all" or env.config.k_available is not None:
+            raise ValueError(
+                "trainer.init_first tries every second action after the fixed router's first choice: it "
+                "needs trainer.first_step=all and trainer.second_step=all (and every agent on offer)"
+            )
         if not policy.config.one_call_first:
             raise ValueError(
                 "trainer.init_first loads a one-call router as the first scorer: set "
@@ -807,6 +825,9 @@ def train(
     firsts = None
     if config.first_step == "all":  # the first actions a group tries (with subsets: how many)
         firsts = first_actions(env, policy, None if draw is None else draw.example)
+    router_first = _RouterFirst(env, policy) if config.init_first is not None else None
+    if router_first is not None:  # the fixed router's greedy choice is the one first action tried
+        firsts = firsts[:1] if firsts else firsts
     phi = float(env.config.phi if env.config.phi is not None else env.config.max_steps)
     seconds = second_actions(env, policy) if config.second_step == "all" else None
     size = len(firsts) if firsts is not None else config.group_size
@@ -842,6 +863,8 @@ def train(
                     mask = draw(rng)
                     tried.append(first_actions(env, policy, mask))
                     offered += [np.flatnonzero(mask).tolist()] * size
+                elif router_first is not None:
+                    tried.append([router_first(seed, task_index)])
                 else:
                     tried.append(firsts)
             if lams is not None and lam_range is not None:  # one lambda per group (its baseline's too)
