@@ -165,3 +165,54 @@ def test_the_fixed_router_that_reads_the_examples_beats_the_best_single_agent_he
     assert summary["chains"] == {"humaneval": ["qwen1.5b-code", "qwen0.5b-code"]}
     assert round(single["accuracy"] * 320) == 199 and round(checked["accuracy"] * 320) == 216
     assert checked["mcnemar_p"] < 0.01 and checked["time_ratio"] < 0.95
+
+
+@pytest.mark.slow
+def test_the_decision_after_a_trained_routers_call_learns_to_escalate_on_failed_examples(
+    tmp_path: Path,
+) -> None:
+    """docs/local-mix.md section 7, from the shipped table (strict replay, no model; ~6 min on 2 cores):
+    the one-call REINFORCE router (seed 0, 200 training items), then the decision after its call
+    (trainer.init_first, every second action tried, fitted to softmax(Q / 0.1), reading who acted and the
+    answer signals). Measured: 211 / 320 held out for the router, 216 / 320 (1.05 calls) with the learned
+    escalation; `qwen1.5b-pot` alone 199."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PUPPETEER_REPLAY": "strict", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    common = ["--pool", "local-mix", "--suite", "mix-local", "--steps", "train", "--n-train", "200"]
+    common += ["--n-eval", "320", "--lam", "1", "--seed-list", "0", "--encoder", "minilm", "--quiet"]
+    script = [sys.executable, str(root / "scripts" / "local_experiment.py")]
+    one, two = tmp_path / "one", tmp_path / "two"
+    router = one / "sweep" / "lam1.0_seed0"
+    stage1 = [
+        "--out",
+        str(one),
+        "--episodes",
+        "65536",
+        "trainer.first_step=all",
+        "trainer.batch_episodes=512",
+    ]
+    stage2 = [
+        *("--out", str(two), "--episodes", "131072", "--max-steps", "2", "--phi", "1", "--signals"),
+        *(
+            "trainer.first_step=all",
+            "trainer.second_step=all",
+            "trainer.second_target=0.1",
+            "trainer.lr=0.01",
+        ),
+        *("trainer.later_baseline=stop", "trainer.batch_episodes=72", "trainer.eval_every=64"),
+        *("policy.step_heads=true", "policy.one_call_first=true", "policy.later_inputs=signals"),
+        f"trainer.init_first={router / 'best'}",
+    ]
+    for stage in (stage1, stage2):
+        subprocess.run(
+            [*script, *common, *stage, "policy.task_dims=8"], check=True, capture_output=True, env=env
+        )
+    alone = json.loads((router / "results.json").read_text())["heldout"]
+    after = json.loads((two / "sweep" / "lam1.0_seed0" / "results.json").read_text())["heldout"]
+    assert alone["calls"] == 1.0 and after["accuracy"] >= 0.665 > 199 / 320 + 0.04
+    assert after["accuracy"] > alone["accuracy"] and 1.0 < after["calls"] < 1.15
