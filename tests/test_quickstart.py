@@ -33,6 +33,7 @@ SIM = QuickstartConfig(
     batch_episodes=64,
     first_step="sample",
     task_dims=None,
+    after_call_episodes=0,  # the one-call router alone; the second stage: its own test below
 )
 
 
@@ -142,3 +143,28 @@ def test_the_seed_varies_the_training_not_the_items(tmp_path: Path) -> None:
     assert held_out == [t.id for t in load_suite(SIM.suite, "test", n=SIM.n_eval)]
     trained_on = {t.task_id for t in read_trajectories(tmp_path / "train" / "trajectories.jsonl")}
     assert trained_on <= {t.id for t in load_suite(SIM.suite, "train", n=SIM.n_train)}
+
+
+def test_the_second_stage_learns_the_decision_after_the_fixed_routers_call(tmp_path: Path) -> None:
+    """after_call_episodes: the saved one-call router stays the first decision (the held-out first calls
+    of both rows match item by item), the decision after its call is trained on top (9 episodes an
+    item here: 3 agents, every second action and stopping), and both rows are reported."""
+    cfg = replace(SIM, after_call_episodes=72, baselines=("random",))
+    with (tmp_path / "log").open("w") as log:
+        summary = run_quickstart(cfg, tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
+    rows = {r["policy"]: r for r in summary["results"]}
+    assert list(rows) == ["puppeteer (trained)", "puppeteer (one call: the first stage)", "random"]
+    assert (
+        summary["after_call_episodes"] == 72 and rows["puppeteer (one call: the first stage)"]["calls"] == 1
+    )
+    assert 1.0 <= rows["puppeteer (trained)"]["calls"] <= 2.0
+    lines = (tmp_path / "train-after-call" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 72 and (tmp_path / "policy-after-call" / "policy.pt").exists()
+    firsts = {
+        name: [
+            t.steps[0].agent_id for t in read_trajectories(tmp_path / "eval" / name / "trajectories.jsonl")
+        ]
+        for name in ("puppeteer", "puppeteer-one-call")
+    }
+    assert firsts["puppeteer"] == firsts["puppeteer-one-call"]
+    assert "the decision after the router's call" in (tmp_path / "report.md").read_text()

@@ -51,6 +51,13 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
         default=d.max_steps,
         help="agents per item (1: learned routing, bounded cost; 2+: chains, many more calls)",
     )
+    p.add_argument(
+        "--after-call-episodes",
+        type=int,
+        default=d.after_call_episodes,
+        help="episodes for the decision after the one-call router's call (0: the router alone; "
+        "docs/local-mix.md section 7)",
+    )
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: every CPU)")
@@ -73,6 +80,7 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
         episodes=args.episodes,
         lam=args.lam,
         max_steps=args.max_steps,
+        after_call_episodes=args.after_call_episodes,
         encoder=args.encoder,
         seed=args.seed,
         n_threads=args.threads,

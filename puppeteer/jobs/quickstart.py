@@ -25,18 +25,20 @@ from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, agent_usage, 
 from puppeteer.backends import REPLAY_ENV
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.envbuild import BackendSpec, EnvConfig
+from puppeteer.envbuild import BackendSpec, EnvConfig, build_env
 from puppeteer.evaluation import EvalResult, evaluate_policy
 from puppeteer.jobs.builder import StepJob
-from puppeteer.policies.puppeteer import PolicyConfig
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
 from puppeteer.replay import load_table
 from puppeteer.tasks import load_suite
-from puppeteer.train.reinforce import Episode, ReinforceConfig, train
+from puppeteer.train.reinforce import Episode, ReinforceConfig, TrainState, train
 from puppeteer.trajectories import read_trajectories
+from puppeteer.types import Task
 
 TRAINED = "puppeteer (trained)"
+ONE_CALL = "puppeteer (one call: the first stage)"
 UNITS = {"model_s": "model s", "tokens": "tokens"}  # the short name of each cost a report compares on
 
 
@@ -102,6 +104,14 @@ class QuickstartConfig:
     # calls over two models, and training gained only 1.12x from batching (docs/benchmarks.md).
     # Results do not depend on it (each episode has its own seed; same curves with 16 and 64).
     parallel_envs: int = 64
+    # the decision after the router's call (docs/local-mix.md section 7): the trained one-call router kept
+    # fixed as the first decision, a second decision learned on top of it: every second action (stopping
+    # included) tried after the router's choice, fitted to softmax(return / after_call_target), reading
+    # who acted and the answer signals (with the visible checks: a HumanEval answer run on its docstring's
+    # examples); 0 episodes (or max_steps > 1): the router alone
+    after_call_episodes: int = 131072
+    after_call_target: float = 0.1
+    after_call_lr: float = 0.01
     # torch threads for the router's training and the question encoder: the thread count changes float
     # reductions, so the same seed trains another router on another count (measured: 0.666 with 1
     # thread, 0.650 with 2); 1 makes the result the same on every machine, and small networks on small
@@ -270,10 +280,17 @@ def _run_quickstart(
 
         state = train(env, policy, tcfg, run / "train", on_episode=on_episode)
     policy.save(run / "policy")
+    arms: list[tuple[str, Any, int]] = [(TRAINED, policy, cfg.max_steps)]
+    after = None
+    if cfg.after_call_episodes and cfg.max_steps == 1:
+        policy.config = replace(policy.config, greedy=True)
+        arms = [(ONE_CALL, policy, cfg.max_steps)]
+        policy, after = _after_call(cfg, job, pool, train_tasks, backend, run, console, backend_name)
+        arms.insert(0, (TRAINED, policy, 2))
 
     policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
     rows, results = [], {}
-    for name, spec in [(TRAINED, policy), *((b, b) for b in cfg.baselines)]:
+    for name, spec, max_steps in [*arms, *((b, b, cfg.max_steps) for b in cfg.baselines)]:
         console.print(f"evaluating [bold]{name}[/bold] on {len(eval_tasks)} held-out items")
         r = evaluate_policy(
             spec,
@@ -281,9 +298,9 @@ def _run_quickstart(
             cfg.suite,
             tasks=eval_tasks,
             backend=eval_backend,
-            max_steps=cfg.max_steps,
+            max_steps=max_steps,
             lam=cfg.lam,
-            out_dir=run / "eval" / name.split(" ")[0].replace(":", "_"),
+            out_dir=run / "eval" / _slug(name),
             progress=True,
             seed=cfg.seed,
             overwrite=True,  # a quickstart rerun regenerates its own evaluation runs
@@ -296,6 +313,13 @@ def _run_quickstart(
         run / "learning_curve.png",
         f"puppeteer quickstart: REINFORCE on {cfg.suite} (train), pool {pool.name} [backend: {backend_name}]",
     )
+    if after is not None:
+        learning_curve(
+            after.history,
+            run / "learning_curve_after_call.png",
+            f"puppeteer quickstart: the decision after the router's call, {cfg.suite} (train), pool "
+            f"{pool.name} [backend: {backend_name}]",
+        )
     trained_dir = results[TRAINED].out_dir
     trajs = list(read_trajectories(Path(trained_dir) / "trajectories.jsonl")) if trained_dir else []
     agent_usage(
@@ -320,6 +344,7 @@ def _run_quickstart(
         "n_train": len(train_tasks),
         "n_eval": len(eval_tasks),
         "episodes": state.episodes,
+        "after_call_episodes": 0 if after is None else after.episodes,
         "wall_s": time.perf_counter() - start,
         "results": rows,
         "cost": key,
@@ -352,6 +377,61 @@ def _run_quickstart(
     return summary
 
 
+def _slug(name: str) -> str:
+    return "puppeteer-one-call" if name == ONE_CALL else name.split(" ")[0].replace(":", "_")
+
+
+def _after_call(
+    cfg: QuickstartConfig,
+    job: StepJob,
+    pool: Pool,
+    tasks: Sequence[Task],
+    backend: Any,
+    run: Path,
+    console: Any,
+    backend_name: str,
+) -> tuple[PuppeteerPolicy, TrainState]:
+    """The second stage: the saved one-call router (``run/policy``) as the fixed first decision, the
+    decision after its call trained on the same items and backend."""
+    settings = replace(job.settings, max_steps=2, phi=1.0, visible_checks=True)
+    two = replace(
+        job,
+        settings=settings,
+        policy_config=replace(
+            job.policy_config,
+            max_steps=2,
+            signals=True,
+            step_heads=True,
+            one_call_first=True,
+            later_inputs="signals",
+        ),
+        trainer=replace(
+            job.trainer,
+            episodes=cfg.after_call_episodes,
+            batch_episodes=8 * (len(pool) + 1),  # 8 items an update, every second action after the first
+            first_step="all",
+            second_step="all",
+            second_target=cfg.after_call_target,
+            later_baseline="stop",
+            lr=cfg.after_call_lr,
+            parallel_envs=8 * (len(pool) + 1),
+            init_first=str(run / "policy"),
+        ),
+    )
+    env = build_env(settings, pool=pool, suite=cfg.suite, tasks=tasks, backend=backend)
+    policy = two.policy()
+    with ProgressReporter(
+        f"train the decision after a call ({backend_name})", cfg.after_call_episodes, console=console
+    ) as bar:
+
+        def on_episode(ep: Episode) -> None:
+            bar.update(advance=1, info=f"last: {len(ep.trajectory['steps'])} calls")
+
+        state = train(env, policy, two.trainer, run / "train-after-call", on_episode=on_episode)
+    policy.save(run / "policy-after-call")
+    return policy, state
+
+
 def _model_s(row: Mapping[str, Any]) -> str:
     return "-" if row.get("model_s") is None else f"{row['model_s']:.1f}"
 
@@ -366,7 +446,13 @@ def _report(s: dict[str, Any]) -> str:
         "",
         f"Backend **{s['backend']}**, pool `{s['pool']}`, suite `{s['suite']}`: "
         f"{s['n_train']} training items, {s['n_eval']} held-out items, {s['episodes']} REINFORCE episodes, "
-        f"{s['wall_s'] / 60:.1f} min in all.",
+        + (
+            f"then {s['after_call_episodes']} for the decision after the router's call (its first decision "
+            "kept fixed, docs/local-mix.md section 7), "
+            if s.get("after_call_episodes")
+            else ""
+        )
+        + f"{s['wall_s'] / 60:.1f} min in all.",
         *([f"{s['replay']}", ""] if s.get("replay") else [""]),
         "| policy | accuracy | 95% CI | calls | tokens | model s | wall s | cache hits / misses |",
         "|---|---|---|---|---|---|---|---|",
@@ -388,6 +474,11 @@ def _report(s: dict[str, Any]) -> str:
         "",
         "![learning curve](learning_curve.png)",
         "",
+        *(
+            ["![learning curve after the call](learning_curve_after_call.png)", ""]
+            if s.get("after_call_episodes")
+            else []
+        ),
         "![agent usage](agent_usage.png)",
         "",
         "Intervals are 95% Wilson intervals of each policy alone; the headline's test pairs the two policies "
