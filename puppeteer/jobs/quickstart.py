@@ -280,15 +280,14 @@ def _run_quickstart(
 
         state = train(env, policy, tcfg, run / "train", on_episode=on_episode)
     policy.save(run / "policy")
+    policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
     arms: list[tuple[str, Any, int]] = [(TRAINED, policy, cfg.max_steps)]
     after = None
-    if cfg.after_call_episodes and cfg.max_steps == 1:
-        policy.config = replace(policy.config, greedy=True)
-        arms = [(ONE_CALL, policy, cfg.max_steps)]
+    if cfg.after_call_episodes and cfg.max_steps == 1:  # the one-call router becomes the first stage
+        first = policy
         policy, after = _after_call(cfg, job, pool, train_tasks, backend, run, console, backend_name)
-        arms.insert(0, (TRAINED, policy, 2))
-
-    policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
+        policy.config = replace(policy.config, greedy=True)
+        arms = [(TRAINED, policy, 2), (ONE_CALL, first, cfg.max_steps)]
     rows, results = [], {}
     for name, spec, max_steps in [*arms, *((b, b, cfg.max_steps) for b in cfg.baselines)]:
         console.print(f"evaluating [bold]{name}[/bold] on {len(eval_tasks)} held-out items")

@@ -80,8 +80,10 @@ class ReinforceConfig:
     # section 7)
     second_target: float | None = None
     # a saved one-call router (a run's best/ or final/) that makes the first decision, its weights kept
-    # fixed, while the decisions after a call are learned (needs policy.step_heads and
-    # policy.one_call_first): a router that already routes by kind learns only when to call again
+    # fixed, while the decisions after a call are learned (needs policy.step_heads,
+    # policy.one_call_first, first_step=all and second_step=all): each group tries the router's greedy
+    # first action and every second action after it, so a router that already routes by kind learns
+    # only when to call again
     init_first: str | None = None
     # a lambda-conditioned run (lam_range) of one-call episodes (max_steps=1) with first_step=all: each
     # group's first decision is also learned at this many more lambdas drawn from the range, the same
@@ -825,12 +827,11 @@ def train(
     firsts = None
     if config.first_step == "all":  # the first actions a group tries (with subsets: how many)
         firsts = first_actions(env, policy, None if draw is None else draw.example)
+    # init_first: the fixed router's greedy choice is the one first action a group tries
     router_first = _RouterFirst(env, policy) if config.init_first is not None else None
-    if router_first is not None:  # the fixed router's greedy choice is the one first action tried
-        firsts = firsts[:1] if firsts else firsts
     phi = float(env.config.phi if env.config.phi is not None else env.config.max_steps)
     seconds = second_actions(env, policy) if config.second_step == "all" else None
-    size = len(firsts) if firsts is not None else config.group_size
+    size = config.group_size if firsts is None else 1 if router_first is not None else len(firsts)
     if firsts is not None and seconds is not None:
         size *= len(seconds)
     n_groups = max(1, config.batch_episodes // size)
