@@ -28,7 +28,9 @@ from pathlib import Path
 from puppeteer.analytics.sidebyside import ARMS, Workload, done_keys, read_rows, table
 
 
-def _quickstart(n_train: int, n_eval: int, episodes: int) -> Callable[[Path, Path], list[str]]:
+def _quickstart(
+    n_train: int, n_eval: int, episodes: int, after_call: int
+) -> Callable[[Path, Path], list[str]]:
     # --replay off: the quickstart's pool ships every response it needs (agents/local-mix.replay/),
     # so without it the run would time the replay, not the models
     def command(run: Path, cache: Path) -> list[str]:
@@ -43,6 +45,8 @@ def _quickstart(n_train: int, n_eval: int, episodes: int) -> Callable[[Path, Pat
             str(n_eval),
             "--episodes",
             str(episodes),
+            "--after-call-episodes",
+            str(after_call),
             "--out",
             str(run / "qs"),
             "--cache",
@@ -92,14 +96,15 @@ SINGLES = (
 
 
 def workloads(
-    n_baselines: int, qs_train: int = 16, qs_eval: int = 16, qs_episodes: int = 512
+    n_baselines: int, qs_train: int = 16, qs_eval: int = 16, qs_episodes: int = 512, qs_after_call: int = 0
 ) -> dict[str, Workload]:
     return {
         "quickstart": Workload(
             "quickstart",
             f"`puppeteer quickstart --replay off` (pool local-mix, 8 agents on 2 models: train {qs_episodes} "
-            f"episodes on {qs_train} items, evaluate 6 policies on {qs_eval} held-out items)",
-            _quickstart(qs_train, qs_eval, qs_episodes),
+            f"episodes on {qs_train} items, {qs_after_call} after the router's call, evaluate 6 policies on "
+            f"{qs_eval} held-out items)",
+            _quickstart(qs_train, qs_eval, qs_episodes, qs_after_call),
         ),
         "baselines": Workload(
             "baselines",
@@ -151,8 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--qs-train", type=int, default=16, help="training items of the quickstart workload")
     p.add_argument("--qs-eval", type=int, default=16, help="held-out items of the quickstart workload")
     p.add_argument("--qs-episodes", type=int, default=512, help="REINFORCE episodes, quickstart workload")
+    p.add_argument(
+        "--qs-after-call-episodes",
+        type=int,
+        default=0,
+        help="episodes of the quickstart's second stage (0, the default: the one-call router alone, as "
+        "timed before the second stage existed; the second stage calls every agent again after the "
+        "router's call on each training item, an hour more one at a time on 2 cores)",
+    )
     args = p.parse_args(argv)
-    ws = workloads(args.n_baselines, args.qs_train, args.qs_eval, args.qs_episodes)
+    ws = workloads(
+        args.n_baselines, args.qs_train, args.qs_eval, args.qs_episodes, args.qs_after_call_episodes
+    )
     unknown = sorted(set(args.workloads) - set(ws))
     if unknown:
         p.error(f"unknown workload(s) {unknown}; choose from {sorted(ws)}")

@@ -18,12 +18,13 @@ Options worth knowing:
 - ``batching`` (default True): every model gets one decoding loop
   (:class:`~puppeteer.backends.continuous.ContinuousBatcher`) that serves all pending calls
   in batches, one sequence id per call in one unified KV cache of ``kv_size`` cells (default
-  ``2 * n_ctx``), at most ``n_parallel`` at once. Prompts, stop strings, ``max_tokens``, seeds,
-  finish reasons and token counts are those of the one-at-a-time path; greedy texts agree
-  with it for the first tokens and can then diverge (llama.cpp's batched kernels round
-  differently), so accuracy is re-measured in docs/benchmarks.md. The loops of all models
-  take turns on one compute lock, so each may use every free core: the default ``n_threads``
-  is the CPUs not busy when the backend is made (:func:`default_threads`).
+  :func:`default_kv_size`: 1,024 a sequence, at least ``2 * n_ctx``), at most ``n_parallel`` at
+  once. Prompts, stop strings, ``max_tokens``, seeds, finish reasons and token counts are those
+  of the one-at-a-time path; greedy texts agree with it for the first tokens and can then
+  diverge (llama.cpp's batched kernels round differently), so accuracy is re-measured in
+  docs/benchmarks.md. The loops of all models take turns on one compute lock, so each may use
+  every free core: the default ``n_threads`` is the CPUs not busy when the backend is made
+  (:func:`default_threads`).
   A completion's ``queue_s`` is the time the call waited for a sequence slot (or KV room) and
   ``latency_s`` the rest of the call (chat template, tokenization, prefill, decoding), so
   ``latency_s`` no longer grows with the queue in front of a call; with ``batching=False``,
@@ -163,6 +164,18 @@ def load_llama(
         )
 
 
+# KV cells a sequence of the batched engine may hold by default: a call reserves its prompt plus its
+# whole budget before it is admitted, and calls of ~450 prompt tokens with a 256-token budget (a chain's
+# second step) fitted 11 at a time into the old 2 * n_ctx = 8,192 cells, not 16 (docs/benchmarks.md,
+# "Sixteen at a time"). 1,024 is what the comparison with llama-server gives both engines.
+KV_CELLS_PER_SEQUENCE = 1024
+
+
+def default_kv_size(n_ctx: int, n_parallel: int) -> int:
+    """KV cells of the batched engine: ``KV_CELLS_PER_SEQUENCE`` a sequence, at least ``2 * n_ctx``."""
+    return max(2 * n_ctx, KV_CELLS_PER_SEQUENCE * n_parallel)
+
+
 def available_cpus() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -261,7 +274,7 @@ class LlamaCppBackend(SyncBackend):
         self.share_prefix = share_prefix and kv_unified
         self.cpu_variant = cpu_variant
         self.n_parallel = n_parallel
-        self.kv_size = kv_size or 2 * n_ctx
+        self.kv_size = kv_size or default_kv_size(n_ctx, n_parallel)
         self.n_threads = n_threads or default_threads(batching)
         self.n_ctx = n_ctx
         self.n_batch = n_batch

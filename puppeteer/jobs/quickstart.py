@@ -99,11 +99,12 @@ class QuickstartConfig:
     # llama.cpp decodes the pending calls of a model together (issue 13); False: one call at a time,
     # the path before batching, kept for side-by-side benchmarks (benchmarks/bench_end_to_end.py)
     batching: bool = True
-    # episodes stepped together: a whole training batch (batch_episodes), so all of an update's distinct
-    # calls are pending at once and batch per model. With 16, a batch of 64 ran as 4 chunks of 16
-    # calls over two models, and training gained only 1.12x from batching (docs/benchmarks.md).
-    # Results do not depend on it (each episode has its own seed; same curves with 16 and 64).
-    parallel_envs: int = 64
+    # episodes stepped together; None: the whole training batch (batch_episodes), so all of an update's
+    # distinct calls are pending at once and batch per model (with first_step=all the first update holds
+    # every (item, agent) call). With 64 of a 512-episode batch, an update ran as 8 chunks, each waiting
+    # for its slowest call while its few calls were split over two models (docs/benchmarks.md).
+    # Results do not depend on it (each episode has its own seed).
+    parallel_envs: int | None = None
     # the decision after the router's call (docs/local-mix.md section 7): the trained one-call router kept
     # fixed as the first decision, a second decision learned on top of it: every second action (stopping
     # included) tried after the router's choice, fitted to softmax(return / after_call_target), reading
@@ -251,7 +252,7 @@ def _run_quickstart(
             first_step=cfg.first_step,
             lr=0.003,
             eval_every=10**9,
-            parallel_envs=cfg.parallel_envs,
+            parallel_envs=cfg.parallel_envs or batch,
             seed=cfg.seed,
         ),
         suite=cfg.suite,
