@@ -431,3 +431,32 @@ def test_a_short_common_prefix_is_not_worth_waiting_for() -> None:
         batcher.close(timeout=5)
     with pytest.raises(ValueError, match="min_share"):
         ContinuousBatcher(FakeEngine(), min_share=0)
+
+
+@pytest.mark.parametrize(("kv_size", "most"), [(None, 16), (2 * 4096, 11)])
+def test_sixteen_chain_steps_run_at_once_in_the_default_kv_cache(kv_size: int | None, most: int) -> None:
+    """16 calls of ~450 prompt tokens and a 256-token budget (a chain's second step) each reserve
+    ~710 cells: the engine's default KV size runs all 16 at once; the old 2 * n_ctx ran 11."""
+    from puppeteer.backends.llamacpp import default_kv_size
+
+    gate = threading.Event()
+    size = default_kv_size(4096, 16) if kv_size is None else kv_size
+    engine = FakeEngine(n_seq_max=16, kv_size=size, n_batch=512, n_ctx=4096, gate=gate)
+    batcher = ContinuousBatcher(engine)
+    try:
+        # replies long enough that the first calls still decode while the last ones prefill
+        replies = [f"reply {i:02d} ".encode() * 4 for i in range(16)]
+        futures = [batcher.submit(job(bytes([65 + i]) * 446, replies[i], max_tokens=256)) for i in range(16)]
+        gate.set()
+        assert [r.text for r in results(futures)] == replies
+        assert max(len(b) for b in engine.batches) == most
+    finally:
+        batcher.close(timeout=5)
+
+
+def test_default_kv_size_gives_each_sequence_1024_cells_and_two_contexts_at_least() -> None:
+    from puppeteer.backends.llamacpp import default_kv_size
+
+    assert default_kv_size(4096, 16) == 16 * 1024
+    assert default_kv_size(4096, 1) == 2 * 4096  # a long call still fits beside another
+    assert default_kv_size(32768, 16) == 2 * 32768
