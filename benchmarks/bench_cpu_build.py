@@ -55,7 +55,17 @@ def load_ggml_dl() -> Any:
 
 
 class Bench:
-    def __init__(self, path: str, threads: int, n_ctx: int, n_seq: int, extra_buffers: bool) -> None:
+    def __init__(
+        self,
+        path: str,
+        threads: int,
+        n_ctx: int,
+        n_seq: int,
+        extra_buffers: bool,
+        *,
+        kv_unified: bool = True,
+        flash_attn_type: int | None = None,  # None: llama.cpp's default (auto)
+    ) -> None:
         mparams = llama_cpp.llama_model_default_params()
         if not extra_buffers:
             mparams.use_extra_bufts = False
@@ -68,7 +78,9 @@ class Bench:
         cparams.n_ctx = n_ctx
         cparams.n_batch = cparams.n_ubatch = 512
         cparams.n_seq_max = n_seq
-        cparams.kv_unified = True
+        cparams.kv_unified = kv_unified
+        if flash_attn_type is not None:
+            cparams.flash_attn_type = flash_attn_type
         cparams.n_threads = cparams.n_threads_batch = threads
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         self.mem = llama_cpp.llama_get_memory(self.ctx)

@@ -32,22 +32,8 @@ class LayoutBench(base.Bench):
     """``bench_cpu_build.Bench`` with 1,024 cells a sequence, flash attention and a chosen layout."""
 
     def __init__(self, path: str, threads: int, n_seq: int, unified: bool) -> None:
-        mparams = llama_cpp.llama_model_default_params()
-        self.model = llama_cpp.llama_model_load_from_file(path.encode(), mparams)
-        if not self.model:
-            raise SystemExit(f"could not load {path}")
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = 1024 * n_seq
-        cparams.n_batch = cparams.n_ubatch = 512
-        cparams.n_seq_max = n_seq
-        cparams.kv_unified = unified
-        cparams.flash_attn_type = 1  # LLAMA_FLASH_ATTN_TYPE_ENABLED, the engine's default
-        cparams.n_threads = cparams.n_threads_batch = threads
-        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
-        self.mem = llama_cpp.llama_get_memory(self.ctx)
-        self.batch = llama_cpp.llama_batch_init(512, 0, 1)
+        # flash_attn_type 1: LLAMA_FLASH_ATTN_TYPE_ENABLED, the engine's default
+        super().__init__(path, threads, 1024 * n_seq, n_seq, True, kv_unified=unified, flash_attn_type=1)
 
     def step_ms(self, n_seq: int, ctx: int, steps: int) -> float:
         llama_cpp.llama_memory_clear(self.mem, True)
