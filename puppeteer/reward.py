@@ -41,6 +41,20 @@ COST_MODELS: Mapping[str, CostFn] = MappingProxyType(
 )
 
 
+AUTO = "auto"  # the cost model a pool's declarations support best (auto_cost_model)
+
+
+def auto_cost_model(models: Iterable[ModelSpec]) -> str:
+    """``usd`` when every model has a price, else ``minutes`` when every model declares its speeds,
+    else ``tokens``: the price of quality in the units the pool can state."""
+    specs = list(models)
+    if specs and all(m.price_in > 0 or m.price_out > 0 for m in specs):
+        return "usd"
+    if specs and all(m.prefill_tps and m.decode_tps for m in specs):
+        return "minutes"
+    return "tokens"
+
+
 # what one unit of each cost model is, in words (the conductor's price line states lambda per unit)
 COST_UNITS: Mapping[str, str] = MappingProxyType(
     {

@@ -227,6 +227,7 @@ def held_out_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Unseen
     return folder, s, result
 
 
+@pytest.mark.learning
 def test_held_out_agents_never_appear_in_training(
     held_out_run: tuple[Path, UnseenSettings, dict[str, Any]],
 ) -> None:
@@ -253,6 +254,7 @@ def test_held_out_agents_never_appear_in_training(
         training_pool(full, ["nobody"])
 
 
+@pytest.mark.learning
 def test_a_card_reading_router_uses_an_agent_it_never_saw(
     held_out_run: tuple[Path, UnseenSettings, dict[str, Any]],
 ) -> None:

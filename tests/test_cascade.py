@@ -232,6 +232,7 @@ def test_only_the_signals_tell_the_two_kinds_of_item_apart(tmp_path: Path) -> No
     assert not np.array_equal(_after_cheap(reader, env, 0)[1], _after_cheap(reader, env, 2)[1])
 
 
+@pytest.mark.learning
 def test_a_router_with_signals_learns_to_escalate_when_the_cheap_agent_is_silent(tmp_path: Path) -> None:
     """Seed 0, lr 1e-2. Not every seed finds it at this budget: with the normalised scorer (policy
     layers "norm"), of seeds 0-3 all four escalate after silence, and two of them call the nearly free
@@ -254,6 +255,7 @@ def test_episodes_record_what_stopping_would_have_returned() -> None:
         assert e.stop_returns[:1] == ([0.0] if i < 2 else [1.0])[: len(e.stop_returns)]
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize(("later", "second", "episodes"), [("stop", "sample", 1024), ("first", "all", 3072)])
 def test_with_every_first_agent_tried_the_router_learns_when_a_second_call_pays(
@@ -427,6 +429,7 @@ def _on_router(
     return policy
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
     tmp_path: Path, seed: int
@@ -455,6 +458,7 @@ def test_on_a_trained_one_call_router_the_decision_after_its_call_is_learned(
         torch.testing.assert_close(_after_cheap(again, env, i)[1], _after_cheap(policy, env, i)[1])
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("target", [None, 0.1])
 def test_a_softmax_target_pulls_a_router_that_always_stops_back_to_escalating(
     tmp_path: Path, target: float | None

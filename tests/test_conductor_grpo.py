@@ -19,6 +19,8 @@ from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.config_schema import register_configs
 from puppeteer.train.grpo import GRPOJob, bf16_choice, grpo_config, paired_heldout, run_conductor_training
 
+pytestmark = pytest.mark.integration
+
 FULL_FT = "conductor=cpu-smollm2"  # full fine-tune: these tests read final/model.safetensors
 TINY = [
     "model.id=tiny-random",

@@ -93,6 +93,7 @@ def test_the_training_config_refuses_bad_held_out_subsets_before_any_work(
     check_values(["pool=sim-paper", "k_available=3", "holdout_subsets=[[0,1,3],[2,4,6]]"])  # valid
 
 
+@pytest.mark.learning
 def test_trying_every_agent_first_works_over_k_of_n_subsets_and_never_a_held_out_one(tmp_path: Path) -> None:
     """trainer.first_step=all with k_available: each group draws its subset in the trainer, offers it
     to all its episodes and tries each of its k agents once as the first action; no group is offered a

@@ -149,6 +149,7 @@ def test_the_encoded_observation_carries_lambda_for_outside_rl() -> None:
 # --------------------------------------------------------------------------- training
 
 
+@pytest.mark.learning
 def test_a_conditioned_policy_calls_the_cheap_agent_as_lambda_rises(tmp_path: Path) -> None:
     """Trained once over lambda in [0.01, 1.5] with lambda as an input, the router calls the dear agent
     (0.9 right, 1.16 cents) at low lambda and the cheap one (0.55 right, 0.012 cents) at high lambda,
@@ -254,6 +255,7 @@ def test_relabelling_reprices_the_same_calls_exactly(tmp_path: Path) -> None:
     assert np.array_equal(feats[1].lam, LamRange(*RANGE).features(1.2))
 
 
+@pytest.mark.learning
 def test_relabelling_learns_where_the_draws_favour_one_agent(tmp_path: Path) -> None:
     """Over [0.01, 1] three draws in four sit below the break-even (~0.3), and seeds 1 and 3 put the dear
     agent first at every lambda after 2048 episodes (measured). Learning each group's first decision at

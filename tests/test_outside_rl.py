@@ -16,6 +16,8 @@ from puppeteer.signals import SIGNAL_NAMES
 from puppeteer.types import Task
 from puppeteer.wrappers import EncodedObservation, make_encoded_env
 
+pytestmark = pytest.mark.integration
+
 UNICODE_TASK = Task(
     id="u/0",
     question="Combien font 2×3 ? — «π≈3.14» 中文 ünïcode",

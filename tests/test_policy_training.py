@@ -132,6 +132,7 @@ def test_the_prefix_baseline_compares_each_decision_with_the_same_situation() ->
     assert BASELINES["prefix"]([lonely], {}, cfg)[0] == [pytest.approx([0.1, 0.1]), pytest.approx([0.5, 0.5])]
 
 
+@pytest.mark.learning
 def test_training_approaches_the_best_single_agent(tmp_path: Path) -> None:
     from puppeteer.analytics.references import best_fixed_sequence
 
@@ -314,6 +315,7 @@ def test_task_dims_projects_the_question_onto_the_training_tasks_top_directions(
         PolicyConfig(task_dims=0)
 
 
+@pytest.mark.learning
 def test_the_entropy_bonus_decays_to_its_final_fraction(tmp_path: Path) -> None:
     """trainer.entropy_final_fraction: the bonus's weight falls linearly from entropy_coef to that
     fraction of it. A bonus this strong held constant keeps the policy near uniform; decayed to

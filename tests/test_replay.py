@@ -178,6 +178,7 @@ def test_outcomes_build_fills_a_table_by_shards_and_skips_finished_agents(tmp_pa
         Shard.parse("test")
 
 
+@pytest.mark.learning
 def test_a_router_trained_on_the_shipped_table_learns_what_its_training_items_teach(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

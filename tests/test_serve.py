@@ -14,6 +14,8 @@ from puppeteer.cli import main
 from puppeteer.orchestrator import Orchestrator, UnknownToSimulator
 from puppeteer.tasks import load_suite
 
+pytestmark = pytest.mark.integration
+
 ITEMS = load_suite("arith", "test", n=8)
 
 

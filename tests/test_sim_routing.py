@@ -140,6 +140,7 @@ def test_the_optimum_equals_brute_force_over_every_assignment(tmp_path: Path) ->
     assert {c.agent for c in only_wordy.choices} == {1}
 
 
+@pytest.mark.learning
 def test_reinforce_learns_routes_that_depend_on_the_item(tmp_path: Path) -> None:
     """The scorer's first design (tanh) saturated under REINFORCE and then scored every task alike, so
     every trained router sent everything to one agent. Here the best agent depends on the domain: the
@@ -220,6 +221,7 @@ def test_the_first_routing_world_keeps_its_items_and_their_order_under_its_new_n
     assert len(ids) == 160 and {i.split("/")[0] for i in ids} == {"gsm8k", "math500", "mmlu", "humaneval"}
 
 
+@pytest.mark.learning
 def test_trying_every_first_agent_routes_where_sampling_commits_to_one(tmp_path: Path) -> None:
     """At lr 1e-2 the sampled policy gradient commits to one agent on the two-specialist toy (share 1.0,
     measured); with ``first_step=all`` each group tries both agents and the first decision's gradient

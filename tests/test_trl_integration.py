@@ -24,6 +24,8 @@ from puppeteer.pool import load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, Task
 
+pytestmark = pytest.mark.integration
+
 GOOD, BAD = 0, 6  # sim-paper agent ids: gpt5-cot (knows every answer here), gemma3-27b-cot (always wrong)
 
 

@@ -213,6 +213,9 @@ def gather_front(plan: FrontPlan, out: Path) -> dict[str, Any]:
             fixed_episodes = res["episodes"]
     if cfg is None:
         raise FileNotFoundError(f"no finished conditioned run under {out / 'conditioned'}")
+    from puppeteer.jobs.train import cost_model_of
+
+    cost_model = cost_model_of(cfg)
     return {
         "lam_range": list(plan.lam_range),
         "grid": list(grid),
@@ -221,8 +224,8 @@ def gather_front(plan: FrontPlan, out: Path) -> dict[str, Any]:
         "split": cfg["suite"]["eval_split"],
         "n_eval": results["n_eval"],
         "backend": results["backend"],
-        "cost_model": cfg["cost_model"],
-        "cost_label": _COST_LABELS.get(str(cfg["cost_model"]), str(cfg["cost_model"])),
+        "cost_model": cost_model,
+        "cost_label": _COST_LABELS.get(cost_model, cost_model),
         "episodes": {"conditioned": results["episodes"], "fixed": fixed_episodes},
         "lam_relabel": int(cfg["trainer"].get("lam_relabel") or 0),
         "conditioned": conditioned,

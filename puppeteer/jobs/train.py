@@ -17,10 +17,10 @@ from puppeteer.envbuild import BackendSpec, EnvConfig
 from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.lam_range import LamRange
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import STATE_ENCODERS, PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import configured_pool
 from puppeteer.redaction import redact
-from puppeteer.reward import COST_MODELS
+from puppeteer.reward import AUTO, COST_MODELS, auto_cost_model
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, train
@@ -62,11 +62,16 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
     if unknown:
         raise ValueError(f"trainer.{unknown[0]}: unknown setting; known: {', '.join(sorted(known))}")
     ReinforceConfig(**{**dict(trainer), "seed": int(cfg["seed"])})  # checks each value
-    if cfg["cost_model"] not in COST_MODELS:
-        raise ValueError(f"cost_model: unknown {cfg['cost_model']!r}; known: {', '.join(COST_MODELS)}")
+    if cfg["cost_model"] not in (*COST_MODELS, AUTO):
+        known = ", ".join((AUTO, *COST_MODELS))
+        raise ValueError(f"cost_model: unknown {cfg['cost_model']!r}; known: {known}")
     encoder = (cfg.get("policy") or {}).get("encoder")
     if encoder is not None and encoder not in ENCODERS:
         raise ValueError(f"policy.encoder: unknown {encoder!r}; known: {', '.join(ENCODERS)}")
+    state_encoder = (cfg.get("policy") or {}).get("state_encoder")
+    if state_encoder is not None and state_encoder not in STATE_ENCODERS:
+        known = ", ".join(STATE_ENCODERS)
+        raise ValueError(f"policy.state_encoder: unknown {state_encoder!r}; known: {known}")
     k = cfg.get("k_available")
     if k is not None:
         n_agents = len(configured_pool(cfg["pool"]).agents)
@@ -94,6 +99,14 @@ def _lam_range(cfg: Mapping[str, Any]) -> LamRange | None:
     return LamRange.of(list(value) if hasattr(value, "__iter__") and not isinstance(value, str) else value)
 
 
+def cost_model_of(cfg: Mapping[str, Any]) -> str:
+    """The config's cost model, ``auto`` resolved by what the pool declares (prices, speeds)."""
+    name = str(cfg["cost_model"])
+    if name != AUTO:
+        return name
+    return auto_cost_model(agent.model for agent in configured_pool(cfg["pool"]).agents)
+
+
 def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
     """The step-mode env settings of a training config (its top-level keys)."""
     return EnvConfig(
@@ -103,7 +116,7 @@ def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
         phi=cfg.get("phi"),
         max_steps=int(cfg["max_steps"]),
         min_steps=int(_get(cfg, "min_steps", 0)),
-        cost_model=str(cfg["cost_model"]),
+        cost_model=cost_model_of(cfg),
         temperature=float(_get(cfg, "temperature", 0.0)),
         samples_per_item=cfg.get("samples_per_item"),
         k_available=cfg.get("k_available"),  # random k-of-n agent subsets while training only
@@ -148,6 +161,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
         policy_config=PolicyConfig(
             encoder=pc["encoder"],
             encoder_options=tuple(dict(pc.get("encoder_options") or {}).items()),
+            state_encoder=str(_get(pc, "state_encoder", "same")),
             hidden=int(pc["hidden"]),
             max_steps=int(cfg["max_steps"]),
             min_steps=int(_get(cfg, "min_steps", 0)),
@@ -265,6 +279,7 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
         "n_train": len(env.tasks),
         "n_eval": len(eval_env.tasks),
         "lam": cfg["lam"],
+        "cost_model": env.config.cost_model,
         "baseline": tcfg.baseline,
         "seed": cfg["seed"],
     }

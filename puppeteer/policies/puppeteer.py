@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from puppeteer.cards import PRICE_LINEAR, card_scale
-from puppeteer.encoders import CachedEncoder, make_encoder
+from puppeteer.encoders import CachedEncoder, hashing_encoder, make_encoder
 from puppeteer.lam_range import N_LAM_FEATURES, LamRange
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
@@ -64,10 +64,26 @@ def state_window(state: str) -> str:
     return state[-STATE_WINDOW:] if state else "(nothing yet)"
 
 
+STATE_ENCODERS = ("same", "hashing")
+
+
+def state_encoder_for(name: str, encoder: CachedEncoder) -> CachedEncoder:
+    """The transcript's encoder: ``encoder`` itself, or hashed n-grams of the same dimension."""
+    if name == "same":
+        return encoder
+    if name == "hashing":
+        return hashing_encoder(dim=encoder.dim)
+    raise ValueError(f"policy.state_encoder: unknown {name!r}; known: {', '.join(STATE_ENCODERS)}")
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     encoder: str = "minilm"
     encoder_options: tuple[tuple[str, Any], ...] = ()
+    # what embeds the transcript: "same" (the question's encoder) or "hashing" (hashed n-grams at the
+    # question encoder's dimension: every episode's transcript is new text, so a sentence model would
+    # run once per decision, while the question is embedded once per item and cached)
+    state_encoder: str = "same"
     hidden: int = 128
     max_steps: int = 5
     min_steps: int = 0  # the Terminator is never chosen before this many agents acted
@@ -487,6 +503,7 @@ class PuppeteerPolicy:
         self.pool = pool
         self.config = config
         self.encoder = encoder or make_encoder(config.encoder, **dict(config.encoder_options))
+        self.state_encoder = state_encoder_for(config.state_encoder, self.encoder)
         cards = None
         if config.cards:
             raw = pool_cards(pool)
@@ -663,12 +680,12 @@ class PuppeteerPolicy:
 
     def features_batch(self, observations: Sequence[dict[str, Any]]) -> list[Features]:
         """Encode many observations with one encoder call (much faster than one by one)."""
-        texts = [t for o in observations for t in (o["task"], state_window(o["state"]))]
-        emb = self.encoder.encode(texts)
+        tasks = self.encoder.encode([o["task"] for o in observations])
+        states = self.state_encoder.encode([state_window(o["state"]) for o in observations])
         return [
             Features(
-                task=emb[2 * i],
-                state=emb[2 * i + 1],
+                task=tasks[i],
+                state=states[i],
                 step=int(o["step"]),
                 counts=np.asarray(o["counts"], dtype=np.int64),
                 mask=self._mask(o),
@@ -776,6 +793,8 @@ class PuppeteerPolicy:
             del config["cards_text"]
         if config["later_inputs"] == "all":
             del config["later_inputs"]
+        if config["state_encoder"] == "same":
+            del config["state_encoder"]
         meta: dict[str, Any] = {
             "config": config,
             "pool": self.pool.name,

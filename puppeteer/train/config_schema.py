@@ -71,10 +71,11 @@ class PolicyNode:
 
     encoder: str = "minilm"
     encoder_options: dict[str, Any] = field(default_factory=dict)
+    state_encoder: str = "hashing"  # the transcript's encoder: hashing (fast: new text every step) | same
     hidden: int = 128
     signals: bool = False  # read obs["signals"] (answered / whole number / agreement): learns cascades
     surface: bool = False  # read the question's length and number count (puppeteer.surface)
-    task_dims: int | None = None  # read the question on its k principal directions among training tasks
+    task_dims: int | None = 8  # read the question on its k principal directions among training tasks
     cards: bool = False  # read each agent's measured card (agents/<pool>.cards.json): scores unseen agents
     cards_linear: bool = False  # with cards: the agent only through its card's price and domain accuracy
     cards_text: bool = True  # with cards: the agent's text beside its card (false: the agent is its card)

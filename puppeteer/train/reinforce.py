@@ -42,6 +42,7 @@ from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
 from puppeteer.reward import step_cost
 from puppeteer.rollout import Episode, run_lockstep, summarize
 from puppeteer.safeload import CheckpointError, atomic_torch_save, safe_torch_load
+from puppeteer.train.collapse import CollapseWatch
 from puppeteer.train.logging import MetricLogger, Rewindable
 
 log = logging.getLogger(__name__)
@@ -310,6 +311,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "step_logits", False),
         (pol, "stop_prior", 0.0),
         (pol, "step_heads", False),
+        (pol, "state_encoder", "same"),
     ):
         if settings.get(key) == old:
             settings.pop(key)
@@ -844,6 +846,7 @@ def train(
             planned,
         )
 
+    watch, collapse_told = CollapseWatch(), False
     while state.episodes < config.episodes:
         rng_before, gen_before = rng.bit_generator.state, gen.get_state()
         specs: list[tuple[int, int | None]] = []
@@ -944,6 +947,11 @@ def train(
                 state.best, state.best_update = ev["return"], state.update
                 policy.save(run / "best")
         state.history.append(metrics)
+        if not collapse_told:
+            told = watch.check(metrics, state.episodes, config.episodes)
+            if told is not None:
+                log.warning(told)
+                collapse_told = True
         try:
             state.traj_offset = _append_lines(
                 traj_path, [json.dumps(e.trajectory) for e in batch], state.traj_offset
