@@ -59,6 +59,7 @@ def test_the_default_training_config_prices_the_pools_units_and_carries_the_rout
     assert job.settings.cost_model == "usd"
     assert job.trainer.first_step == "all" and job.trainer.entropy_coef == 0.05
     assert job.trainer.entropy_final_fraction == 0.1
+    assert job.trainer.episodes == 16384 and job.trainer.batch_episodes == 256
     assert job.policy_config.task_dims == 8 and job.policy_config.state_encoder == "hashing"
 
 
