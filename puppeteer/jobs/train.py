@@ -16,6 +16,7 @@ from puppeteer.env import ConductorEnv
 from puppeteer.envbuild import BackendSpec, EnvConfig
 from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
+from puppeteer.jobs.replay_check import check_replay_coverage
 from puppeteer.lam_range import LamRange
 from puppeteer.policies.puppeteer import STATE_ENCODERS, PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import configured_pool
@@ -84,6 +85,7 @@ def validate_config(cfg: Mapping[str, Any]) -> None:
         if any(i >= n_agents for subset in held for i in subset):
             raise ValueError(f"holdout_subsets: agent ids must be in 0..{n_agents - 1}")
     _check_backend_options(cfg["pool"])
+    check_replay_coverage(cfg)
     lam_range = _lam_range(cfg)
     if lam_range is not None and trainer.get("baseline") == "ema":
         raise ValueError(
