@@ -83,5 +83,5 @@ def test_a_hashed_transcript_has_the_question_encoders_dimension_and_the_questio
 
 def test_an_unknown_state_encoder_is_refused_in_one_line() -> None:
     env = ConductorEnv(mode="step", pool="sim-paper", suite="arith", max_steps=3)
-    with pytest.raises(ValueError, match="policy.state_encoder: unknown 'bert'"):
+    with pytest.raises(ValueError, match=r"policy\.state_encoder: unknown 'bert'"):
         PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", state_encoder="bert"))
