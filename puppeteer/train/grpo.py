@@ -57,7 +57,13 @@ class LoraSpec:
     target_modules: str | tuple[str, ...] = "all-linear"
 
     def peft_config(self) -> Any:
-        from peft import LoraConfig
+        try:
+            from peft import LoraConfig
+        except ImportError as e:
+            raise ImportError(
+                "lora.enabled=true needs peft: pip install 'puppeteer-orchestra[grpo]' "
+                "(or lora.enabled=false)"
+            ) from e
 
         target = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
         return LoraConfig(

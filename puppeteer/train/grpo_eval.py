@@ -62,7 +62,12 @@ def load_trained(run_dir: str | Path, job: GRPOJob) -> Loaded:
     if not final.is_dir():
         raise FileNotFoundError(f"{run_dir} has no final/ model: the run has not finished")
     if (final / "adapter_config.json").is_file():
-        from peft import PeftModel
+        try:
+            from peft import PeftModel
+        except ImportError as e:
+            raise ImportError(
+                f"{run_dir} holds LoRA adapters: pip install 'puppeteer-orchestra[grpo]'"
+            ) from e
 
         base, tokenizer = load_conductor_model(job.model)
         model = PeftModel.from_pretrained(base, str(final)).merge_and_unload()

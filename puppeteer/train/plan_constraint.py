@@ -95,8 +95,13 @@ class PlanGrammars:
         default: str | None = None,
         prefix: str = "",
     ) -> None:
-        import llguidance
-        import llguidance.hf
+        try:
+            import llguidance
+            import llguidance.hf
+        except ImportError as e:
+            raise ImportError(
+                "constrained=true needs llguidance: pip install 'puppeteer-orchestra[grpo]'"
+            ) from e
 
         self._llguidance = llguidance
         self.tokenizer = tokenizer
