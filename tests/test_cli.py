@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from puppeteer.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -243,3 +246,40 @@ def test_pool_show_into_a_pipe_cuts_no_row() -> None:
         ]
         row = [line for line in lines if f" {agent.name} " in line]
         assert len(row) == 1 and all(f" {cell} " in row[0] for cell in cells), (agent.name, row)
+
+
+def test_train_takes_a_pool_file_as_eval_does(tmp_path) -> None:
+    """`puppeteer eval --pool my.yaml` worked, `puppeteer train pool=my.yaml` failed (Hydra looked for a
+    group option 'pool//.../my.yaml'): a path in pool= (or suite=) becomes pool.name=, which loads it."""
+    import yaml
+
+    from puppeteer.errors import UserError
+    from puppeteer.train.config_schema import file_overrides
+
+    raw = yaml.safe_load((REPO / "agents" / "sim-paper.yaml").read_text())
+    raw["name"] = "my-pool"
+    mine = tmp_path / "my.yaml"
+    mine.write_text(yaml.safe_dump(raw))
+    suite = REPO / "envs" / "arith.yaml"
+    given = ["pool=sim-paper", f"pool={mine}", f"suite={suite}", "lam=0.1", "-m"]
+    want = ["pool=sim-paper", f"pool.name={mine}", f"suite.name={suite}", "lam=0.1", "-m"]
+    assert file_overrides(given) == want
+    sweep = file_overrides([f"pool=sim-paper,{mine}", "+pool.x=1"])
+    assert sweep == [f"pool.name=sim-paper,{mine}", "+pool.x=1"]
+    with pytest.raises(UserError, match=r"pool=nowhere/my\.yaml: no such file"):
+        file_overrides(["pool=nowhere/my.yaml"])
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        f"pool={mine}",
+        "trainer.episodes=32",
+        "trainer.batch_episodes=32",
+        "policy.encoder=hashing",
+        "suite.n_eval=5",
+        "suite.n_val=5",
+        "wandb.enabled=false",
+        f"out={out}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+    ]
+    assert main(argv) == 0
+    assert json.loads((out / "results.json").read_text())["pool"] == "my-pool"
