@@ -85,6 +85,7 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
         seed=args.seed,
         n_threads=args.threads,
         batching=args.batching,
+        trajectories=args.trajectories,
     )
     run_quickstart(cfg, args.out, cache=args.cache, console=console)
     return 0
