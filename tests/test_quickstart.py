@@ -176,3 +176,15 @@ def test_the_second_stage_learns_the_decision_after_the_fixed_routers_call(tmp_p
     }
     assert firsts["puppeteer"] == firsts["puppeteer-one-call"]
     assert "the decision after the router's call" in (tmp_path / "report.md").read_text()
+
+
+def test_no_warning_about_the_quickstarts_own_group_sizes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default second stage (131,072 episodes in groups of 9) warned "trainer.episodes=131072 is not a
+    multiple of the group size 9", about groups the user never chose; the report states what ran."""
+    cfg = replace(SIM, episodes=66, baselines=("random",))  # groups of 4: 68 episodes run
+    with caplog.at_level("WARNING"), (tmp_path / "log").open("w") as log:
+        summary = run_quickstart(cfg, tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
+    assert summary["episodes"] == 68 and "68 REINFORCE episodes" in (tmp_path / "report.md").read_text()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text

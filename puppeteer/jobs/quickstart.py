@@ -13,6 +13,7 @@ max-token budgets and llama.cpp's KV-cache reuse of shared prompt prefixes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,7 +34,7 @@ from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
 from puppeteer.replay import load_table
 from puppeteer.tasks import load_suite
-from puppeteer.train.reinforce import Episode, ReinforceConfig, TrainState, train
+from puppeteer.train.reinforce import ROUNDED_UP, Episode, ReinforceConfig, TrainState, train
 from puppeteer.trajectories import read_trajectories
 from puppeteer.types import Task
 
@@ -210,10 +211,30 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+class _GroupRounding(logging.Filter):
+    """Drops the trainer's warning that a stage's episodes are not whole groups: the groups are the
+    quickstart's own (every action tried on an item), and the report states the episodes each stage
+    trained."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != ROUNDED_UP
+
+
+@contextmanager
+def _own_group_sizes() -> Iterator[None]:
+    logger = logging.getLogger("puppeteer.train.reinforce")
+    quiet = _GroupRounding()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def run_quickstart(
     cfg: QuickstartConfig, out: str | Path, cache: str | Path | None = None, console: Any | None = None
 ) -> dict[str, Any]:
-    with _torch_threads(cfg.torch_threads):
+    with _torch_threads(cfg.torch_threads), _own_group_sizes():
         return _run_quickstart(cfg, out, cache, console)
 
 

@@ -276,6 +276,10 @@ class ResumeMismatch(ValueError):
     """``run_dir`` holds the checkpoint of a different run."""
 
 
+# the warning of a run whose episodes are not whole groups (a job that chose the count itself may filter it)
+ROUNDED_UP = "trainer.episodes=%d is not a multiple of the group size %d: training runs %d episodes"
+
+
 def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig) -> dict[str, str]:
     """What must match for a checkpoint to be resumed; ``episodes`` may grow (to train longer)."""
     # where rollouts run does not change the results: a run may resume with more or fewer workers
@@ -842,9 +846,9 @@ def train(
         size *= len(seconds)
     n_groups = max(1, config.batch_episodes // size)
     planned = -(-config.episodes // size) * size  # whole groups: the last one may go past episodes
-    if planned != config.episodes:  # say so (and the progress line counts to it), as SB3 ends a rollout
-        log.info(
-            "trainer.episodes=%d is not a multiple of the group size %d: training runs %d episodes",
+    if planned != config.episodes:  # say so (and the progress line counts to it)
+        log.warning(
+            ROUNDED_UP,
             config.episodes,
             size,
             planned,
