@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.conductor_grammar import plan_grammar
+from puppeteer.train.extras import require
 
 if TYPE_CHECKING:
     import torch
@@ -95,13 +96,9 @@ class PlanGrammars:
         default: str | None = None,
         prefix: str = "",
     ) -> None:
-        try:
-            import llguidance
-            import llguidance.hf
-        except ImportError as e:
-            raise ImportError(
-                "constrained=true needs llguidance: pip install 'puppeteer-orchestra[grpo]'"
-            ) from e
+        require("llguidance", "constrained=true", "grpo")
+        import llguidance
+        import llguidance.hf
 
         self._llguidance = llguidance
         self.tokenizer = tokenizer
