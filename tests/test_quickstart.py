@@ -188,3 +188,13 @@ def test_no_warning_about_the_quickstarts_own_group_sizes(
         summary = run_quickstart(cfg, tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
     assert summary["episodes"] == 68 and "68 REINFORCE episodes" in (tmp_path / "report.md").read_text()
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
+def test_the_command_keeps_training_trajectories_only_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from puppeteer.cli import main
+
+    seen: list[QuickstartConfig] = []
+    monkeypatch.setattr("puppeteer.jobs.quickstart.run_quickstart", lambda cfg, *a, **k: seen.append(cfg))
+    assert main(["quickstart", "--episodes", "8"]) == 0
+    assert main(["quickstart", "--episodes", "8", "--trajectories"]) == 0
+    assert [c.trajectories for c in seen] == [False, True] and seen[0].episodes == 8
