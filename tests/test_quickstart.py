@@ -76,7 +76,7 @@ def test_writes_the_report_plots_results_and_policy(run: tuple[Path, dict]) -> N
     # training episodes are kept on request only (--trajectories); the evaluations keep theirs
     assert not (out / "train" / "trajectories.jsonl").exists()
     assert len((out / "eval" / "puppeteer" / "trajectories.jsonl").read_text().splitlines()) == 8
-    assert "Seed 0 (the default, fixed before any run" in report
+    assert "Seed 0: the default, fixed before any run" in report
 
 
 def test_the_trained_router_calls_one_agent_and_beats_the_weak_one(run: tuple[Path, dict]) -> None:

@@ -48,6 +48,9 @@ def rolling(values: Sequence[float], window: int) -> tuple[list[float], list[flo
     return means, spreads
 
 
+NOTE_WIDTH = 80  # characters a line under a 7-inch axis holds at the label's font size
+
+
 def smoothing_window(n: int) -> int:
     """Points a rolling mean takes over a curve of ``n`` batches: a tenth of them, 1 to 50."""
     return max(1, min(50, n // 10))
@@ -91,7 +94,7 @@ def learning_curve(
         ax.plot(*zip(*ev, strict=True), marker="o", color="tab:orange", label="held-out return (greedy)")
     for name, value in (references or {}).items():
         ax.axhline(value, linestyle="--", linewidth=1, label=name)
-    ax.set_xlabel("episodes" if note is None else f"episodes\n{plain(textwrap.fill(note, 100))}")
+    ax.set_xlabel("episodes" if note is None else f"episodes\n{plain(textwrap.fill(note, NOTE_WIDTH))}")
     ax.set_ylabel("mean return")
     ax.set_title(_title(title), fontsize=10)
     ax.legend(fontsize=8)

@@ -491,14 +491,15 @@ def _point(row: Mapping[str, Any], key: str) -> CostPoint:
 def seed_note(seed: int) -> str:
     """Which seed the report shows, and how it was chosen."""
     how = (
-        "the default, fixed before any run (not picked among seeds after seeing their results)"
+        "the default, fixed before any run, not picked among seeds after seeing their results"
         if seed == QuickstartConfig.seed
         else "given with `--seed`"
     )
     return (
-        f"Seed {seed} ({how}). The seed sets the training's draws, the router's initial weights and the "
+        f"Seed {seed}: {how}. The seed sets the training's draws, the router's initial weights and the "
         "held-out episodes' sample seeds, not the items; other seeds train other routers "
-        "(`puppeteer quickstart --seed N`; docs/local-mix.md section 5 reports three)."
+        "(`puppeteer quickstart --seed N`; docs/local-mix.md section 5 reports three seeds of the "
+        "one-call router)."
     )
 
 
