@@ -82,9 +82,9 @@ class ProgressReporter:
     def start(self) -> ProgressReporter:
         if not self.enabled or self._running:
             return self
-        from rich.console import Console
+        from puppeteer.consoles import output_console
 
-        console = self._console if self._console is not None else Console()
+        console = self._console if self._console is not None else output_console()
         self._console = console
         self._running = True
         self._start = self._last_line_at = self._clock()

@@ -20,8 +20,10 @@ is the lambda the request was routed at. A policy trained at one lambda refuses 
 Every answer (streamed or not) carries its price in USD in the ``x-litellm-response-cost`` header,
 which litellm reads into its spend tracking: ``litellm.completion(model="openai/puppeteer",
 api_base=...)`` returns it as ``response._hidden_params["response_cost"]`` and hands it to success
-callbacks as ``kwargs["response_cost"]`` (``litellm.completion_cost()`` looks prices up in litellm's
-own price map, which has no entry for a router, and raises).
+callbacks as ``kwargs["response_cost"]``. ``usage.cost`` repeats ``cost_usd`` under the name that
+OpenAI-compatible providers (OpenRouter) report their charge in, which ``litellm.completion_cost(reply)``
+returns as it is: a router's price depends on the agents it called, so no entry of litellm's per-token
+price map (``litellm.register_model``) could give it.
 
 Errors use OpenAI's error body: 400 for a malformed request, 502 when a backend fails,
 503 when the server is saturated; the server stays up either way. At most
@@ -105,6 +107,8 @@ def _usage(result: OrchestratorResult) -> dict[str, Any]:
         "calls": result.calls,
         "flops": result.flops,
     }
+    if result.cost_usd is not None:  # the charge in OpenRouter's field, which litellm.completion_cost reads
+        usage["cost"] = float(result.cost_usd)
     if result.lam is not None:  # a lambda-conditioned router: the price it routed this request at
         usage["lam"] = result.lam
     return usage

@@ -26,6 +26,8 @@ drives the raw env itself (see :class:`puppeteer.policies.external.MaskableModel
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +38,8 @@ from gymnasium import spaces
 from puppeteer.encoders import TextEncoder, make_encoder
 from puppeteer.lam_range import N_LAM_FEATURES, LamRange
 from puppeteer.signals import N_SIGNALS
+
+log = logging.getLogger(__name__)
 
 STATE_WINDOW = 500  # the same window as the puppeteer policy: the latest part of the transcript
 
@@ -136,14 +140,45 @@ def make_encoded_env(
     max_episode_steps: int | None = None,
     signals: bool = False,
     lam_range: tuple[float, float] | None = None,
+    torch_threads: int | None = 1,
+    invalid_action: str = "remap",
     **env_kwargs: Any,
 ) -> EncodedObservation:
     """``gym.make("Conductor-v0", mode="step", **env_kwargs)`` wrapped in :class:`EncodedObservation`;
-    ``lam_range``: the env draws each episode's lambda from it and the observation carries it."""
+    ``lam_range``: the env draws each episode's lambda from it and the observation carries it.
+
+    What SB3 users expect without flags:
+
+    * ``invalid_action="remap"``: a masked action (the Terminator before ``min_steps`` agents acted)
+      goes to the next allowed one, so algorithms that ignore masks (PPO, A2C, DQN, SB3's
+      ``check_env``) run; MaskablePPO never picks one, so nothing changes for it. ``"raise"``: the
+      env's own default (:class:`~puppeteer.errors.InvalidAction`).
+    * ``torch_threads=1``: torch's intra-op threads set to 1 unless ``OMP_NUM_THREADS`` says otherwise
+      (small networks on small batches: torch's default threads made MaskablePPO 13-20x slower on two
+      cores, same results); ``None`` leaves torch as it is.
+    """
     if lam_range is not None:
         env_kwargs["lam_range"] = lam_range
+    if torch_threads is not None:
+        one_torch_thread(torch_threads)
+    if "config" not in env_kwargs:  # a typed config carries its own invalid_action
+        env_kwargs["invalid_action"] = invalid_action
     env = gym.make("Conductor-v0", mode="step", max_episode_steps=max_episode_steps, **env_kwargs)
     return EncodedObservation(env, encoder, signals=signals, lam_range=lam_range, **(encoder_options or {}))
 
 
-__all__ = ["EncodedObservation", "ObservationEncoder", "make_encoded_env"]
+def one_torch_thread(n: int = 1) -> int:
+    """Set torch's intra-op threads to ``n`` (or to ``OMP_NUM_THREADS`` where the user set it); the count
+    now. Logged (INFO) when it changes torch's count."""
+    import torch
+
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    wanted = int(given) if given.strip().isdigit() and int(given) > 0 else n
+    before = torch.get_num_threads()
+    if before != wanted:
+        torch.set_num_threads(wanted)
+        log.info("torch intra-op threads: %d -> %d (small RL networks run fastest on few)", before, wanted)
+    return wanted
+
+
+__all__ = ["EncodedObservation", "ObservationEncoder", "make_encoded_env", "one_torch_thread"]

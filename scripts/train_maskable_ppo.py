@@ -18,10 +18,10 @@ import logging
 import os
 
 import torch
-from rich.console import Console
 
 from puppeteer.analytics.tables import markdown_table
 from puppeteer.cli.analytics import lam_list
+from puppeteer.consoles import output_console
 from puppeteer.train.sb3 import MaskablePPOConfig, train_maskable_ppo
 
 TUPLE_FIELDS = {"lam_range", "eval_lams"}  # comma-separated numbers on the command line
@@ -52,7 +52,7 @@ def main() -> None:
     except ValueError as e:
         p.error(str(e))
     report = train_maskable_ppo(cfg, args.out)
-    console = Console()
+    console = output_console()  # whole lines in a log file too
     console.print(
         markdown_table([report.trained, report.random, *report.at_lams]), markup=False, soft_wrap=True
     )

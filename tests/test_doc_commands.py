@@ -333,6 +333,9 @@ def test_doc_command_runs_on_the_simulator(
         pytest.skip(f"not in the fast run: {why.reason}" + ("; runs in the slow suite" if why.slow else ""))
     monkeypatch.chdir(tmp_path)  # anything written to a relative path lands in the scratch directory
     monkeypatch.setenv("COLUMNS", "200")
+    if "my-pool.yaml" in cmd.text:  # docs/pools.md: a user's own pool file, a renamed copy of sim-paper
+        shipped = (ROOT / "agents" / "sim-paper.yaml").read_text(encoding="utf-8")
+        (tmp_path / "my-pool.yaml").write_text(shipped.replace("name: sim-paper", "name: my-pool", 1))
     assert main(runnable(cmd, tmp_path)) == 0, cmd.text
 
 

@@ -364,8 +364,8 @@ def test_an_sb3_policy_loads_without_unpickling_and_predicts_like_the_model(tmp_
 
 def test_algorithms_that_ignore_masks_run_with_remapped_invalid_actions() -> None:
     """Issue 33: plain PPO, DQN and SB3's check_env died on InvalidAction whenever min_steps >= 1 (the
-    Terminator is masked at step 0). ``invalid_action="remap"`` sends a forbidden action to the next
-    allowed one; the default still raises."""
+    Terminator is masked at step 0). ``make_encoded_env`` remaps a forbidden action to the next allowed
+    one by default; ``invalid_action="raise"`` (the raw env's default) still raises."""
     pytest.importorskip("stable_baselines3")
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_checker import check_env
@@ -373,12 +373,12 @@ def test_algorithms_that_ignore_masks_run_with_remapped_invalid_actions() -> Non
     from puppeteer.env import InvalidAction
 
     kw = dict(pool="sim-paper", suite="arith", max_steps=3, min_steps=1)
-    strict = make_encoded_env("hashing", **kw)
+    strict = make_encoded_env("hashing", invalid_action="raise", **kw)
     strict.reset(seed=0)
     terminator = strict.unwrapped.pool.terminator_id
     with pytest.raises(InvalidAction):
         strict.step(terminator)
-    env = make_encoded_env("hashing", invalid_action="remap", **kw)
+    env = make_encoded_env("hashing", **kw)
     check_env(env, warn=False)
     env.reset(seed=0)
     _, _, done, _, _ = env.step(terminator)  # remapped to agent 0: it acts, the episode goes on
@@ -386,6 +386,47 @@ def test_algorithms_that_ignore_masks_run_with_remapped_invalid_actions() -> Non
     PPO("MlpPolicy", env, n_steps=32, batch_size=16, seed=0, device="cpu").learn(64)
     with pytest.raises(ValueError, match="invalid_action"):
         make_encoded_env("hashing", invalid_action="ignore", **kw)
+
+
+@pytest.mark.integration
+def test_check_env_passes_on_the_documented_env_whatever_actions_it_samples() -> None:
+    """SB3's check_env samples actions from an action space it never seeds: on the README's env
+    (min_steps=1) each sample at step 0 hit the masked Terminator with probability 1/8, so it passed 14
+    of 20 times. With the wrapper's default (remap) it passes for every draw, and so do DQN and PPO."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import DQN, PPO
+    from stable_baselines3.common.env_checker import check_env
+
+    kw = dict(pool="sim-paper", suite="mix-paper", lam=0.1, max_steps=5, min_steps=1)
+    env = make_encoded_env("hashing", **kw)
+    for seed in range(
+        20
+    ):  # 20 action draws: with invalid_action="raise" 7 of them fail (seeds 4, 7, 10, ...)
+        env.action_space.seed(seed)
+        check_env(env)
+    DQN("MlpPolicy", env, learning_starts=16, buffer_size=64, seed=0, device="cpu").learn(64)
+    PPO("MlpPolicy", env, n_steps=32, batch_size=16, seed=0, device="cpu").learn(64)
+
+
+@pytest.mark.integration
+def test_the_wrapper_sets_one_torch_thread_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MaskablePPO's small networks ran 5-20x slower on torch's default threads (2,048 steps: 62.5 s
+    against 12.0 s on 2 loaded cores); the wrapper sets 1 thread, OMP_NUM_THREADS wins, None leaves it."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        make_encoded_env("hashing", torch_threads=None, pool="sim-paper", suite="arith")
+        assert torch.get_num_threads() == 2
+        make_encoded_env("hashing", pool="sim-paper", suite="arith")
+        assert torch.get_num_threads() == 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        make_encoded_env("hashing", pool="sim-paper", suite="arith")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_saved_sb3_policy_keeps_the_min_steps_it_was_trained_with(tmp_path) -> None:

@@ -73,7 +73,10 @@ def test_writes_the_report_plots_results_and_policy(run: tuple[Path, dict]) -> N
     assert policies == ["puppeteer (trained)", "single:gemma3-27b-cot", "random"]
     report = (out / "report.md").read_text()
     assert "Backend **sim**" in report and "llamacpp" not in report
-    assert len((out / "train" / "trajectories.jsonl").read_text().splitlines()) == 64
+    # training episodes are kept on request only (--trajectories); the evaluations keep theirs
+    assert not (out / "train" / "trajectories.jsonl").exists()
+    assert len((out / "eval" / "puppeteer" / "trajectories.jsonl").read_text().splitlines()) == 8
+    assert "Seed 0: the default, fixed before any run" in report
 
 
 def test_the_trained_router_calls_one_agent_and_beats_the_weak_one(run: tuple[Path, dict]) -> None:
@@ -138,7 +141,12 @@ def test_the_seed_varies_the_training_not_the_items(tmp_path: Path) -> None:
     """Another seed trains and samples anew on the same items: the shipped outcome table holds the items
     of the suite's own order, and a seed that picked others would call models the table lacks."""
     with (tmp_path / "log").open("w") as log:
-        run_quickstart(replace(SIM, seed=1), tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
+        run_quickstart(
+            replace(SIM, seed=1, trajectories=True),
+            tmp_path,
+            cache=tmp_path / "c.sqlite",
+            console=Console(file=log),
+        )
     held_out = [t.task_id for t in read_trajectories(tmp_path / "eval" / "puppeteer" / "trajectories.jsonl")]
     assert held_out == [t.id for t in load_suite(SIM.suite, "test", n=SIM.n_eval)]
     trained_on = {t.task_id for t in read_trajectories(tmp_path / "train" / "trajectories.jsonl")}
@@ -149,7 +157,7 @@ def test_the_second_stage_learns_the_decision_after_the_fixed_routers_call(tmp_p
     """after_call_episodes: the saved one-call router stays the first decision (the held-out first calls
     of both rows match item by item), the decision after its call is trained on top (9 episodes an
     item here: 3 agents, every second action and stopping), and both rows are reported."""
-    cfg = replace(SIM, after_call_episodes=72, baselines=("random",))
+    cfg = replace(SIM, after_call_episodes=72, baselines=("random",), trajectories=True)
     with (tmp_path / "log").open("w") as log:
         summary = run_quickstart(cfg, tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
     rows = {r["policy"]: r for r in summary["results"]}
@@ -168,3 +176,25 @@ def test_the_second_stage_learns_the_decision_after_the_fixed_routers_call(tmp_p
     }
     assert firsts["puppeteer"] == firsts["puppeteer-one-call"]
     assert "the decision after the router's call" in (tmp_path / "report.md").read_text()
+
+
+def test_no_warning_about_the_quickstarts_own_group_sizes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The default second stage (131,072 episodes in groups of 9) warned "trainer.episodes=131072 is not a
+    multiple of the group size 9", about groups the user never chose; the report states what ran."""
+    cfg = replace(SIM, episodes=66, baselines=("random",))  # groups of 4: 68 episodes run
+    with caplog.at_level("WARNING"), (tmp_path / "log").open("w") as log:
+        summary = run_quickstart(cfg, tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
+    assert summary["episodes"] == 68 and "68 REINFORCE episodes" in (tmp_path / "report.md").read_text()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
+def test_the_command_keeps_training_trajectories_only_on_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from puppeteer.cli import main
+
+    seen: list[QuickstartConfig] = []
+    monkeypatch.setattr("puppeteer.jobs.quickstart.run_quickstart", lambda cfg, *a, **k: seen.append(cfg))
+    assert main(["quickstart", "--episodes", "8"]) == 0
+    assert main(["quickstart", "--episodes", "8", "--trajectories"]) == 0
+    assert [c.trajectories for c in seen] == [False, True] and seen[0].episodes == 8

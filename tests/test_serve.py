@@ -284,6 +284,7 @@ def test_litellm_spend_tracking_sees_the_routers_cost(server: str) -> None:
         cost = reply.usage.cost_usd  # the router's own usage field, passed through by litellm
         assert cost > 0
         assert reply._hidden_params["response_cost"] == pytest.approx(cost)
+        assert litellm.completion_cost(reply) == pytest.approx(cost)  # usage.cost: the router's charge
         for _ in range(100):  # litellm runs its callbacks in a thread of its own
             if seen:
                 break
@@ -291,3 +292,23 @@ def test_litellm_spend_tracking_sees_the_routers_cost(server: str) -> None:
         assert seen and seen[0] == pytest.approx(cost)
     finally:
         litellm.success_callback = saved
+
+
+def test_litellm_completion_cost_prices_a_served_reply() -> None:
+    """litellm's ``completion_cost`` raised ModelNotMappedError on a served reply (its price map has no
+    router); the reply's ``usage.cost`` (OpenRouter's field) is the router's charge, which it returns."""
+    pytest.importorskip("fastapi")
+    litellm = pytest.importorskip("litellm")
+    from fastapi.testclient import TestClient
+
+    from puppeteer.serve import create_app
+
+    orch = Orchestrator.load("vote:3", "sim-paper", suite="arith")
+    body = {"model": "puppeteer", "messages": [{"role": "user", "content": ITEMS[2].question}]}
+    with TestClient(create_app(orch)) as http:
+        reply = http.post("/v1/chat/completions", json=body).json()
+    usage = reply["usage"]
+    assert usage["calls"] == 3 and usage["cost"] == usage["cost_usd"] > 0
+    assert litellm.completion_cost(completion_response=litellm.ModelResponse(**reply)) == pytest.approx(
+        usage["cost_usd"]
+    )

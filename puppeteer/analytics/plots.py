@@ -36,22 +36,65 @@ def save(fig: Figure, path: str | Path) -> Path:
     return out
 
 
+def rolling(values: Sequence[float], window: int) -> tuple[list[float], list[float]]:
+    """The trailing mean and standard deviation of ``values`` over ``window`` points (fewer at the start)."""
+    means: list[float] = []
+    spreads: list[float] = []
+    for i in range(len(values)):
+        part = values[max(0, i - window + 1) : i + 1]
+        mean = sum(part) / len(part)
+        means.append(mean)
+        spreads.append((sum((v - mean) ** 2 for v in part) / len(part)) ** 0.5)
+    return means, spreads
+
+
+NOTE_WIDTH = 80  # characters a line under a 7-inch axis holds at the label's font size
+
+
+def smoothing_window(n: int) -> int:
+    """Points a rolling mean takes over a curve of ``n`` batches: a tenth of them, 1 to 50."""
+    return max(1, min(50, n // 10))
+
+
 def learning_curve(
     history: Sequence[Mapping[str, float]],
     path: str | Path,
     title: str,
     references: Mapping[str, float] | None = None,
+    note: str | None = None,
 ) -> Path:
-    """Train (per batch) and held-out (per evaluation) mean return against episodes."""
+    """Train (per batch) and held-out (per evaluation) mean return against episodes. The batches' noise
+    hides a trend, so the train curve is drawn faint and, over it, its rolling mean with a band of one
+    rolling standard deviation. Where every batch holds ``train/policy_return`` (the policy's own
+    expected return, logged when a batch tries every first action) that is the train curve, and the
+    batch's mean return, which weighs every action alike, is drawn thin and grey. ``note`` (a line under
+    the axis) says what the curves measure."""
     fig, ax = plt.subplots(figsize=(7, 4))
     xs = [h["episodes"] for h in history]
-    ax.plot(xs, [h["train/return"] for h in history], alpha=0.4, label="train return (batch)")
+    own = bool(history) and all("train/policy_return" in h for h in history)
+    key, label = (
+        ("train/policy_return", "policy's return (train)") if own else ("train/return", "train return")
+    )
+    ys = [h[key] for h in history]
+    if own:
+        batch = [h["train/return"] for h in history]
+        ax.plot(xs, batch, color="grey", alpha=0.5, linewidth=0.8, label="batch mean return (every action)")
+    window = smoothing_window(len(ys))
+    if window > 1:
+        means, spreads = rolling(ys, window)
+        ax.plot(xs, ys, alpha=0.25, linewidth=0.8, color="tab:blue", label=f"{label}, per batch")
+        ax.plot(xs, means, color="tab:blue", label=f"{label}, rolling mean of {window}")
+        lows = [m - d for m, d in zip(means, spreads, strict=True)]
+        highs = [m + d for m, d in zip(means, spreads, strict=True)]
+        ax.fill_between(xs, lows, highs, color="tab:blue", alpha=0.15, label="rolling mean ± 1 sd")
+    else:
+        ax.plot(xs, ys, alpha=0.6, color="tab:blue", label=f"{label}, per batch")
     ev = [(h["episodes"], h["eval/return"]) for h in history if "eval/return" in h]
     if ev:
-        ax.plot(*zip(*ev, strict=True), marker="o", label="held-out return (greedy)")
+        ax.plot(*zip(*ev, strict=True), marker="o", color="tab:orange", label="held-out return (greedy)")
     for name, value in (references or {}).items():
         ax.axhline(value, linestyle="--", linewidth=1, label=name)
-    ax.set_xlabel("episodes")
+    ax.set_xlabel("episodes" if note is None else f"episodes\n{plain(textwrap.fill(note, NOTE_WIDTH))}")
     ax.set_ylabel("mean return")
     ax.set_title(_title(title), fontsize=10)
     ax.legend(fontsize=8)
@@ -61,21 +104,27 @@ def learning_curve(
 def agent_usage(
     trajectories: Sequence[Trajectory], agent_names: Sequence[str], path: str | Path, title: str
 ) -> Path:
-    """How often each agent is activated, per step position."""
+    """How often each agent is activated, per step position; the axis leaves room above the tallest bar
+    for the legend."""
     by_pos: dict[int, Counter[int]] = {}
     for t in trajectories:
         for s in t.steps:
             by_pos.setdefault(s.index, Counter())[s.agent_id] += 1
     fig, ax = plt.subplots(figsize=(8, 4))
+    names = [plain(n) for n in agent_names]
     bottom = [0.0] * len(agent_names)
     for pos in sorted(by_pos):
         vals = [by_pos[pos][i] / max(len(trajectories), 1) for i in range(len(agent_names))]
-        ax.bar(agent_names, vals, bottom=bottom, label=f"step {pos + 1}")
+        ax.bar(names, vals, bottom=bottom, label=f"step {pos + 1}")
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.set_ylim(0, max(max(bottom, default=0.0), 1e-9) * 1.25)  # the tallest bar ends below the legend
     ax.set_ylabel("activations per episode")
     ax.set_title(_title(title), fontsize=10)
     ax.tick_params(axis="x", rotation=45)
-    ax.legend(fontsize=8)
+    for label in ax.get_xticklabels():
+        label.set_horizontalalignment("right")
+    if by_pos:
+        ax.legend(fontsize=8, loc="upper right", ncol=len(by_pos))
     return save(fig, path)
 
 

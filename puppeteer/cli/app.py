@@ -8,12 +8,13 @@ import os
 import sys
 from collections.abc import Sequence
 
-from rich.console import Console
 from rich.markup import escape
 
 from puppeteer.cli import analytics, outcomes, pool, run, serve, suite, train
 from puppeteer.cli import eval as eval_cli
 from puppeteer.cli.command import Command
+from puppeteer.cli.version import installed_version
+from puppeteer.consoles import output_console
 from puppeteer.errors import UserError
 
 GROUPS = (pool, suite, run, eval_cli, serve, train, outcomes, analytics)  # in the order `--help` lists them
@@ -23,19 +24,10 @@ def commands() -> tuple[Command, ...]:
     return tuple(cmd for group in GROUPS for cmd in group.COMMANDS)
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("puppeteer-orchestra")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
-
-
 def build_parser(cmds: Sequence[Command]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="puppeteer", description="Learned orchestration of LLM agents.")
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for cmd in cmds:
         cmd.configure(sub.add_parser(cmd.name, help=cmd.help))
@@ -50,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    console = Console()
+    console = output_console()
     handler = {c.name: c.handler for c in cmds}[args.command]
     try:
         return handler(args, console)

@@ -67,8 +67,11 @@ def pool_command(args: argparse.Namespace, console: Console) -> int:
             pool = load_pool(path)
             console.print(f"[bold]{pool.name}[/bold] ({len(pool)} agents): {pool.description}")
         return 0
+    from rich.markup import escape
+
     pool = load_pool(args.name)
-    table = Table(title=f"pool {pool.name}: {pool.description}")
+    console.print(f"[bold]pool {escape(pool.name)}[/bold]: {escape(pool.description)}")
+    table = Table()
     for col in ("id", "name", "model", "backend", "pattern", "tools", "$/1M in", "$/1M out", "params (B)"):
         table.add_column(col)
     for i, a in enumerate(pool.agents):

@@ -67,6 +67,11 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="decode one model call at a time (the path before batched decoding; for benchmarks)",
     )
+    p.add_argument(
+        "--trajectories",
+        action="store_true",
+        help="also keep every training episode (train*/trajectories.jsonl; hundreds of MB at the defaults)",
+    )
     add_replay_flag(p)
 
 
@@ -85,6 +90,7 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
         seed=args.seed,
         n_threads=args.threads,
         batching=args.batching,
+        trajectories=args.trajectories,
     )
     run_quickstart(cfg, args.out, cache=args.cache, console=console)
     return 0

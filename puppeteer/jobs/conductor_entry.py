@@ -22,9 +22,9 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
-    from rich.console import Console
 
-    from puppeteer.train.config_schema import register_configs
+    from puppeteer.consoles import output_console
+    from puppeteer.train.config_schema import file_overrides, register_configs
     from puppeteer.train.grpo import run_conductor_training
 
     register_configs()  # the suite/ and pool/ groups come from envs/ and agents/
@@ -32,7 +32,7 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
     @hydra.main(config_path=str(data_dir("configs")), config_name="conductor", version_base="1.3")
     def _main(cfg: DictConfig) -> float:
         out = cfg.out or HydraConfig.get().runtime.output_dir
-        console = Console()
+        console = output_console()
 
         def on_log(step: int, metrics: dict[str, float]) -> None:
             if "train/reward" in metrics:
@@ -55,6 +55,6 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
         )
         return float(a["reward"])
 
-    argv = [o for o in (overrides if overrides is not None else sys.argv[1:])]
+    argv = file_overrides(overrides if overrides is not None else sys.argv[1:])  # pool=PATH.yaml
     sys.argv = [sys.argv[0], *argv]
     _main()

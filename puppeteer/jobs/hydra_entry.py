@@ -62,11 +62,11 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
-    from rich.console import Console
 
+    from puppeteer.consoles import output_console
     from puppeteer.jobs.train import run_training
     from puppeteer.redaction import redact
-    from puppeteer.train.config_schema import check_overrides, register_configs
+    from puppeteer.train.config_schema import check_overrides, file_overrides, register_configs
     from puppeteer.train.reinforce import TrainingStopped
 
     register_configs()
@@ -78,7 +78,7 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
             name,
         )
         os.environ[name] = value
-    args = list(split.kept)
+    args = file_overrides(split.kept)  # pool=PATH.yaml: the user's own pool file
     problem = check_overrides(str(data_dir("configs")), "train", args)
     if problem is not None:
         raise TrainConfigError(f"config: {problem}")
@@ -95,7 +95,7 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
             saved = os.path.join(hc.runtime.output_dir, hc.output_subdir, "config.yaml")
             if os.path.exists(saved):
                 OmegaConf.save(OmegaConf.create(redact(OmegaConf.to_container(cfg))), saved)
-        console = Console()
+        console = output_console()
         try:
             results = run_training(OmegaConf.to_container(cfg, resolve=True), out, console=console)  # type: ignore[arg-type]
         except (UserError, ValueError, KeyError, OSError, TrainingStopped) as exc:  # one line, no traceback

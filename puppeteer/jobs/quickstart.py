@@ -13,6 +13,7 @@ max-token budgets and llama.cpp's KV-cache reuse of shared prompt prefixes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,7 +34,7 @@ from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
 from puppeteer.replay import load_table
 from puppeteer.tasks import load_suite
-from puppeteer.train.reinforce import Episode, ReinforceConfig, TrainState, train
+from puppeteer.train.reinforce import ROUNDED_UP, Episode, ReinforceConfig, TrainState, train
 from puppeteer.trajectories import read_trajectories
 from puppeteer.types import Task
 
@@ -118,6 +119,9 @@ class QuickstartConfig:
     # thread, 0.650 with 2); 1 makes the result the same on every machine, and small networks on small
     # batches run no slower on one thread
     torch_threads: int = 1
+    # every training episode in train*/trajectories.jsonl: off by default (the two stages' 196,000
+    # episodes wrote 423 MB); the held-out evaluations always keep theirs (eval/*/trajectories.jsonl)
+    trajectories: bool = False
 
 
 def replay_note(pool: Pool) -> str | None:
@@ -207,21 +211,42 @@ def _torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+class _GroupRounding(logging.Filter):
+    """Drops the trainer's warning that a stage's episodes are not whole groups: the groups are the
+    quickstart's own (every action tried on an item), and the report states the episodes each stage
+    trained."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != ROUNDED_UP
+
+
+@contextmanager
+def _own_group_sizes() -> Iterator[None]:
+    logger = logging.getLogger("puppeteer.train.reinforce")
+    quiet = _GroupRounding()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 def run_quickstart(
     cfg: QuickstartConfig, out: str | Path, cache: str | Path | None = None, console: Any | None = None
 ) -> dict[str, Any]:
-    with _torch_threads(cfg.torch_threads):
+    with _torch_threads(cfg.torch_threads), _own_group_sizes():
         return _run_quickstart(cfg, out, cache, console)
 
 
 def _run_quickstart(
     cfg: QuickstartConfig, out: str | Path, cache: str | Path | None, console: Any | None
 ) -> dict[str, Any]:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = console or Console()
+    from puppeteer.consoles import output_console
+
+    console = console or output_console()
     run = Path(out)
     run.mkdir(parents=True, exist_ok=True)
     cache = Path(cache) if cache is not None else default_response_cache()
@@ -279,7 +304,9 @@ def _run_quickstart(
             calls = len(ep.trajectory["steps"])
             bar.update(advance=1, info=f"last: {calls} calls, {'correct' if ep.correct else 'wrong'}")
 
-        state = train(env, policy, tcfg, run / "train", on_episode=on_episode)
+        state = train(
+            env, policy, tcfg, run / "train", on_episode=on_episode, save_trajectories=cfg.trajectories
+        )
     policy.save(run / "policy")
     policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
     arms: list[tuple[str, Any, int]] = [(TRAINED, policy, cfg.max_steps)]
@@ -308,17 +335,19 @@ def _run_quickstart(
         results[name] = r
         rows.append(_row(name, r))
 
+    short = f"{short_pool_name(pool)}, {cfg.suite} [{backend_name}]"  # titles fit their figures
     learning_curve(
         state.history,
         run / "learning_curve.png",
-        f"puppeteer quickstart: REINFORCE on {cfg.suite} (train), pool {pool.name} [backend: {backend_name}]",
+        f"Router training: {short}",
+        note=CURVE_NOTE if cfg.first_step == "all" else None,
     )
     if after is not None:
         learning_curve(
             after.history,
             run / "learning_curve_after_call.png",
-            f"puppeteer quickstart: the decision after the router's call, {cfg.suite} (train), pool "
-            f"{pool.name} [backend: {backend_name}]",
+            f"The decision after the router's call: {short}",
+            note=CURVE_NOTE,
         )
     trained_dir = results[TRAINED].out_dir
     trajs = list(read_trajectories(Path(trained_dir) / "trajectories.jsonl")) if trained_dir else []
@@ -326,13 +355,13 @@ def _run_quickstart(
         trajs,
         [a.name for a in pool.agents],
         run / "agent_usage.png",
-        f"trained puppeteer, held-out {cfg.suite} [backend: {backend_name}]",
+        f"Trained router, held-out items: {short}",
     )
     key, cost_label = cost_axis(rows)
     accuracy_vs_cost(
         {f"held-out {cfg.suite} (n={len(eval_tasks)})": [_point(r, key) for r in rows]},
         run / "pareto.png",
-        f"puppeteer quickstart: trained router vs fixed policies, pool {pool.name} [backend: {backend_name}]",
+        f"Trained router vs fixed policies: {short}",
         cost_label,
     )
     summary = {
@@ -345,6 +374,7 @@ def _run_quickstart(
         "n_eval": len(eval_tasks),
         "episodes": state.episodes,
         "after_call_episodes": 0 if after is None else after.episodes,
+        "seed": cfg.seed,
         "wall_s": time.perf_counter() - start,
         "results": rows,
         "cost": key,
@@ -375,6 +405,17 @@ def _run_quickstart(
         f"[bold green]report:[/bold green] {run / 'report.md'}  (took {summary['wall_s'] / 60:.1f} min)"
     )
     return summary
+
+
+CURVE_NOTE = (
+    "Every item of a batch tries every action (first_step=all), so the batch's mean return weighs all "
+    "agents alike; the policy's return weighs them as the policy does."
+)
+
+
+def short_pool_name(pool: Pool) -> str:
+    """The pool's file name and its number of agents: a subset's name lists every agent it keeps."""
+    return f"{pool.name.split('[', 1)[0]} ({len(pool)} agents)"
 
 
 def _slug(name: str) -> str:
@@ -427,7 +468,14 @@ def _after_call(
         def on_episode(ep: Episode) -> None:
             bar.update(advance=1, info=f"last: {len(ep.trajectory['steps'])} calls")
 
-        state = train(env, policy, two.trainer, run / "train-after-call", on_episode=on_episode)
+        state = train(
+            env,
+            policy,
+            two.trainer,
+            run / "train-after-call",
+            on_episode=on_episode,
+            save_trajectories=cfg.trajectories,
+        )
     policy.save(run / "policy-after-call")
     return policy, state
 
@@ -438,6 +486,21 @@ def _model_s(row: Mapping[str, Any]) -> str:
 
 def _point(row: Mapping[str, Any], key: str) -> CostPoint:
     return CostPoint(row["policy"], float(row[key]), row["accuracy"], row["ci"][0], row["ci"][1])
+
+
+def seed_note(seed: int) -> str:
+    """Which seed the report shows, and how it was chosen."""
+    how = (
+        "the default, fixed before any run, not picked among seeds after seeing their results"
+        if seed == QuickstartConfig.seed
+        else "given with `--seed`"
+    )
+    return (
+        f"Seed {seed}: {how}. The seed sets the training's draws, the router's initial weights and the "
+        "held-out episodes' sample seeds, not the items; other seeds train other routers "
+        "(`puppeteer quickstart --seed N`; docs/local-mix.md section 5 reports three seeds of the "
+        "one-call router)."
+    )
 
 
 def _report(s: dict[str, Any]) -> str:
@@ -453,6 +516,9 @@ def _report(s: dict[str, Any]) -> str:
             else ""
         )
         + f"{s['wall_s'] / 60:.1f} min in all.",
+        "",
+        seed_note(s.get("seed", 0)),
+        "",
         *([f"{s['replay']}", ""] if s.get("replay") else [""]),
         "| policy | accuracy | 95% CI | calls | tokens | model s | wall s | cache hits / misses |",
         "|---|---|---|---|---|---|---|---|",

@@ -10,6 +10,9 @@
   multirun) and turns a composition error into a one-line message; :func:`job_dirname` names
   multirun sub-directories (job number plus the overrides, cut and ended with a hash when long:
   many overrides no longer hit "File name too long").
+* :func:`file_overrides` lets ``pool=PATH.yaml`` and ``suite=PATH.yaml`` name a user's own file, as
+  ``puppeteer eval --pool PATH`` does: a Hydra group option cannot be a path, so such an override
+  becomes ``pool.name=PATH`` (the loader takes a name or a path).
 
 The schema classes are mutable dataclasses because OmegaConf merges overrides into them;
 the values live in ``configs/*.yaml``.
@@ -24,9 +27,11 @@ import re
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from puppeteer.env import EnvConfig
+from puppeteer.errors import UserError
 from puppeteer.resources import available
 from puppeteer.train.reinforce import ReinforceConfig
 
@@ -210,6 +215,34 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
     finally:
         GlobalHydra.instance().clear()
     return None
+
+
+# the config groups whose node names a declarative file, and the key that holds the name
+FILE_GROUPS = {"pool": "pool.name", "suite": "suite.name"}
+_YAML = (".yaml", ".yml")
+
+
+def _is_path(value: str) -> bool:
+    value = value.strip().strip("'\"")
+    return value.endswith(_YAML) or "/" in value or "\\" in value
+
+
+def file_overrides(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with ``pool=PATH`` / ``suite=PATH`` (a YAML file of the user's) as ``pool.name=PATH``
+    / ``suite.name=PATH``; a sweep (``pool=sim-paper,my.yaml``) is rewritten when any value is a path
+    (names work there too). A path to no file is a :class:`UserError` before any run directory exists.
+    Everything else, Hydra's flags included, is left as it is."""
+    out: list[str] = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        values = value.split(",")
+        if sep and key in FILE_GROUPS and "(" not in value and any(map(_is_path, values)):
+            missing = [v for v in values if _is_path(v) and not Path(v.strip().strip("'\"")).is_file()]
+            if missing:
+                raise UserError(f"{key}={missing[0]}: no such file")
+            item = f"{FILE_GROUPS[key]}={value}"
+        out.append(item)
+    return out
 
 
 def single_runs(overrides: Sequence[str]) -> list[list[str]]:

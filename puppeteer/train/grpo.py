@@ -34,6 +34,7 @@ from puppeteer.lam_range import LamRange
 from puppeteer.stats import wilson_interval
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
+from puppeteer.train.extras import require
 from puppeteer.train.format_reward import FormatReward
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.plan_constraint import PlanGrammars, install_plan_constraint, plan_grammars
@@ -57,6 +58,7 @@ class LoraSpec:
     target_modules: str | tuple[str, ...] = "all-linear"
 
     def peft_config(self) -> Any:
+        require("peft", "lora.enabled=true", "grpo")
         from peft import LoraConfig
 
         target = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)

@@ -32,6 +32,7 @@ from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
 from puppeteer.rollout import conductor_record, run_episode
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import Loaded, load_conductor_model
+from puppeteer.train.extras import require
 from puppeteer.train.grpo import GRPOJob, generate
 from puppeteer.train.plan_constraint import install_plan_constraint
 
@@ -62,6 +63,7 @@ def load_trained(run_dir: str | Path, job: GRPOJob) -> Loaded:
     if not final.is_dir():
         raise FileNotFoundError(f"{run_dir} has no final/ model: the run has not finished")
     if (final / "adapter_config.json").is_file():
+        require("peft", f"{run_dir} (LoRA adapters)", "grpo")
         from peft import PeftModel
 
         base, tokenizer = load_conductor_model(job.model)

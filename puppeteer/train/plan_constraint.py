@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.conductor_grammar import plan_grammar
+from puppeteer.train.extras import require
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +96,7 @@ class PlanGrammars:
         default: str | None = None,
         prefix: str = "",
     ) -> None:
+        require("llguidance", "constrained=true", "grpo")
         import llguidance
         import llguidance.hf
 

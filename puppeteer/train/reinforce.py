@@ -277,6 +277,10 @@ class ResumeMismatch(ValueError):
     """``run_dir`` holds the checkpoint of a different run."""
 
 
+# the warning of a run whose episodes are not whole groups (a job that chose the count itself may filter it)
+ROUNDED_UP = "trainer.episodes=%d is not a multiple of the group size %d: training runs %d episodes"
+
+
 def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig) -> dict[str, str]:
     """What must match for a checkpoint to be resumed; ``episodes`` may grow (to train longer)."""
     # where rollouts run does not change the results: a run may resume with more or fewer workers
@@ -574,9 +578,10 @@ def _all_first_loss(
     phi: float = 1.0,
     later_baseline: str = "first",
     first_weights: str = "policy",
-) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+) -> tuple[torch.Tensor, torch.Tensor, list[int], float]:
     """Each group tried every first action open to it (``firsts``: per group, in its episodes' order)
-    on one task. The first decision's loss is the exact
+    on one task; also returns V's mean over the groups, the policy's own expected return (the batch's
+    mean return weighs every first action alike). The first decision's loss is the exact
     expectation -sum_a pi(a) (G_a - V) log pi(a) with V = sum_a pi(a) G_a (pi's weights held fixed);
     a later step t of the episode that opened with a0 adds -pi(a0) (G_t - b_t) log pi(a_t | s_t), with
     b_t = V (``later_baseline="first"``) or what stopping at t returns (``"stop"``).
@@ -616,7 +621,7 @@ def _all_first_loss(
     greedy = [
         f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
     ]
-    return loss / rows, _entropy(torch.cat(logps)), greedy
+    return loss / rows, _entropy(torch.cat(logps)), greedy, float(baseline.mean())
 
 
 def _all_pairs_loss(
@@ -626,7 +631,7 @@ def _all_pairs_loss(
     seconds: Sequence[int],
     first_weights: str = "policy",
     second_target: float | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+) -> tuple[torch.Tensor, torch.Tensor, list[int], float]:
     """Each group tried every (first, second) pair of actions on one task (first-major: the episodes of
     first action i are ``g[i * S : (i + 1) * S]``, S = len(seconds)). Both decisions' losses are exact
     expectations under the current policy (its weights held fixed): after first action a0, with
@@ -641,7 +646,8 @@ def _all_pairs_loss(
 
     With ``second_target`` t the second decision is instead fitted to softmax(Q / t) over the actions
     tried (cross-entropy, each state weighed as above): bounded, and its pull on an action that pays
-    does not shrink with the action's probability, where the policy gradient's does."""
+    does not shrink with the action's probability, where the policy gradient's does. Also returns the
+    policy's own expected return, V's mean over the groups."""
     n_second = len(seconds)
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
     index = torch.as_tensor([list(f) for f in firsts])
@@ -669,7 +675,7 @@ def _all_pairs_loss(
             returns0[gi, ai] = (pi2[row] * g0[row]).sum()
         second = (pi2, q, (pi2 * q).sum(dim=1, keepdim=True), tried)
         logps.append(second_logp)
-    loss, pi1, _ = _exact_first(first_logp, index, returns0, first_weights)
+    loss, pi1, value = _exact_first(first_logp, index, returns0, first_weights)
     if second is not None:
         # each state after a first action weighs what the policy gives that action, mixed with a tenth
         # of uniform: pi(a0) alone is the gradient of the expected return, but a first action the policy
@@ -690,7 +696,7 @@ def _all_pairs_loss(
     greedy = [
         f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)
     ]
-    return loss / len(groups), _entropy(torch.cat(logps)), greedy
+    return loss / len(groups), _entropy(torch.cat(logps)), greedy, float(value.mean())
 
 
 def train(
@@ -703,8 +709,12 @@ def train(
     progress: Callable[[int, int, dict[str, float]], None] | None = None,
     eval_n: int | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    save_trajectories: bool = True,
 ) -> TrainState:
     """Train ``policy`` on ``env``; resumes from ``run_dir/checkpoint.pt`` when it exists.
+
+    Every training episode is appended to ``run_dir/trajectories.jsonl`` unless ``save_trajectories``
+    is false (long runs on a replayed table write hundreds of MB there; results do not depend on it).
 
     Raises :class:`TrainingStopped` (checkpoint saved, rerun to resume) when too many calls
     fail or a run file cannot be written, :class:`CheckpointError` for an unusable checkpoint.
@@ -840,7 +850,7 @@ def train(
     planned = -(-config.episodes // size) * size  # whole groups: the last one may go past episodes
     if planned != config.episodes:  # say so (and the progress line counts to it)
         log.warning(
-            "trainer.episodes=%d is not a multiple of the group size %d: training runs %d episodes",
+            ROUNDED_UP,
             config.episodes,
             size,
             planned,
@@ -899,16 +909,17 @@ def train(
                 f"(limit {config.max_failed_fraction:.0%}; last: {first})"
             )
         groups = [flat[i : i + size] for i in range(0, len(flat), size)]
+        value: float | None = None  # first_step=all: the policy's expected return on the batch's items
         if firsts is None:
             pg_loss, entropy, first_choices = _sampled_loss(
                 policy, groups, baseline_fn(groups, state.baseline, config)
             )
         elif seconds is not None:  # every pair of actions was tried
-            pg_loss, entropy, first_choices = _all_pairs_loss(
+            pg_loss, entropy, first_choices, value = _all_pairs_loss(
                 policy, groups, tried, seconds, config.first_weights, config.second_target
             )
         else:  # every first action was tried: the watch reads the policy's greedy first choice
-            pg_loss, entropy, first_choices = _all_first_loss(
+            pg_loss, entropy, first_choices, value = _all_first_loss(
                 policy, groups, tried, relabel or None, phi, config.later_baseline, config.first_weights
             )
         frac = min(state.episodes / max(config.episodes, 1), 1.0)
@@ -935,6 +946,8 @@ def train(
                 "episodes": state.episodes,
             }
         )
+        if value is not None:  # the batch tried every first action: its mean return is not the policy's
+            metrics["train/policy_return"] = value
         if eval_env is not None and (
             state.update % config.eval_every == 0 or state.episodes >= config.episodes
         ):
@@ -953,9 +966,10 @@ def train(
                 log.warning(told)
                 collapse_told = True
         try:
-            state.traj_offset = _append_lines(
-                traj_path, [json.dumps(e.trajectory) for e in batch], state.traj_offset
-            )
+            if save_trajectories:
+                state.traj_offset = _append_lines(
+                    traj_path, [json.dumps(e.trajectory) for e in batch], state.traj_offset
+                )
             if logger is not None:
                 logger.log(metrics, state.episodes)
         except OSError as exc:
