@@ -77,7 +77,7 @@ def test_suite_sizes_are_upper_bounds_that_fit_the_split(caplog: pytest.LogCaptu
 def test_defaults_compose_with_types(composer) -> None:
     cfg = composer()
     assert OmegaConf.get_type(cfg, "lam") is float and cfg.lam == pytest.approx(0.1)
-    assert cfg.suite.name == "arith" and cfg.pool.name == "sim-paper" and cfg.trainer.episodes == 3000
+    assert cfg.suite.name == "arith" and cfg.pool.name == "sim-paper" and cfg.trainer.episodes == 16384
     assert composer("lam=0.2", "trainer.lr=1e-3", "suite.n_eval=7").suite.n_eval == 7
 
 

@@ -849,12 +849,10 @@ def train(
     n_groups = max(1, config.batch_episodes // size)
     planned = -(-config.episodes // size) * size  # whole groups: the last one may go past episodes
     if planned != config.episodes:  # say so (and the progress line counts to it)
-        log.warning(
-            ROUNDED_UP,
-            config.episodes,
-            size,
-            planned,
-        )
+        # a sampled group's size is the user's setting (a warning); trying every action, the pool sets it
+        # and the progress line counts to the planned episodes
+        level = logging.WARNING if firsts is None else logging.DEBUG
+        log.log(level, ROUNDED_UP, config.episodes, size, planned)
 
     watch, collapse_told = CollapseWatch(), False
     while state.episodes < config.episodes:
