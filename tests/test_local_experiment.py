@@ -1,4 +1,5 @@
-"""The local experiment (puppeteer.jobs.local_experiment, scripts/local_experiment.py) end to end on the
+"""The local experiment (puppeteer.jobs.local_experiment, experiments/local-experiment/local_experiment.py)
+end to end on the
 simulator (the real run uses llama.cpp models)."""
 
 from __future__ import annotations

@@ -10,5 +10,5 @@ and below the command line (:mod:`puppeteer.cli`), which they never import.
 * :mod:`puppeteer.jobs.quickstart` — ``puppeteer quickstart`` on real local models.
 * :mod:`puppeteer.jobs.outcomes` — ``puppeteer outcomes build``: a pool's shipped outcome table.
 * :mod:`puppeteer.jobs.study` and :mod:`puppeteer.jobs.offline_study` — the simulator studies
-  behind ``scripts/sim_study.py`` and ``scripts/offline_study.py``.
+  behind ``experiments/sim-study/sim_study.py`` and ``experiments/analytics/offline_study.py``.
 """

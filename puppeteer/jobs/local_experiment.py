@@ -10,15 +10,17 @@ against every fixed policy, on the same held-out items, priced in single-stream 
    evaluated greedily on the first ``--n-eval`` test items (``--reevaluate``).
 2. ``baselines``: every single agent, the random policy and a vote on the same items, through
    :func:`puppeteer.evaluation.evaluate_policy` (the same items and sample indices as the table in
-   ``docs/baselines-local-v2.md``, so their calls replay from the response cache).
+   ``experiments/baselines-local-v2/README.md``, so their calls replay from the response cache).
 3. ``report``: ``report.md`` (accuracy with Wilson intervals, single-stream model seconds and calls per
    item, the Pareto front, the paired comparison of each trained lambda's seeds with the best single
    agent: exact McNemar on accuracy, paired bootstrap on model seconds) and ``pareto.png``.
 
 Every step is resumable: finished runs are kept, and model calls replay from the response cache.
 
-    python scripts/local_experiment.py --out runs/local-v2-exp                # all three steps
-    python scripts/local_experiment.py --out runs/local-v2-exp --steps report # re-draw only
+    python experiments/local-experiment/local_experiment.py --out runs/local-v2-exp                \
+        # all three steps
+    python experiments/local-experiment/local_experiment.py --out runs/local-v2-exp --steps report \
+        # re-draw only
 """
 
 from __future__ import annotations
@@ -423,7 +425,8 @@ def report(out: Path, pool: Pool, rows: Sequence[Row], suite: str = SUITE, extra
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """The experiment's command line (``scripts/local_experiment.py``); ``argv``: ``sys.argv[1:]``."""
+    """The experiment's command line (``experiments/local-experiment/local_experiment.py``); ``argv``:
+    ``sys.argv[1:]``."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="runs/local-v2-exp")
     p.add_argument(

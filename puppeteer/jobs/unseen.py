@@ -1,5 +1,5 @@
 """Agents a router has never seen (issue 36, section 3): the study behind
-``scripts/unseen_agents_study.py`` and ``docs/unseen-agents.md``.
+``experiments/unseen-agents/unseen_agents_study.py`` and ``experiments/unseen-agents/README.md``.
 
 A card-reading router (``PolicyConfig.cards``) is trained on a pool with some agents held out (they
 are not in the training pool at all: no call, no card statistic, no output), then given the whole

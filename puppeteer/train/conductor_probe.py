@@ -6,7 +6,7 @@ completions per question the way trl does (temperature 1.0, the same generation 
 count how many groups have any reward variance. Conductor: transformers (the model GRPO would
 train); workers: whatever the pool says (sim-paper: instant).
 
-    python scripts/conductor_grpo_probe.py --model smollm2-135m --questions 8 --samples 8
+    python experiments/conductor-grpo/conductor_grpo_probe.py --model smollm2-135m --questions 8 --samples 8
 """
 
 from __future__ import annotations
