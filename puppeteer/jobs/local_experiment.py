@@ -1,4 +1,4 @@
-"""The real-model experiment (issue 14): a router trained with REINFORCE on the `local-v2` pool
+"""The real-model experiment: a router trained with REINFORCE on the `local-v2` pool
 against every fixed policy, on the same held-out items, priced in single-stream model seconds.
 
 1. ``train``: ``puppeteer sweep`` over lambda x seeds (Hydra multirun) on ``mix-math-mmlu``'s first

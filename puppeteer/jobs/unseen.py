@@ -1,4 +1,4 @@
-"""Agents a router has never seen (issue 36, section 3): the study behind
+"""Agents a router has never seen: the study behind
 ``experiments/unseen-agents/unseen_agents_study.py`` and ``experiments/unseen-agents/README.md``.
 
 A card-reading router (``PolicyConfig.cards``) is trained on a pool with some agents held out (they

@@ -8,12 +8,12 @@ With ``PolicyConfig.surface``, h(s) also reads the question's length and number 
 (:mod:`puppeteer.surface`). With ``PolicyConfig.signals``, h(s) also reads the answer signals
 z(s) of the steps so far (:mod:`puppeteer.signals`), and the logit gains a linear term
 w_a . z(s): what a cascade needs. With ``PolicyConfig.lam_range`` (a policy for every price of
-cost, issue 36), h(s) also reads the episode's lambda ``obs["lam"]`` (:mod:`puppeteer.lam_range`:
+cost), h(s) also reads the episode's lambda ``obs["lam"]`` (:mod:`puppeteer.lam_range`:
 clamped into the trained range, two features, through first-layer weights of their own), and the
 logit gains a bilinear term
 (W l) . g(e_a): how far each agent's score moves with the price, read through the agent's own
 representation.
-With ``PolicyConfig.cards`` (agents it has never seen, issue 36 section 3), e_a is the agent's text
+With ``PolicyConfig.cards`` (agents it has never seen), e_a is the agent's text
 embedding, frozen, beside its measured card (:mod:`puppeteer.cards`: price, speed, accuracy per
 domain, standardised by the training pool's statistics), and no parameter belongs to an agent id:
 the counts of who has acted move each action's logit through one shared weight, the state does not

@@ -9,7 +9,7 @@ gradient clipping, AdamW. Every ``checkpoint_every`` updates the full state is s
 atomically (policy, optimiser, RNG, counters, baseline, best-so-far, trajectory-file
 offset), so a killed run resumes losing at most the batch in flight.
 
-One policy for every price (issue 36): when the training env has ``lam_range``, each group draws one
+One policy for every price: when the training env has ``lam_range``, each group draws one
 lambda (:meth:`~puppeteer.lam_range.LamRange.sample`) that all its episodes share, passed to the env
 (reset ``options["lam"]``, so the returns are priced at it) and read by the policy from
 ``obs["lam"]``. A group's episodes share their task and their lambda, so the ``group`` and
