@@ -436,7 +436,7 @@ def test_no_message_of_the_package_names_a_file_a_pip_user_lacks() -> None:
     ],
 )
 def test_thin_script_wrappers_still_run(script: str) -> None:
-    """The scripts whose logic is in the package (puppeteer.jobs) still answer ``--help``."""
+    """The user scripts (thin wrappers over puppeteer.jobs) and a study runner answer ``--help``."""
     done = subprocess.run(
         [sys.executable, str(ROOT / script), "--help"],
         capture_output=True,

@@ -16,8 +16,9 @@ import json
 import logging
 import sys
 
+from conductor_probe import ProbeSpec, SamplingSpec, run_probe
+
 from puppeteer.train.conductor_model import ModelSpec
-from puppeteer.train.conductor_probe import ProbeSpec, SamplingSpec, run_probe
 
 
 def main(argv: list[str] | None = None) -> int:

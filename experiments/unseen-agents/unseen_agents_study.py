@@ -29,8 +29,9 @@ import logging
 from dataclasses import fields
 from pathlib import Path
 
+from unseen import KINDS, UnseenSettings, references, report, run_one
+
 from puppeteer.encoders import make_encoder
-from puppeteer.jobs.unseen import KINDS, UnseenSettings, references, report, run_one
 
 
 def main() -> None:

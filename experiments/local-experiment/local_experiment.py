@@ -17,10 +17,8 @@ against every fixed policy, on the same held-out items, priced in single-stream 
 
 Every step is resumable: finished runs are kept, and model calls replay from the response cache.
 
-    python experiments/local-experiment/local_experiment.py --out runs/local-v2-exp                \
-        # all three steps
-    python experiments/local-experiment/local_experiment.py --out runs/local-v2-exp --steps report \
-        # re-draw only
+    python experiments/local-experiment/local_experiment.py --out runs/local-v2-exp  # all three steps
+    python experiments/local-experiment/local_experiment.py --out runs/local-v2-exp --steps report
 """
 
 from __future__ import annotations
