@@ -10,7 +10,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
-from puppeteer.jobs.offline_study import OfflineStudyConfig, run_offline_study
+from offline_job import OfflineStudyConfig, run_offline_study
 
 
 def main() -> None:
