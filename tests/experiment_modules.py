@@ -1,7 +1,7 @@
-"""Import a study's module from ``experiments/<study>/`` (not installed: studies are not in the package).
+"""Import a module of a study (``experiments/<study>/``) or of ``benchmarks/``: neither is installed.
 
-The study's folder goes on ``sys.path``, as it is when its runner is started as a script, so the
-module's imports of its sibling modules resolve the same way in tests.
+The module's folder goes on ``sys.path``, as it is when a runner beside it is started as a script, so
+the module's imports of its sibling modules resolve the same way in tests.
 """
 
 from __future__ import annotations
@@ -11,12 +11,20 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _import_from(folder: Path, module: str) -> ModuleType:
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    return importlib.import_module(module)
 
 
 def experiment_module(study: str, module: str) -> ModuleType:
     """``experiments/<study>/<module>.py``, imported once."""
-    folder = str(EXPERIMENTS / study)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return importlib.import_module(module)
+    return _import_from(ROOT / "experiments" / study, module)
+
+
+def benchmark_module(module: str) -> ModuleType:
+    """``benchmarks/<module>.py``, imported once."""
+    return _import_from(ROOT / "benchmarks", module)
