@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from puppeteer.analytics.sidebyside import ARMS, Workload, done_keys, read_rows, table
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sidebyside import ARMS, Workload, done_keys, read_rows, table
 
 
 def _quickstart(

@@ -1,4 +1,4 @@
-"""Agent cards (issue 36, section 3): a compact, measured description of each agent of a pool.
+"""Agent cards: a compact, measured description of each agent of a pool.
 
 A card says what a router needs to weigh an agent it has never seen: the agent's price (mean US
 cents per call), its single-stream speed (completion tokens per second of its calls) and its

@@ -123,7 +123,7 @@ def example_workflow(
 
 @dataclass(frozen=True)
 class Valued:
-    """Price each agent's card for one question (issue 36): its expected reward for one call on the
+    """Price each agent's card for one question: its expected reward for one call on the
     question's ``domain`` at ``lam`` points per unit of cost (``cost_model``: usd or minutes)."""
 
     domain: str
@@ -227,12 +227,12 @@ class PromptConfig:
     n_examples: int = 2
     thought_as_comment: bool = True
     example_set: str = "v1"  # a key of EXAMPLE_SETS
-    # the price of cost (issue 36): a line with {lam} and {unit}, shown when the env states the price
+    # the price of cost: a line with {lam} and {unit}, shown when the env states the price
     price: str = ""
-    # the agents table also shows each agent's measured card where the pool has cards (issue 31,
-    # section 2): US cents per call and the share right per domain on calibration items
+    # the agents table also shows each agent's measured card where the pool has cards: US cents per
+    # call and the share right per domain on calibration items
     cards: bool = False
-    # with cards and a stated price (issue 36): a "value here" column, each agent's expected reward
+    # with cards and a stated price: a "value here" column, each agent's expected reward
     # for one call on this question's domain at this price (card_value)
     priced_cards: bool = False
     # with priced cards: the table's rows (and the agents the examples name) in order of value at

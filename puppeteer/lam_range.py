@@ -1,7 +1,7 @@
 """The range of prices of cost (lambda) that one conditioned step policy is trained over.
 
 A policy trained with ``lam_range=[LOW, HIGH]`` sees each episode's lambda as an input and is
-used at any lambda in the range (issue 36). :class:`LamRange` is the one definition of how lambda
+used at any lambda in the range. :class:`LamRange` is the one definition of how lambda
 is drawn for training, where an evaluation grid lies, how a lambda outside the range is clamped and
 how lambda enters a network.
 

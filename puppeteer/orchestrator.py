@@ -18,7 +18,7 @@ and graded, and a simulated pool knows it). Any other question is a free task gr
 ``grader`` (``exact`` by default; ``numeric``, ``math`` or ``letter`` change the answer
 format the agents are asked for); it has no gold answer, so ``correct`` is ``None``.
 
-A policy trained over a range of lambdas (``lam_range``, issue 36) routes each call at ``lam``
+A policy trained over a range of lambdas (``lam_range``) routes each call at ``lam``
 (a call's own, else the orchestrator's), clamped into its trained range with a logged warning;
 the result's ``lam`` says which.
 """

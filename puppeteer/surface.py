@@ -2,7 +2,7 @@
 
 Sentence embeddings say what a question is about but barely how long it is, and length is the
 cheapest visible sign of difficulty (on the shipped real outcomes, longer HumanEval and arithmetic
-items are answered correctly less often: docs/sim-routing.md). :func:`surface_features` gives a
+items are answered correctly less often: experiments/sim-routing/README.md). :func:`surface_features` gives a
 fixed vector of roughly unit scale that the puppeteer policy reads with ``PolicyConfig.surface``.
 Its first entry is the simulator's visible difficulty feature
 (:func:`puppeteer.backends.sim_difficulty.visible_feature`) divided by 8.

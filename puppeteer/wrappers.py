@@ -10,7 +10,7 @@ libraries want one numeric array. :class:`EncodedObservation` turns it into a fi
       | lambda (with ``lam_range=(low, high)``: ``obs["lam"]`` as :meth:`LamRange.features` reads it) ]
 
 With ``lam_range``, :func:`make_encoded_env` also gives the env that range, so each episode draws its
-own lambda and one model learns every price (issue 36)::
+own lambda and one model learns every price::
 
     env = make_encoded_env(pool="sim-routing", suite="mix-routing", lam_range=(0.01, 0.5))
 

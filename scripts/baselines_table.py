@@ -1,4 +1,4 @@
-"""Run a list of baselines on a pool and suites, write a markdown table to docs/baselines-<pool>.md.
+"""Run a list of baselines on a pool and suites, write a markdown table to runs/baselines/<pool>/table.md.
 
 The job is :mod:`puppeteer.jobs.baselines_table` (``--help`` for its options).
 

@@ -19,10 +19,14 @@ from puppeteer.cli import main as cli_main
 from puppeteer.envbuild import EnvConfig, build_env
 from puppeteer.errors import UserError
 from puppeteer.jobs.cards import calibration_tasks, measure_cards
-from puppeteer.jobs.unseen import OutcomeTable, UnseenSettings, gain_captured, run_one, training_pool
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, PoolError, load_pool
 from puppeteer.train.reinforce import ReinforceConfig, run_fingerprint, train
+from tests.experiment_modules import experiment_module
+
+_unseen = experiment_module("unseen-agents", "unseen")
+OutcomeTable, UnseenSettings = _unseen.OutcomeTable, _unseen.UnseenSettings
+gain_captured, run_one, training_pool = _unseen.gain_captured, _unseen.run_one, _unseen.training_pool
 
 SUITE = "mix-math-mmlu"
 HELD = "wordy-cot"

@@ -190,7 +190,8 @@ def test_ab_compares_rewards_only_between_arms_of_one_mode(tmp_path: Path) -> No
 
 def test_ab_compares_rewards_only_between_arms_paid_at_one_lambda(tmp_path: Path) -> None:
     """A single agent evaluated at lambda 0.1 and a per-kind router at lambda 1 (both workflow mode) once
-    showed a reward "difference" of -0.155 that was only the two prices (docs/local-mix.md's A/B)."""
+    showed a reward "difference" of -0.155 that was only the two prices (experiments/local-mix/README.md's
+    A/B)."""
     cheap = [trajectory(t, ["A"], True, mode="workflow") for t in "xy"]
     ra = write_eval_run(tmp_path / "a", cheap)
     rb = write_eval_run(tmp_path / "b", cheap, extra={"lam": 1.0})

@@ -1,4 +1,4 @@
-"""Side-by-side wall-time runs (puppeteer.analytics.sidebyside, which benchmarks/bench_end_to_end.py
+"""Side-by-side wall-time runs (benchmarks/sidebyside.py, which benchmarks/bench_end_to_end.py
 drives): resuming, the speed-up table, the arms' flags, and the batching knob the quickstart turns."""
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
-from puppeteer.analytics.sidebyside import Workload, done_keys, table
 from puppeteer.cli import main
+from tests.experiment_modules import benchmark_module
+
+_sidebyside = benchmark_module("sidebyside")
+Workload, done_keys, table = _sidebyside.Workload, _sidebyside.done_keys, _sidebyside.table
 
 
 def _row(workload: str, arm: str, rnd: int, wall: float, rc: int = 0) -> dict[str, Any]:

@@ -237,7 +237,7 @@ def test_a_router_with_signals_learns_to_escalate_when_the_cheap_agent_is_silent
     """Seed 0, lr 1e-2. Not every seed finds it at this budget: with the normalised scorer (policy
     layers "norm"), of seeds 0-3 all four escalate after silence, and two of them call the nearly free
     cheap agent again after an answer instead of stopping (REINFORCE's exploration; the tanh scorer at
-    lr 3e-2 learned it on four of seeds 0-5, see docs/local-experiment.md)."""
+    lr 3e-2 learned it on four of seeds 0-5, see experiments/local-experiment/README.md)."""
     policy, env = _trained(tmp_path, signals=True, episodes=1024, seed=0, lr=1e-2)
     terminator = env.pool.terminator_id
     assert [_after_cheap(policy, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]

@@ -176,7 +176,7 @@ def test_ordered_priced_table_runs_best_value_first_and_the_examples_follow_it()
 
 class _FirstRow(SyncBackend):
     """A scripted conductor that plans one call to the first row of its agents table, as the prompted
-    1.5B mostly does (docs/lam-conditioned.md)."""
+    1.5B mostly does (experiments/lam-conditioned/README.md)."""
 
     name = "first-row"
 

@@ -114,7 +114,10 @@ def test_tiny_model_generation_ends_right_after_a_forced_access_list() -> None:
 
 def test_probe_counts_groups_and_writes_every_sample(tmp_path: Any) -> None:
     from puppeteer.train.conductor_model import ModelSpec
-    from puppeteer.train.conductor_probe import ProbeSpec, SamplingSpec, run_probe
+    from tests.experiment_modules import experiment_module
+
+    probe = experiment_module("conductor-grpo", "conductor_probe")
+    ProbeSpec, SamplingSpec, run_probe = probe.ProbeSpec, probe.SamplingSpec, probe.run_probe
 
     spec = ProbeSpec(
         model=ModelSpec(id="tiny-random"), questions=2, samples=3, sampling=SamplingSpec(max_new_tokens=6)
@@ -131,7 +134,10 @@ def test_probe_counts_groups_and_writes_every_sample(tmp_path: Any) -> None:
 
 def test_group_stats_variance_and_cap() -> None:
     from puppeteer.integrations.trl import WorkflowOutcome
-    from puppeteer.train.conductor_probe import group_stats, summarize_groups
+    from tests.experiment_modules import experiment_module
+
+    probe = experiment_module("conductor-grpo", "conductor_probe")
+    group_stats, summarize_groups = probe.group_stats, probe.summarize_groups
 
     def outcome(parsed: bool, correct: bool) -> WorkflowOutcome:
         reward = 1.0 if correct else 0.5 if parsed else 0.0

@@ -1,4 +1,5 @@
-"""Every ``puppeteer ...`` command that README.md and docs/*.md show runs (on the sim pool, tiny sizes).
+"""Every ``puppeteer ...`` command that README.md, docs/ and experiments/ show runs (on the sim pool, tiny
+sizes).
 
 The commands are read from the markdown itself, so a changed or added command is tested without
 editing this file. Each runs in-process through ``puppeteer.cli.main`` in a scratch directory,
@@ -26,7 +27,11 @@ from puppeteer.cli import main
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "experiments").rglob("*.md")),
+]
 
 PROGRAM = "puppeteer"
 _FENCE = re.compile(r"^\s*(```|~~~)\s*(\S*)")
@@ -153,7 +158,8 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
     (
         r"^quickstart\b",
         RealModels(
-            "trains on real local llama.cpp models for ~5-7 min on 2 cores (docs/quickstart/report.md); "
+            "trains on real local llama.cpp models for ~5-7 min on 2 cores "
+            "(experiments/quickstart/results/report.md); "
             "the same code path runs on the simulator in tests/test_quickstart.py",
             slow=False,
         ),
@@ -365,13 +371,13 @@ def test_every_skip_is_listed_with_a_reason_and_matches_a_shown_command() -> Non
 
 # --------------------------------------------------------------------------- repository files the docs name
 
-# a script or benchmark of this repository, as documents and docstrings name them
-_REPO_FILE = re.compile(r"\b((?:scripts|benchmarks)/[\w-]+\.py)\b")
+# a script, benchmark or study runner of this repository, as documents and docstrings name them
+_REPO_FILE = re.compile(r"\b((?:scripts|benchmarks|experiments/[\w-]+)/[\w-]+\.py)\b")
 
 
 def test_every_script_and_benchmark_named_exists() -> None:
-    """A moved file leaves no stale path behind (issue 30 moved scripts/bench_*.py to benchmarks/):
-    every ``scripts/*.py`` and ``benchmarks/*.py`` that README.md, docs/ or the package names exists."""
+    """A moved file leaves no stale path behind: every ``scripts/*.py``, ``benchmarks/*.py`` and
+    ``experiments/<study>/*.py`` that README.md, docs/, experiments/ or the package names exists."""
     sources = [*DOCS, *sorted((ROOT / "puppeteer").rglob("*.py"))]
     named = {(src, m) for src in sources for m in _REPO_FILE.findall(src.read_text(encoding="utf-8"))}
     assert len({m for _, m in named}) >= 10  # the pattern finds what the documents show
@@ -386,7 +392,10 @@ REPO_FILE_MESSAGES = {
         "puppeteer/jobs/baselines_table.py",
         "scripts/baselines_table.py",
     ): "the command line each table records",
-    ("puppeteer/jobs/study.py", "scripts/sim_study.py"): "the reproduce line of docs/sim-study.md",
+    (
+        "puppeteer/jobs/study.py",
+        "experiments/sim-study/sim_study.py",
+    ): "the reproduce line of experiments/sim-study/README.md",
 }
 
 
@@ -423,11 +432,18 @@ def test_no_message_of_the_package_names_a_file_a_pip_user_lacks() -> None:
     assert not stale, f"no longer named, remove from REPO_FILE_MESSAGES: {sorted(stale)}"
 
 
-@pytest.mark.parametrize("script", ["baselines_table", "local_experiment", "calibrate_local_speed"])
+@pytest.mark.parametrize(
+    "script",
+    [
+        "scripts/baselines_table.py",
+        "experiments/local-experiment/local_experiment.py",
+        "scripts/calibrate_local_speed.py",
+    ],
+)
 def test_thin_script_wrappers_still_run(script: str) -> None:
-    """The scripts whose logic moved into the package (puppeteer.jobs) still answer ``--help``."""
+    """The user scripts (thin wrappers over puppeteer.jobs) and a study runner answer ``--help``."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / f"{script}.py"), "--help"],
+        [sys.executable, str(ROOT / script), "--help"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,5 +1,5 @@
-"""The local experiment (puppeteer.jobs.local_experiment, scripts/local_experiment.py) end to end on the
-simulator (the real run uses llama.cpp models)."""
+"""The local experiment (experiments/local-experiment/local_experiment.py) end to end on the simulator
+(the real run uses llama.cpp models)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from puppeteer.jobs import local_experiment as exp
 from puppeteer.pool import load_pool
 from puppeteer.trajectories import read_trajectories
+from tests.experiment_modules import experiment_module
+
+exp = experiment_module("local-experiment", "local_experiment")
 
 
 @pytest.mark.slow  # ~40 s idle: two training runs, two re-evaluations, eleven baselines
@@ -83,7 +85,7 @@ def test_agents_restricts_the_router_and_the_baselines_to_those_agents(tmp_path:
 def test_seed_list_trains_the_seeds_named_instead_of_the_first_n() -> None:
     import argparse
 
-    from puppeteer.jobs.local_experiment import seed_list
+    seed_list = exp.seed_list
 
     assert seed_list(argparse.Namespace(seeds=3, seed_list=None)) == [0, 1, 2]
     assert seed_list(argparse.Namespace(seeds=3, seed_list="2,5")) == [2, 5]

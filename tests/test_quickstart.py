@@ -1,4 +1,5 @@
-"""The main job's code path, end to end on the simulator (the real-model run is timed in docs/quickstart)."""
+"""The main job's code path, end to end on the simulator (the real-model run is timed in
+experiments/quickstart/results)."""
 
 from __future__ import annotations
 

@@ -185,7 +185,8 @@ def test_a_router_trained_on_the_shipped_table_learns_what_its_training_items_te
     """The quickstart's path on real-model outcomes with no model loaded (strict replay): REINFORCE on the
     table's 60 training items, evaluated on its first 60 held-out items. It learns at least what
     `qwen1.5b-cot` (the best agent on the first 40 training items) scores held out, and leaves random
-    routing far behind. It does not reach the best agent per kind (docs/local-mix.md, sections 4 and 4b); this
+    routing far behind. It does not reach the best agent per kind (experiments/local-mix/README.md, sections
+    4 and 4b); this
     test does not claim it."""
     from dataclasses import replace
 
@@ -223,10 +224,12 @@ def test_the_quickstart_at_its_defaults_beats_the_best_single_agent_held_out(
 ) -> None:
     """README's first command, replayed and strict (no model; ~5 min on 2 cores): REINFORCE on 200 training
     items routes all 320 held-out items of mix-local by kind, and the decision after its call, learned on
-    top of it, escalates HumanEval answers that fail their examples (docs/local-mix.md section 7). Measured
+    top of it, escalates HumanEval answers that fail their examples (experiments/local-mix/README.md section
+    7). Measured
     with seed 0: the router alone 211/320 at 10.0 model s, with the second stage 216/320 at 10.7 (1.05
     calls), against 199/320 at 12.0 for the best single agent (`qwen1.5b-pot`), exact McNemar p = 0.0046.
-    Seeds 1 / 2: 0.662 / 0.650 (docs/quickstart/). A router that sends everything to one agent scores at
+    Seeds 1 / 2: 0.662 / 0.650 (experiments/quickstart/results/). A router that sends everything to one
+    agent scores at
     most 0.622 at 1.0x and fails."""
     from rich.console import Console
 

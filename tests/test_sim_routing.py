@@ -208,7 +208,8 @@ def test_the_routing_pool_and_suite_load_with_cited_skills() -> None:
 
 
 def test_the_first_routing_world_keeps_its_items_and_their_order_under_its_new_name() -> None:
-    """``sim-routing-v1`` / ``mix-routing-v1`` are the world docs/lam-conditioned.md was measured on;
+    """``sim-routing-v1`` / ``mix-routing-v1`` are the world experiments/lam-conditioned/README.md was
+    measured on;
     ``order_name`` keeps the items and their order of the suite's old name."""
     assert len(load_pool("sim-routing-v1")) == 6
     from puppeteer.tasks.spec import read_spec
@@ -281,7 +282,8 @@ def test_training_standardises_the_task_embedding_and_saving_keeps_it(tmp_path: 
 
 
 def test_on_the_routing_world_the_optimum_beats_the_most_accurate_agent_at_a_fraction_of_its_cost() -> None:
-    """The world's property (issue 29, docs/sim-routing.md section 5): no agent is best everywhere, so the
+    """The world's property (issue 29, experiments/sim-routing/README.md section 5): no agent is best
+    everywhere, so the
     optimum given what the question shows is more accurate than Sonnet, the most accurate agent, at
     under half its cost (lambda 0.05; 200 held-out items: +3.0 points at 34% of the cost, measured)."""
     from puppeteer.analytics.optimum import visible_optimum
@@ -326,7 +328,7 @@ def test_the_training_limit_picks_per_domain_from_the_training_items_and_values_
     """training_limit: per domain the agent of best mean E[G | item] over the training items, valued on
     the held-out items. On sim-routing (300 training items) those picks are the held-out optimum's
     routes, worth nearly all of it; on sim-paper at lambda 0.1 its 100 training items (10 of AIME, 20 of
-    GPQA) pick routes worth less than gpt5-cot alone (docs/sim-routing.md section 6)."""
+    GPQA) pick routes worth less than gpt5-cot alone (experiments/sim-routing/README.md section 6)."""
     from puppeteer.analytics.optimum import training_limit
 
     settings = EnvConfig(mode="step", lam=0.08, max_steps=1, min_steps=1, cost_model="usd")

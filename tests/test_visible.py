@@ -144,7 +144,8 @@ def load_pool_replay() -> Path:
 def test_the_fixed_router_that_reads_the_examples_beats_the_best_single_agent_held_out(
     tmp_path: Path,
 ) -> None:
-    """docs/local-mix.md section 6, from the shipped table (no model; ~30 s of sandbox runs): every choice
+    """experiments/local-mix/README.md section 6, from the shipped table (no model; ~30 s of sandbox runs):
+    every choice
     made on the 200 training items, the router escalating HumanEval answers that fail their examples
     reaches 216 / 320 held out against 199 for `qwen1.5b-pot`, exact McNemar p < 0.01."""
     import json
@@ -154,7 +155,12 @@ def test_the_fixed_router_that_reads_the_examples_beats_the_best_single_agent_he
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "cascades.json"
     subprocess.run(
-        [sys.executable, str(root / "scripts" / "visible_check_cascades.py"), "--out", str(out)],
+        [
+            sys.executable,
+            str(root / "experiments" / "local-mix" / "visible_check_cascades.py"),
+            "--out",
+            str(out),
+        ],
         check=True,
         capture_output=True,
     )
@@ -171,7 +177,8 @@ def test_the_fixed_router_that_reads_the_examples_beats_the_best_single_agent_he
 def test_the_decision_after_a_trained_routers_call_learns_to_escalate_on_failed_examples(
     tmp_path: Path,
 ) -> None:
-    """docs/local-mix.md section 7, from the shipped table (strict replay, no model; ~6 min on 2 cores):
+    """experiments/local-mix/README.md section 7, from the shipped table (strict replay, no model; ~6 min on
+    2 cores):
     the one-call REINFORCE router (seed 0, 200 training items), then the decision after its call
     (trainer.init_first, every second action tried, fitted to softmax(Q / 0.1), reading who acted and the
     answer signals). Measured: 211 / 320 held out for the router, 216 / 320 (1.05 calls) with the learned
@@ -185,7 +192,7 @@ def test_the_decision_after_a_trained_routers_call_learns_to_escalate_on_failed_
     env = {**os.environ, "PUPPETEER_REPLAY": "strict", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     common = ["--pool", "local-mix", "--suite", "mix-local", "--steps", "train", "--n-train", "200"]
     common += ["--n-eval", "320", "--lam", "1", "--seed-list", "0", "--encoder", "minilm", "--quiet"]
-    script = [sys.executable, str(root / "scripts" / "local_experiment.py")]
+    script = [sys.executable, str(root / "experiments" / "local-experiment" / "local_experiment.py")]
     one, two = tmp_path / "one", tmp_path / "two"
     router = one / "sweep" / "lam1.0_seed0"
     stage1 = [

@@ -1,4 +1,4 @@
-"""The quality/cost front of one lambda-conditioned policy, the analysis side (issue 36).
+"""The quality/cost front of one lambda-conditioned policy, the analysis side.
 
 A *front file* (``front.json``, written by :mod:`puppeteer.jobs.lam_front`) holds, on one held-out
 split: the conditioned policy's greedy results at every lambda of a fine grid (one row per seed and

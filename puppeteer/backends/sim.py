@@ -115,7 +115,8 @@ class SimParams:
     # called on the item again in one episode: 0 (the default) makes every call independent given the
     # item, so repeating one cheap agent and voting gains as much as asking different ones; 1 makes a
     # repeat as right or wrong as the first call, as a temperature-0 model asked again mostly is
-    # (docs/sim-routing.md, "Emergent graphs"). The marginal accuracy of every call is unchanged.
+    # (experiments/sim-routing/README.md, "Emergent graphs"). The marginal accuracy of every call is
+    # unchanged.
     repeat_corr: float = 0.0
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Run a list of baselines on a pool and suites, write a markdown table to docs/baselines-<pool>.md.
+"""Run a list of baselines on a pool and suites, write a markdown table (``runs/baselines/<pool>/table.md``).
 
 Default: the local pool, gsm8k and mmlu test splits, n=50, every baseline of
 ``puppeteer.policies.baselines.default_baseline_specs`` (each single agent, random, chain,
@@ -78,7 +78,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="runs (baseline x suite) evaluated at once through the shared backend (default 1: one after "
         "another, each with its own progress bar; more pays for API backends, not for llama.cpp on 2 cores)",
     )
-    p.add_argument("--out", default=None, help="markdown file (default: <repo>/docs/baselines-<pool>.md)")
+    p.add_argument("--out", default=None, help="markdown file (default: <runs-dir>/<pool>/table.md)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument(
         "--no-plot",
@@ -213,7 +213,7 @@ def render(
 
 def main(argv: list[str] | None = None, root: Path | None = None) -> int:
     """The table's command line; ``argv`` defaults to ``sys.argv[1:]``; without ``--out`` the table
-    goes to ``<root>/docs/baselines-<pool>.md`` (``root``: the current directory unless given)."""
+    goes to ``<runs-dir>/<pool>/table.md`` under ``root`` (the current directory unless given)."""
     argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None, root: Path | None = None) -> int:
     # one set of loaded models for every run, unless the backend is tied to one run's answer key
     backend = None if pool.needs_answer_key else make_router(options, cache=cache)
     command = redact(shlex.join(["python", SCRIPT, *argv]))  # no key in the docs
-    md_path = Path(args.out) if args.out else (root or Path.cwd()) / "docs" / f"baselines-{pool.name}.md"
+    md_path = Path(args.out) if args.out else (root or Path.cwd()) / args.runs_dir / pool.name / "table.md"
     md_path.parent.mkdir(parents=True, exist_ok=True)
     machine = f"{available_cpus()} CPUs"
     if "llamacpp" in pool.backends():

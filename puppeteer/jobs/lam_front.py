@@ -1,4 +1,4 @@
-"""One policy for every price, the job behind ``puppeteer sweep --conditioned`` (issue 36).
+"""One policy for every price, the job behind ``puppeteer sweep --conditioned``.
 
 Per seed, one step policy is trained over a range of lambdas (``puppeteer train lam_range=[LOW,HIGH]``)
 and evaluated greedily on the held-out split at every lambda of a fine grid; beside it, policies

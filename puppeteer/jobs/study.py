@@ -105,11 +105,11 @@ def episodes_to_stay(curve: Sequence[tuple[float, float]], target: float) -> flo
 
 
 def run_study(
-    cfg: StudyConfig, out: str | Path, docs: str | Path, progress: Callable[[str], None] | None = None
+    cfg: StudyConfig, out: str | Path, page: str | Path, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
-    out, docs = Path(out), Path(docs)
+    out, page = Path(out), Path(page)
     out.mkdir(parents=True, exist_ok=True)
-    (docs / "img").mkdir(parents=True, exist_ok=True)
+    (page / "results").mkdir(parents=True, exist_ok=True)
     say = progress or (lambda _m: None)
     encoder = None
     if cfg.encoder != "hashing":
@@ -155,9 +155,9 @@ def run_study(
         "sweep": sweep,
     }
     (out / "study.json").write_text(json.dumps(results, indent=2))
-    _plot_curves(runs, oracle, best_seq, docs / "img" / "sim-learning-curves.png", cfg)
-    _plot_sweep(sweep, docs / "img" / "sim-lambda-sweep.png", cfg)
-    (docs / "sim-study.md").write_text(report(results))
+    _plot_curves(runs, oracle, best_seq, page / "results" / "sim-learning-curves.png", cfg)
+    _plot_sweep(sweep, page / "results" / "sim-lambda-sweep.png", cfg)
+    (page / "README.md").write_text(report(results))
     return results
 
 
@@ -220,7 +220,7 @@ def report(results: Mapping[str, Any]) -> str:
         f"encoder `{cfg['encoder']}`, "
         f"{cfg['episodes']} training episodes per run.",
         "",
-        "Reproduce: `python scripts/sim_study.py` (see `--help`).",
+        "Reproduce: `python experiments/sim-study/sim_study.py` (see `--help`).",
         "",
         "## References (held-out)",
         "",
@@ -262,7 +262,7 @@ def report(results: Mapping[str, Any]) -> str:
         )
     lines += [
         "",
-        "![learning curves](img/sim-learning-curves.png)",
+        "![learning curves](results/sim-learning-curves.png)",
         "",
         "## The cost side: lambda sweep",
         "",
@@ -275,5 +275,5 @@ def report(results: Mapping[str, Any]) -> str:
             f"| {r['lam']} | {f['accuracy']:.3f} | {f['return']:.3f} | {f['cost']:.2f} | {f['calls']:.2f} | "
             f"{r['oracle']['ret']:.3f} |"
         )
-    lines += ["", "![lambda sweep](img/sim-lambda-sweep.png)", ""]
+    lines += ["", "![lambda sweep](results/sim-lambda-sweep.png)", ""]
     return "\n".join(lines)

@@ -49,7 +49,7 @@ class SB3Meta:
     encoder_options: dict[str, Any] = field(default_factory=dict)
     signals: bool = False  # the observation ends in the answer signals (absent in older files: False)
     min_steps: int = 0  # the Terminator was masked until this many agents acted (absent in older files: 0)
-    # trained over a range of lambdas, read from ``obs["lam"]`` (issue 36; absent in older files: one lambda)
+    # trained over a range of lambdas, read from ``obs["lam"]`` (absent in older files: one lambda)
     lam_range: tuple[float, float] | None = None
 
 

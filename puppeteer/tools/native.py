@@ -128,7 +128,8 @@ class NativeTool:
 
 def native_system_prompt(tools: Sequence[NativeTool]) -> str:
     """The tools block of Qwen2.5's chat template (no worked example: with one in the system
-    prompt, the 0.5B model copied its final 'Answer:' line and called no tool; docs/local-pool-v2.md)."""
+    prompt, the 0.5B model copied its final 'Answer:' line and called no tool;
+    experiments/local-pool-v2/README.md)."""
     schemas = "\n".join(json.dumps(t.schema()) for t in tools)
     text = (
         "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"

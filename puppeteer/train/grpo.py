@@ -96,7 +96,7 @@ class GRPOJob:
     workflow_max_steps: int = 5
     workflow_lam: float = 0.0
     # [low, high]: each row (training and held-out) draws its own price of cost, its prompt states it
-    # and its reward uses it (issue 36); ``conductor:grpo:RUN --lam X`` then plans at X
+    # and its reward uses it; ``conductor:grpo:RUN --lam X`` then plans at X
     workflow_lam_range: tuple[float, float] | None = None
     cost_model: str = "tokens"
     reward_workers: int = 16

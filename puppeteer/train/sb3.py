@@ -44,7 +44,7 @@ class MaskablePPOConfig:
     # each seed sees other items. 0 keeps every seed on the items a shipped outcome table holds
     item_seed: int | None = None
     # [low, high]: each training episode draws its lambda (log-uniform, puppeteer.lam_range) and the
-    # observation carries it, so one model routes at any price in the range (issue 36); ``lam`` is then
+    # observation carries it, so one model routes at any price in the range; ``lam`` is then
     # only the held-out evaluation's price
     lam_range: tuple[float, float] | None = None
     eval_lams: tuple[float, ...] = ()  # also evaluate the trained model at each of these lambdas
