@@ -56,7 +56,7 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
         type=int,
         default=d.after_call_episodes,
         help="episodes for the decision after the one-call router's call (0: the router alone; "
-        "docs/local-mix.md section 7)",
+        "experiments/local-mix/README.md section 7)",
     )
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--seed", type=int, default=d.seed)

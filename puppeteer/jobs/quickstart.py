@@ -45,7 +45,7 @@ UNITS = {"model_s": "model s", "tokens": "tokens"}  # the short name of each cos
 
 @dataclass(frozen=True)
 class QuickstartConfig:
-    # `local-mix` (issue 32): mixed traffic (GSM8K, MMLU, integer arithmetic, HumanEval) on eight agents of
+    # `local-mix`: mixed traffic (GSM8K, MMLU, integer arithmetic, HumanEval) on eight agents of
     # the two Qwen2.5-Coder models. Every agent's response on the items below ships with the package
     # (agents/local-mix.replay/), so the run replays real-model outputs without loading a model;
     # `--replay off` calls the models again (about 1.5 h on 2 cores for these items).
@@ -62,12 +62,13 @@ class QuickstartConfig:
     )
     suite: str = "mix-local"
     # the shipped table's shards: 200 training items and every one of the suite's 320 held-out items
-    # (80 of each kind); docs/local-mix.md section 5 is this setting at 3 seeds
+    # (80 of each kind); experiments/local-mix/README.md section 5 is this setting at 3 seeds
     n_train: int = 200
     n_eval: int = 320
     episodes: int = 65536
     # 512 episodes per update: 64 training items, each with every agent tried first (first_step=all),
-    # so a per-kind difference of a few points rises above the draws' noise (docs/sim-routing.md)
+    # so a per-kind difference of a few points rises above the draws' noise
+    # (experiments/sim-routing/README.md)
     batch_episodes: int = 512
     group_size: int = 4
     # `all`: every group tries each agent first, the exact gradient of the routing decision (the
@@ -79,7 +80,7 @@ class QuickstartConfig:
     # learn to stop at once (return 0 beats the cost of failed calls on hard items): measured, 0/10.
     min_steps: int = 1
     # lambda 1 per model minute: at 0.1 the routers bought chain of thought for +0.5-1 point at 2x the
-    # model time (docs/local-mix.md section 4)
+    # model time (experiments/local-mix/README.md section 4)
     lam: float = 1.0
     # `minutes`: each call costs its single-stream model minutes at the pool's declared speeds, so
     # lambda buys model time (a pool without declared speeds fails early with this; set `tokens`)
@@ -97,7 +98,7 @@ class QuickstartConfig:
     )
     seed: int = 0
     n_threads: int | None = None  # llama.cpp threads; None = all available CPUs
-    # llama.cpp decodes the pending calls of a model together (issue 13); False: one call at a time,
+    # llama.cpp decodes the pending calls of a model together; False: one call at a time,
     # the path before batching, kept for side-by-side benchmarks (benchmarks/bench_end_to_end.py)
     batching: bool = True
     # episodes stepped together; None: the whole training batch (batch_episodes), so all of an update's
@@ -106,7 +107,8 @@ class QuickstartConfig:
     # for its slowest call while its few calls were split over two models (docs/benchmarks.md).
     # Results do not depend on it (each episode has its own seed).
     parallel_envs: int | None = None
-    # the decision after the router's call (docs/local-mix.md section 7): the trained one-call router kept
+    # the decision after the router's call (experiments/local-mix/README.md section 7): the trained
+    # one-call router kept
     # fixed as the first decision, a second decision learned on top of it: every second action (stopping
     # included) tried after the router's choice, fitted to softmax(return / after_call_target), reading
     # who acted and the answer signals (with the visible checks: a HumanEval answer run on its docstring's
@@ -498,7 +500,8 @@ def seed_note(seed: int) -> str:
     return (
         f"Seed {seed}: {how}. The seed sets the training's draws, the router's initial weights and the "
         "held-out episodes' sample seeds, not the items; other seeds train other routers "
-        "(`puppeteer quickstart --seed N`; docs/local-mix.md section 5 reports three seeds of the "
+        "(`puppeteer quickstart --seed N`; experiments/local-mix/README.md section 5 reports three seeds "
+        "of the "
         "one-call router)."
     )
 
@@ -511,7 +514,7 @@ def _report(s: dict[str, Any]) -> str:
         f"{s['n_train']} training items, {s['n_eval']} held-out items, {s['episodes']} REINFORCE episodes, "
         + (
             f"then {s['after_call_episodes']} for the decision after the router's call (its first decision "
-            "kept fixed, docs/local-mix.md section 7), "
+            "kept fixed, experiments/local-mix/README.md section 7), "
             if s.get("after_call_episodes")
             else ""
         )

@@ -8,12 +8,12 @@ With ``PolicyConfig.surface``, h(s) also reads the question's length and number 
 (:mod:`puppeteer.surface`). With ``PolicyConfig.signals``, h(s) also reads the answer signals
 z(s) of the steps so far (:mod:`puppeteer.signals`), and the logit gains a linear term
 w_a . z(s): what a cascade needs. With ``PolicyConfig.lam_range`` (a policy for every price of
-cost, issue 36), h(s) also reads the episode's lambda ``obs["lam"]`` (:mod:`puppeteer.lam_range`:
+cost), h(s) also reads the episode's lambda ``obs["lam"]`` (:mod:`puppeteer.lam_range`:
 clamped into the trained range, two features, through first-layer weights of their own), and the
 logit gains a bilinear term
 (W l) . g(e_a): how far each agent's score moves with the price, read through the agent's own
 representation.
-With ``PolicyConfig.cards`` (agents it has never seen, issue 36 section 3), e_a is the agent's text
+With ``PolicyConfig.cards`` (agents it has never seen), e_a is the agent's text
 embedding, frozen, beside its measured card (:mod:`puppeteer.cards`: price, speed, accuracy per
 domain, standardised by the training pool's statistics), and no parameter belongs to an agent id:
 the counts of who has acted move each action's logit through one shared weight, the state does not
@@ -92,7 +92,7 @@ class PolicyConfig:
     # the visible checks' verdicts: the env runs them for a policy that reads the signals)
     surface: bool = False  # also read the question's surface features (puppeteer.surface: length, numbers)
     # the scorer's layers: "norm" (LayerNorm + GELU) or "tanh" (the first design; its head saturates
-    # under REINFORCE's steps and then scores every task alike: docs/sim-routing.md)
+    # under REINFORCE's steps and then scores every task alike: experiments/sim-routing/README.md)
     layers: str = "norm"
     # [low, high]: the policy reads the episode's lambda (obs["lam"]) and is used at any lambda in this
     # range (puppeteer.lam_range); None: a policy for the one lambda it was trained at
@@ -106,7 +106,7 @@ class PolicyConfig:
     cards: bool = False
     # with cards: an agent enters the score only through its card's price per call and its accuracy on
     # the question's domain (no text, no MLP over the agent): what transfers to a new agent by
-    # construction, and nothing that the cards do not say (docs/unseen-agents.md)
+    # construction, and nothing that the cards do not say (experiments/unseen-agents/README.md)
     cards_linear: bool = False
     # with cards: whether the agent's text embedding enters the agent's representation beside its card
     # (false: the agent is its card, so a new agent is scored by what was measured, not by its name)
@@ -128,7 +128,7 @@ class PolicyConfig:
     stop_prior: float = 0.0
     # a second scorer, with weights of its own, for every decision after the first: what is learned
     # about calling again cannot move the first choice (measured on local-mix: it did not stop the first
-    # choice collapsing onto one agent either; docs/local-mix.md, section 6)
+    # choice collapsing onto one agent either; experiments/local-mix/README.md, section 6)
     step_heads: bool = False
     # with step_heads: the first decision's scorer is laid out as a one-call router's (max_steps 1, no
     # signals, no step terms: nothing it would read at the first step), so a trained one-call router's
@@ -305,7 +305,7 @@ class Scorer(nn.Module):
             # (V h) . c_a. Not the other features: among a few training agents they measure general
             # strength (frontier models lead every domain, are slower and cost more), and read linearly
             # they held a specialist, strong on one domain and cheap, below a generalist on the
-            # specialist's own domain (measured: docs/unseen-agents.md)
+            # specialist's own domain (measured: experiments/unseen-agents/README.md)
             self.card_linear = [*cost_features, self.n_card]
             self.card_logits = nn.Linear(hidden, len(self.card_linear), bias=False)
             nn.init.zeros_(self.card_logits.weight)

@@ -31,5 +31,5 @@ class CollapseWatch:
         return (
             f"training collapsed onto one agent at episode {episodes:,} of {budget:,}: "
             f"{share:.0%} of first actions go to one agent, policy entropy {entropy:.3f}; "
-            "raise trainer.entropy_coef or use trainer.first_step=all (docs/train.md)"
+            "raise trainer.entropy_coef or use trainer.first_step=all (docs/train-router.md)"
         )

@@ -9,7 +9,7 @@ gradient clipping, AdamW. Every ``checkpoint_every`` updates the full state is s
 atomically (policy, optimiser, RNG, counters, baseline, best-so-far, trajectory-file
 offset), so a killed run resumes losing at most the batch in flight.
 
-One policy for every price (issue 36): when the training env has ``lam_range``, each group draws one
+One policy for every price: when the training env has ``lam_range``, each group draws one
 lambda (:meth:`~puppeteer.lam_range.LamRange.sample`) that all its episodes share, passed to the env
 (reset ``options["lam"]``, so the returns are priced at it) and read by the policy from
 ``obs["lam"]``. A group's episodes share their task and their lambda, so the ``group`` and
@@ -72,13 +72,13 @@ class ReinforceConfig:
     second_step: str = "sample"
     # first_step=all, how the first decision's exact loss weighs each first action: "policy" (pi(a), the
     # gradient of the expected return) or "uniform" (1/|A|: a collapsed policy still learns that an
-    # agent it has turned from is better; docs/local-mix.md, section 6)
+    # agent it has turned from is better; experiments/local-mix/README.md, section 6)
     first_weights: str = "policy"
     # second_step=all, what the decision after a call is fitted to: None, the exact policy gradient; a
     # temperature t, softmax(Q / t) over the returns of every second action tried on the item
     # (cross-entropy: an action the policy has turned from that pays on a few states is pulled back,
-    # where the policy gradient's pull is weighed by its vanishing probability; docs/local-mix.md,
-    # section 7)
+    # where the policy gradient's pull is weighed by its vanishing probability;
+    # experiments/local-mix/README.md, section 7)
     second_target: float | None = None
     # a saved one-call router (a run's best/ or final/) that makes the first decision, its weights kept
     # fixed, while the decisions after a call are learned (needs policy.step_heads,
@@ -190,7 +190,7 @@ def _baseline_prefix(groups: Groups, state: dict[str, float], cfg: ReinforceConf
 
     Step 0 is the ``group`` baseline. A later decision is judged against the other choices made in
     its own situation, not against the whole episodes of the group: in a two-step cascade the second
-    call's advantage no longer carries the first call's luck (docs/local-experiment.md)."""
+    call's advantage no longer carries the first call's luck (experiments/local-experiment/README.md)."""
     out: StepBaselines = []
     for g in groups:
         fallback = _group_means(g)
