@@ -67,7 +67,7 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
     routers.add_argument("--train-split", default="train")
     routers.add_argument("--test-split", default="test")
     routers.add_argument("--lams", type=int, default=24, help="points of the cost-knob sweep")
-    routers.add_argument("--episodes", type=int, default=6000, help="the learned router's training episodes")
+    routers.add_argument("--episodes", type=int, default=30000, help="the learned router's training episodes")
     routers.add_argument("--no-learned", action="store_true", help="only the field's routers")
 
 

@@ -39,8 +39,8 @@ PGR_TARGETS = (0.5, 0.8, 0.95)
 class LearnedConfig:
     """The learned step router's training (kept short: minutes on two cores)."""
 
-    episodes: int = 6000
-    batch_episodes: int = 64
+    episodes: int = 30000
+    batch_episodes: int = 144
     lr: float = 3e-3
     hidden: int = 128
     entropy: float = 0.01
@@ -84,12 +84,12 @@ def router_data(table: LoggedTable, x: np.ndarray) -> RouterData:
 
 
 def lam_grid(train: LoggedTable, n: int) -> np.ndarray:
-    """Cost knobs in quality per USD: 0, then log-even up to where a model at the priciest model's mean
-    cost must be 3 points of quality per query better than free to be chosen... and beyond (x 100)."""
+    """Cost knobs in quality per USD: 0, then log-even from where the priciest model's mean cost weighs
+    0.001 of quality to where it weighs 1 (every router then sends all to its cheapest pick)."""
     unit = float(train.cost.mean(axis=0).max())
     if unit <= 0:
         return np.zeros(1)
-    return np.r_[0.0, np.geomspace(1e-3 / unit, 3.0 / unit, n - 1)]
+    return np.r_[0.0, np.geomspace(1e-3 / unit, 1.0 / unit, n - 1)]
 
 
 @dataclass(frozen=True)
@@ -313,15 +313,17 @@ def _warm_encoder(name: str, texts: Sequence[str], x: np.ndarray) -> Any:
     """A cached encoder that already holds these texts' embeddings (the policy encodes nothing again)."""
     from puppeteer.encoders import CachedEncoder
 
+    from puppeteer.encoders import make_encoder
+
     known = {t: x[i] for i, t in enumerate(texts)}
+    fallback: list[CachedEncoder] = []  # made once, on the first text not embedded yet (agent cards)
 
     def fn(batch: list[str]) -> np.ndarray:
         missing = [t for t in batch if t not in known]
         if missing:
-            from puppeteer.encoders import make_encoder
-
-            extra = make_encoder(name).encode(missing)
-            known.update(zip(missing, extra, strict=True))
+            if not fallback:
+                fallback.append(make_encoder(name))
+            known.update(zip(missing, fallback[0].encode(missing), strict=True))
         return np.stack([known[t] for t in batch])
 
     return CachedEncoder(fn, x.shape[1], max_items=max(100_000, len(texts) + 1000))

@@ -3,8 +3,9 @@
 The output folder holds
 
 - ``pool.yaml``: one agent per logged model, on the ``logged`` backend (the table answers for it; no
-  model is called), ``replay: .`` naming the folder; an agent may also name a ``live:`` litellm model
-  that ``puppeteer serve`` calls for real traffic;
+  model is called), ``replay: .`` naming the folder; an agent may also name a ``live:`` model of the
+  pool (``--live MODEL=LITELLM_ID`` writes one on litellm; edit it for any backend, an embedded
+  llama.cpp model included) that ``puppeteer serve --live`` calls for real traffic;
 - ``suite.yaml``: the table's prompts in the table's own splits (``loader: logged``);
 - ``logged.csv.gz``: the checked table (:mod:`puppeteer.outcomes.store`).
 
@@ -77,7 +78,8 @@ def pool_dict(table: LoggedTable, name: str, live: Mapping[str, str], source: st
             "description": f"{model}: its logged outcomes (mean score {mean[model]:.3f})",
         }
         if model in live:
-            entry["live"] = live[model]
+            models[f"{agent}-live"] = {"backend": "litellm", "target": live[model], "params_b": 0.0}
+            entry["live"] = f"{agent}-live"
         agents.append(entry)
     return {
         "name": name,
@@ -129,6 +131,9 @@ def import_table(
     source = ", ".join(Path(p).name for p in paths)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # a folder like any other, not mkdtemp's private one
     try:
         write_logged(table, tmp)
         header = "written by `puppeteer outcomes import`; edit the descriptions or live: models freely"
