@@ -184,11 +184,14 @@ def test_refuses_a_table_without_cost_or_columns(tmp_path: Path) -> None:
     _refused(tmp_path, LONG.assign(task=["x", *list(LONG["task"][1:])]), "prompt ids have more than one task")
 
 
-def test_no_split_column_hashes_a_test_share(tmp_path: Path) -> None:
+def test_no_split_column_hashes_a_test_and_a_validation_share(tmp_path: Path) -> None:
     rows = [(f"q{i}", f"prompt {i}", m, 1.0, 0.001) for i in range(500) for m in ("a", "b")]
     frame = pd.DataFrame(rows, columns=["prompt_id", "prompt", "model", "score", "cost_usd"])
     t = read_logged([_csv(tmp_path, frame)], ReadOptions(test_fraction=0.2))
-    assert set(t.splits) == {"train", "test"} and abs(t.splits.count("test") / 500 - 0.2) < 0.05
+    assert set(t.splits) == {"train", "validation", "test"} and abs(t.splits.count("test") / 500 - 0.2) < 0.05
+    assert abs(t.splits.count("validation") / 500 - 0.08) < 0.03  # a tenth of train
+    none = read_logged([tmp_path / "logs.csv"], ReadOptions(test_fraction=0.2, validation_fraction=0.0))
+    assert set(none.splits) == {"train", "test"}
     assert t.splits == read_logged([tmp_path / "logs.csv"], ReadOptions(test_fraction=0.2)).splits
 
 

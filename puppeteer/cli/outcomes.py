@@ -53,9 +53,22 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
         "--test-fraction", type=float, default=0.2, help="without a split column: share hashed to test"
     )
     imp.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=0.1,
+        help="without a validation split: the share of train hashed into one (0: none)",
+    )
+    imp.add_argument(
         "--live", action="append", default=[], help="MODEL=LITELLM_ID: the live model `serve` calls"
     )
     imp.add_argument("--force", action="store_true", help="replace an existing output folder")
+    export = sub.add_parser(
+        "export", help="a pool's shipped outcome table in the long form that `outcomes import` reads"
+    )
+    export.add_argument("--pool", required=True, help="a pool with a replay: folder")
+    export.add_argument("--suite", required=True, help="the suite whose questions become the prompts")
+    export.add_argument("--split", action="append", default=None, help="splits to export (default: all)")
+    export.add_argument("--out", required=True, help="a .csv, .csv.gz, .jsonl or .parquet file")
     routers = sub.add_parser(
         "routers",
         help="the field's routers and the learned router on an imported table: metrics, table, plot",
@@ -68,6 +81,7 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
     routers.add_argument("--test-split", default="test")
     routers.add_argument("--lams", type=int, default=24, help="points of the cost-knob sweep")
     routers.add_argument("--episodes", type=int, default=30000, help="the learned router's training episodes")
+    routers.add_argument("--lr", type=float, default=3e-3, help="the learned router's learning rate")
     routers.add_argument("--no-learned", action="store_true", help="only the field's routers")
 
 
@@ -90,12 +104,46 @@ def _import(args: argparse.Namespace, console: Console) -> int:
         keep_split=args.keep_split,
         drop_incomplete=args.drop_incomplete,
         test_fraction=args.test_fraction,
+        validation_fraction=args.validation_fraction,
     )
     done = import_table(args.files, args.out, name=args.name, options=options, live=live, force=args.force)
     t = done.table
     sizes = ", ".join(f"{s} {t.splits.count(s)}" for s in t.split_names)
     console.print(f"imported {len(t)} prompts x {len(t.models)} models ({sizes}) into {done.folder}")
     console.print(f"pool: {done.pool}\nsuite: {done.suite}")
+    return 0
+
+
+def _export(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
+    from puppeteer.outcomes.export import long_from_outcomes
+    from puppeteer.pool import load_pool
+    from puppeteer.replay import read_outcomes
+    from puppeteer.tasks.suites import load_suite
+
+    pool = load_pool(args.pool)
+    if pool.replay is None:
+        raise UserError(f"pool {pool.name!r} names no replay folder")
+    rows = read_outcomes(pool.replay)
+    splits = args.split or sorted({o.split for o in rows if o.suite == args.suite})
+    questions = {t.id: t.question for split in splits for t in load_suite(args.suite, split)}
+    frame = long_from_outcomes(
+        [o for o in rows if o.suite == args.suite and o.split in splits], questions, pool
+    )
+    if frame.empty:
+        raise UserError(f"pool {pool.name!r}'s table has no outcomes on suite {args.suite!r} splits {splits}")
+    out = Path(args.out)
+    name = out.name.lower().removesuffix(".gz")
+    if name.endswith(".parquet"):
+        frame.to_parquet(out, index=False)
+    elif name.endswith(".jsonl"):
+        frame.to_json(out, orient="records", lines=True, force_ascii=False)
+    elif name.endswith(".csv"):
+        frame.to_csv(out, index=False)
+    else:
+        raise UserError(f"--out {out}: give a .csv, .csv.gz, .jsonl or .parquet file")
+    console.print(f"{out}: {frame['prompt_id'].nunique()} prompts x {frame['model'].nunique()} agents")
     return 0
 
 
@@ -116,7 +164,7 @@ def _routers(args: argparse.Namespace, console: Console) -> int:
         seeds=seeds,
         encoder=args.encoder,
         n_lams=args.lams,
-        learned=None if args.no_learned else LearnedConfig(episodes=args.episodes),
+        learned=None if args.no_learned else LearnedConfig(episodes=args.episodes, lr=args.lr),
     )
     run_bench(cfg)
     console.print(f"table: {cfg.out / 'routers.md'}\nplot: {cfg.out / 'routers.png'}")
@@ -132,6 +180,8 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
         return _import(args, console)
     if args.outcomes_cmd == "routers":
         return _routers(args, console)
+    if args.outcomes_cmd == "export":
+        return _export(args, console)
 
     pool = load_pool(args.pool)
     table = Path(args.table) if args.table else pool.replay

@@ -311,9 +311,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
 
 def _warm_encoder(name: str, texts: Sequence[str], x: np.ndarray) -> Any:
     """A cached encoder that already holds these texts' embeddings (the policy encodes nothing again)."""
-    from puppeteer.encoders import CachedEncoder
-
-    from puppeteer.encoders import make_encoder
+    from puppeteer.encoders import CachedEncoder, make_encoder
 
     known = {t: x[i] for i, t in enumerate(texts)}
     fallback: list[CachedEncoder] = []  # made once, on the first text not embedded yet (agent cards)

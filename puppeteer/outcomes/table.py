@@ -14,7 +14,9 @@ Every problem is one :class:`~puppeteer.errors.UserError` line: a missing column
 (prompt, model), a prompt with two texts, a missing cell, a score outside [0, 1], a negative cost, a
 model that the price table does not know, and a prompt whose text appears in two splits (a test
 question that was trained on; ``dedupe_splits`` drops it from all but ``keep_split``). Without a
-``split`` column the prompts are cut into ``train`` and ``test`` by a hash of their id.
+``split`` column the prompts are cut into ``train`` and ``test`` by a hash of their id; without a
+``validation`` split, a tenth of ``train`` (``validation_fraction``) is hashed into one, which
+``puppeteer train`` uses to choose its checkpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -68,6 +70,9 @@ class ReadOptions:
     keep_split: str = "test"
     drop_incomplete: bool = False  # drop prompts that lack a score for some model
     test_fraction: float = 0.2  # without a split column: the share of prompts hashed into ``test``
+    # without a ``validation`` split: the share of ``train`` hashed into one (for `puppeteer train`'s
+    # checkpoint choice); 0: none
+    validation_fraction: float = 0.1
     seed: int = 0
 
 
@@ -370,7 +375,22 @@ def _hash_split(prompt_id: str, opts: ReadOptions) -> str:
     return "test" if h / 2**64 < opts.test_fraction else "train"
 
 
+def _validation(long: pd.DataFrame, opts: ReadOptions) -> pd.DataFrame:
+    """A ``validation`` share hashed out of ``train`` where the table has none."""
+    if not opts.validation_fraction or (long["split"] == "validation").any():
+        return long
+    if not 0.0 < opts.validation_fraction < 1.0:
+        raise UserError(f"validation fraction must be in [0, 1), got {opts.validation_fraction}")
+    frac = replace(opts, test_fraction=opts.validation_fraction, seed=opts.seed + 1)
+    moved = (long["split"] == "train") & (long["prompt_id"].map(lambda p: _hash_split(p, frac)) == "test")
+    return long.assign(split=long["split"].where(~moved, "validation"))
+
+
 def _splits(long: pd.DataFrame, opts: ReadOptions) -> pd.DataFrame:
+    return _validation(_given_splits(long, opts), opts)
+
+
+def _given_splits(long: pd.DataFrame, opts: ReadOptions) -> pd.DataFrame:
     if not (long["split"] != "").any():
         if not 0.0 < opts.test_fraction < 1.0:
             raise UserError(f"test fraction must be in (0, 1), got {opts.test_fraction}")
