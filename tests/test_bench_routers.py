@@ -73,7 +73,8 @@ def test_references_and_the_exact_routers_by_hand(results: tuple[Path, dict]) ->
     assert ref["weak_point"] == pytest.approx((0.001, 0.5))
     assert ref["oracle_quality"] == 1.0
     oracle = r["runs"]["oracle"][0]
-    # at lam 0 the oracle takes the cheapest right model: small on trivia (5), odd on 33 and 39, big on 31, 35, 37
+    # at lam 0 the oracle takes the cheapest right model:
+    # small on trivia (5), odd on 33 and 39, big on 31, 35, 37
     first = oracle["points"][0]
     assert first["quality"] == 1.0 and first["cost"] == pytest.approx(
         (5 * 0.001 + 2 * 0.002 + 3 * 0.010) / 10
