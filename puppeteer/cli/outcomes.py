@@ -82,6 +82,12 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
     routers.add_argument("--lams", type=int, default=24, help="points of the cost-knob sweep")
     routers.add_argument("--episodes", type=int, default=30000, help="the learned router's training episodes")
     routers.add_argument("--lr", type=float, default=3e-3, help="the learned router's learning rate")
+    routers.add_argument(
+        "--first-weights",
+        default="policy",
+        choices=("policy", "uniform"),
+        help="the learned router's first-decision loss weights (trainer.first_weights)",
+    )
     routers.add_argument("--no-learned", action="store_true", help="only the field's routers")
 
 
@@ -164,7 +170,9 @@ def _routers(args: argparse.Namespace, console: Console) -> int:
         seeds=seeds,
         encoder=args.encoder,
         n_lams=args.lams,
-        learned=None if args.no_learned else LearnedConfig(episodes=args.episodes, lr=args.lr),
+        learned=None
+        if args.no_learned
+        else LearnedConfig(episodes=args.episodes, lr=args.lr, first_weights=args.first_weights),
     )
     run_bench(cfg)
     console.print(f"table: {cfg.out / 'routers.md'}\nplot: {cfg.out / 'routers.png'}")

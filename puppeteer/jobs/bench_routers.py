@@ -45,6 +45,9 @@ class LearnedConfig:
     hidden: int = 128
     entropy: float = 0.01
     lam_relabel: int = 8
+    # how the first decision's exact loss weighs each model: "policy" (its probability: the policy
+    # gradient) or "uniform" (a policy that has turned to one model still learns where another pays)
+    first_weights: str = "policy"
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,7 @@ def learned_choices(
         lr=cfg.lr,
         entropy_coef=cfg.entropy,
         first_step="all",
+        first_weights=cfg.first_weights,
         lam_relabel=cfg.lam_relabel,
         eval_every=10**9,
         seed=seed,
