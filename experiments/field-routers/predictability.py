@@ -1,7 +1,8 @@
 """What the text of a query can predict about which model answers it (llmrouter-dc, held-out split).
 
     python experiments/field-routers/predictability.py runs/field-routers/llmrouter-dc-imported \
-        runs/field-routers/bench-llmrouter-dc/cache experiments/field-routers/results/llmrouter-dc/predictability.md
+        runs/field-routers/bench-llmrouter-dc/cache \
+        experiments/field-routers/results/llmrouter-dc/predictability.md
 
 Reads the imported table and the MiniLM embeddings that `puppeteer outcomes routers` cached, fits the
 per-model logistic predictor on train (as the `logistic` router does) and reports, on test: each
