@@ -217,6 +217,8 @@ def backend_options(
         options.setdefault(k, {}).update(v)
     if pool.needs_answer_key:
         options.setdefault("sim", {})["answer_key"] = sim_answer_key(tasks)
+    if "logged" in pool.backends() and pool.replay is not None:  # an imported table answers for its models
+        options.setdefault("logged", {}).setdefault("table", str(pool.replay))
     return options
 
 

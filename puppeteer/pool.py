@@ -43,6 +43,9 @@ class Pool:
     replay: Path | None = None
     # measured agent cards (``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.cards`); None: none
     cards: PoolCards | None = None
+    # agent name -> the model that answers live traffic for it (an agent's ``live:`` model in the YAML),
+    # where the agent's own model replays logged outcomes (:meth:`live_pool`)
+    live: Mapping[str, ModelSpec] = field(default_factory=lambda: EMPTY)
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -126,7 +129,19 @@ class Pool:
             independent_solvers=self.independent_solvers,
             replay=self.replay,
             cards=self.cards,
+            live=MappingProxyType({n: m for n, m in self.live.items() if n in names}),
         )
+
+    def live_pool(self) -> Pool:
+        """This pool with every agent's ``live:`` model in place of its own (same names, order and
+        descriptions, so a router trained on the logged pool routes live traffic); every agent needs one."""
+        missing = [a.name for a in self.agents if a.name not in self.live]
+        if missing:
+            raise PoolError(
+                f"pool {self.name!r}: agents {missing} name no live: model to answer live traffic"
+            )
+        agents = tuple(replace(a, model=self.live[a.name]) for a in self.agents)
+        return replace(self, agents=agents, replay=None, live=EMPTY)
 
     def backends(self) -> tuple[str, ...]:
         return tuple(sorted({a.model.backend for a in self.agents}))
@@ -168,6 +183,7 @@ def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
         raise PoolError("a pool needs 'models' and 'agents'")
     models = {name: _model(name, spec) for name, spec in (raw["models"] or {}).items()}
     agents: list[Agent] = []
+    live: dict[str, ModelSpec] = {}
     for i, a in enumerate(raw["agents"] or []):
         model_name = a.get("model")
         if model_name not in models:
@@ -185,6 +201,10 @@ def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
                 max_tokens=int(a.get("max_tokens", 512)),
             )
         )
+        if a.get("live") is not None:
+            if a["live"] not in models:
+                raise PoolError(f"agent {name!r}: live model {a['live']!r} is not in 'models'")
+            live[name] = models[a["live"]]
     if not agents:
         raise PoolError("a pool needs at least one agent")
     names = [a.name for a in agents]
@@ -208,6 +228,7 @@ def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
         context_layout=layout,
         independent_solvers=independent,
         replay=(base or Path.cwd()) / replay if replay else None,
+        live=MappingProxyType(live),
     )
 
 

@@ -242,6 +242,15 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
+        r"runs/mine\b",
+        RealModels(
+            "reads the user's own log file, or the folder its import made (docs/own-outcomes.md); "
+            "tests/test_outcomes_import.py, tests/test_bench_routers.py and tests/test_outcomes_serve.py "
+            "run the same commands on a toy table",
+            slow=False,
+        ),
+    ),
+    (
         r"^outcomes build\b",
         RealModels("runs every agent on real models to extend a shipped outcome table (hours)", slow=False),
     ),

@@ -50,10 +50,18 @@ def _transformers(**options: Any) -> Backend:
     return TransformersBackend(**options)
 
 
+def _logged(**options: Any) -> Backend:
+    from puppeteer.backends.logged import LoggedBackend
+
+    return LoggedBackend(**options)
+
+
 def default_registry() -> BackendRegistry:
-    """A fresh registry with the built-in backends: ``sim``, ``litellm``, ``llamacpp``, ``transformers``."""
+    """A fresh registry with the built-in backends: ``sim``, ``logged``, ``litellm``, ``llamacpp``,
+    ``transformers``."""
     registry = BackendRegistry()
     registry.register("sim", _sim)
+    registry.register("logged", _logged)
     registry.register("litellm", _litellm)
     registry.register("llamacpp", _llamacpp)
     registry.register("transformers", _transformers)

@@ -41,6 +41,12 @@ def configure_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default=None, help="SQLite response cache for model-calling backends")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--max-concurrency", type=int, default=8, help="requests routed at once (others wait)")
+    p.add_argument(
+        "--live",
+        action="store_true",
+        help="answer with each agent's live: model (a pool imported from logs: the router was trained on "
+        "the logged outcomes, the live models answer)",
+    )
 
 
 def serve_command(args: argparse.Namespace, console: Console) -> int:
@@ -66,6 +72,8 @@ def serve_command(args: argparse.Namespace, console: Console) -> int:
     if args.grader is not None and args.grader not in known_graders():
         raise UserError(f"--grader {args.grader!r}: unknown; known: {', '.join(sorted(known_graders()))}")
     pool = load_pool(args.pool)
+    if args.live:
+        pool = pool.live_pool()
     cache = resolve_cache(pool, args.cache, args.no_cache)
     orch = Orchestrator.load(
         args.policy,

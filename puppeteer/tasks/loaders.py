@@ -33,6 +33,8 @@ class ItemSource:
     ids: tuple[str, ...]
     make: Callable[[int], Task]
     groups: tuple[str, ...] | None = None  # stratification label of each item, if any
+    # split name -> positions, where the data fixes its own splits (an imported table); None: hashed
+    splits: Mapping[str, tuple[int, ...]] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -270,6 +272,38 @@ def load_reasoning_gym(spec: SuiteSpec) -> ItemSource:
     return ItemSource(ids=tuple(f"{spec.name}/{i}" for i in range(size)), make=make)
 
 
+def load_logged(spec: SuiteSpec) -> ItemSource:
+    """The prompts of an imported outcome table (``options.table``: its folder, relative to the suite's
+    YAML), in the splits the table gives them. The gold answer is ``1``: the ``logged`` backend answers
+    ``1`` where the logged outcome was right (:mod:`puppeteer.backends.logged`)."""
+    from puppeteer.outcomes.store import load_logged as read_table
+
+    if "table" not in spec.options:
+        raise ValueError(f"suite {spec.name!r}: loader 'logged' needs options.table (the table's folder)")
+    base = spec.path.parent if spec.path is not None else Path.cwd()
+    table = read_table(base / str(spec.options["table"]))
+
+    def make(i: int) -> Task:
+        return Task(
+            id=f"{spec.name}/{table.prompt_ids[i]}",
+            question=table.prompts[i],
+            answer="1",
+            suite=spec.name,
+            domain=table.tasks[i] or spec.domain,
+            grader=spec.grader,
+            meta={"split": table.splits[i], "prompt_id": table.prompt_ids[i]},
+        )
+
+    positions: dict[str, list[int]] = {}
+    for i, split in enumerate(table.splits):
+        positions.setdefault(split, []).append(i)
+    return ItemSource(
+        ids=tuple(f"{spec.name}/{p}" for p in table.prompt_ids),
+        make=make,
+        splits=MappingProxyType({k: tuple(v) for k, v in positions.items()}),
+    )
+
+
 def default_loaders() -> Mapping[str, Loader]:
     """Loader name (the ``loader:`` key of a suite YAML) -> loader."""
     return MappingProxyType(
@@ -282,5 +316,6 @@ def default_loaders() -> Mapping[str, Loader]:
             "gpqa": load_gpqa,
             "humaneval": load_humaneval,
             "reasoning_gym": load_reasoning_gym,
+            "logged": load_logged,
         }
     )

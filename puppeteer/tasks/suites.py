@@ -47,6 +47,8 @@ def _cut_sizes(n: int, splits: Mapping[str, float | int]) -> dict[str, int]:
 
 def split_positions(spec: SuiteSpec, source: ItemSource) -> dict[str, tuple[int, ...]]:
     """Split name -> positions (indices into ``source``) of its items, in hash order."""
+    if source.splits is not None:  # the data names each item's split
+        return {name: tuple(source.splits.get(name, ())) for name in spec.splits}
     groups: dict[str, list[int]] = defaultdict(list)
     labels = source.groups if spec.stratify and source.groups is not None else None
     if labels and all(isinstance(v, int) for v in spec.splits.values()):

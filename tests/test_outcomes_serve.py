@@ -1,0 +1,111 @@
+"""A router trained on an imported table of logged outcomes serves live traffic through each agent's
+``live:`` model (litellm's mock responses stand in for the live models)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from puppeteer.envbuild import build_env
+from puppeteer.orchestrator import Orchestrator
+from puppeteer.outcomes.importer import import_table
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.pool import PoolError, load_pool
+from puppeteer.train.reinforce import ReinforceConfig, train
+
+MOCK = {"big": "The big model says 4.\nAnswer: 4", "small": "The small model says 5.\nAnswer: 5"}
+
+
+def _logs() -> pd.DataFrame:
+    """Arithmetic questions only `big` gets right, trivia questions only `small` (at a tenth of the cost)."""
+    rows = []
+    for i in range(24):
+        kind = "sum" if i % 2 else "trivia"
+        prompt = (
+            f"Compute the sum of {i} and {i + 3} plus seven"
+            if kind == "sum"
+            else f"Which painter made artwork number {i} famous"
+        )
+        for model, cost in (("big", 0.01), ("small", 0.001)):
+            right = (model == "big") == (kind == "sum")
+            rows.append((f"q{i}", prompt, kind, "test" if i >= 20 else "train", model, float(right), cost))
+    return pd.DataFrame(rows, columns=["prompt_id", "prompt", "task", "split", "model", "score", "cost_usd"])
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("serve")
+    _logs().to_csv(tmp / "logs.csv", index=False)
+    done = import_table(
+        [tmp / "logs.csv"], tmp / "mine", live={"big": "openai/big-live", "small": "openai/small-live"}
+    )
+    raw = yaml.safe_load(done.pool.read_text())
+    for agent in ("big", "small"):  # litellm's offline mock stands in for the live models
+        raw["models"][f"{agent}-live"]["options"] = {"mock_response": MOCK[agent]}
+    done.pool.write_text(yaml.safe_dump(raw))
+    return done.folder
+
+
+def test_the_import_names_live_models_and_the_live_pool_uses_them(imported: Path) -> None:
+    pool = load_pool(imported / "pool.yaml")
+    assert pool.backends() == ("logged",)
+    live = pool.live_pool()
+    assert [a.name for a in live.agents] == ["big", "small"]
+    assert [a.model.target for a in live.agents] == ["openai/big-live", "openai/small-live"]
+    assert live.backends() == ("litellm",) and live.replay is None
+    with pytest.raises(PoolError, match=r"agents \['small'\] name no live: model"):
+        replace(pool, live={"big": pool.live["big"]}).live_pool()
+
+
+def test_a_router_trained_on_the_logs_routes_live_requests(imported: Path, tmp_path: Path) -> None:
+    pool = load_pool(imported / "pool.yaml")
+    env = build_env(
+        None,
+        pool=pool,
+        suite=str(imported / "suite.yaml"),
+        split="train",
+        mode="step",
+        max_steps=1,
+        min_steps=1,
+        cost_model="usd",
+        lam=0.0,
+    )
+    policy = PuppeteerPolicy(
+        pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=1, min_steps=1), seed=0
+    )
+    train(
+        env,
+        policy,
+        ReinforceConfig(episodes=40, batch_episodes=20, first_step="all", eval_every=10**9),
+        tmp_path / "run",
+    )
+    spec = f"puppeteer:{tmp_path / 'run' / 'final'}"
+    questions = ["Compute the sum of 21 and 24 plus seven", "Which painter made artwork number 20 famous"]
+    suite = str(imported / "suite.yaml")
+    with Orchestrator.load(spec, pool, max_steps=1, lam=0.0, suite=suite, split="test") as logged:
+        on_logs = [logged.answer(q) for q in questions]  # the test items, replayed from the table
+    with Orchestrator.load(spec, pool.live_pool(), max_steps=1, lam=0.0) as live:
+        on_live = [live.answer(q) for q in questions]
+    for a, b in zip(on_logs, on_live, strict=True):
+        assert a.correct is not None and b.correct is None  # a live question has no gold answer
+        assert [s.agent_name for s in b.steps] == [s.agent_name for s in a.steps]  # the same router's choice
+        assert (
+            b.final_answer == {"big": "4", "small": "5"}[b.steps[0].agent_name]
+        )  # answered by the live model
+        assert b.steps[0].completion.model.endswith("-live") or "live" in b.steps[0].completion.model
+
+    from fastapi.testclient import TestClient
+
+    from puppeteer.serve import create_app
+
+    with Orchestrator.load(spec, pool.live_pool(), max_steps=1, lam=0.0) as orch:
+        reply = TestClient(create_app(orch)).post(
+            "/v1/chat/completions",
+            json={"model": "puppeteer", "messages": [{"role": "user", "content": questions[0]}]},
+        )
+    assert reply.status_code == 200
+    assert reply.json()["choices"][0]["message"]["content"] == on_live[0].final_answer
