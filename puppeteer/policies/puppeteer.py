@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -43,7 +44,7 @@ import torch
 from torch import nn
 
 from puppeteer.cards import PRICE_LINEAR, card_scale
-from puppeteer.encoders import CachedEncoder, make_encoder
+from puppeteer.encoders import CachedEncoder, check_options, make_encoder
 from puppeteer.lam_range import N_LAM_FEATURES, LamRange
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
@@ -56,6 +57,8 @@ TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority a
 _NO_SURFACE = np.zeros(0, dtype=np.float32)
 _NO_LAM = np.zeros(0, dtype=np.float32)
 SCORER_LAYERS = ("norm", "tanh")
+MAX_HIDDEN = 4096  # the scorer's width: 4096 already means tens of millions of weights
+MAX_POLICY_STEPS = 256  # the scorer has one input per step index
 LATER_INPUTS = ("all", "question", "signals")  # PolicyConfig.later_inputs
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
 
@@ -125,6 +128,17 @@ class PolicyConfig:
     later_inputs: str = "all"
 
     def __post_init__(self) -> None:
+        _whole("hidden", self.hidden, 1, MAX_HIDDEN)
+        _whole("max_steps", self.max_steps, 1, MAX_POLICY_STEPS)
+        _whole("min_steps", self.min_steps, 0, MAX_POLICY_STEPS)
+        if self.task_dims is not None:
+            _whole("task_dims", self.task_dims, 1, MAX_HIDDEN)
+        for name in ("card_noise", "rest_dropout", "stop_prior"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"policy.{name} must be a finite number, got {value!r:.40}")
+        if not isinstance(self.encoder, str):
+            raise ValueError(f"policy.encoder must be an encoder name, got {self.encoder!r:.40}")
         if self.cards and self.layers != "norm":
             raise ValueError("policy.cards needs policy.layers=norm")
         if self.cards_linear and not self.cards:
@@ -163,6 +177,12 @@ class PolicyConfig:
             raise ValueError(f"policy.layers: unknown {self.layers!r}; known: {', '.join(SCORER_LAYERS)}")
         lam_range = LamRange.of(self.lam_range)
         object.__setattr__(self, "lam_range", lam_range.bounds if lam_range is not None else None)
+
+
+def _whole(name: str, value: Any, low: int, high: int) -> None:
+    """A whole number in ``low..high`` (a bool or a float is refused), else ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"policy.{name} must be a whole number in {low}..{high}, got {value!r:.40}")
 
 
 def agent_text(pool: Pool, i: int) -> str:
@@ -793,8 +813,8 @@ class PuppeteerPolicy:
         """A saved policy for ``pool``: the pool it was trained on or, with ``cards``, any pool whose
         cards cover the same domains (agents it has never seen are scored by their text and card)."""
         d = Path(directory)
-        meta = json.loads((d / "policy.json").read_text())
-        raw = meta["config"]
+        meta = read_policy_file(d / "policy.json")
+        raw = dict(meta["config"])
         names = [a.name for a in pool.agents]
         if meta["agents"] != names:
             if not raw.get("cards"):
@@ -818,6 +838,43 @@ class PuppeteerPolicy:
             policy.scorer.set_agents(policy._agent_texts(pool), pool_cards(pool), known)
             policy._trained = trained
         return policy
+
+
+def read_policy_file(path: Path) -> dict[str, Any]:
+    """``policy.json`` of a saved policy, its shape checked: ``ValueError`` naming the file and field.
+
+    The values themselves are checked by :class:`PolicyConfig` (bounds) before any layer is built.
+    """
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read it ({e})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise ValueError(f"{path}: not a saved policy (an object with a 'config' object)")
+    agents = meta.get("agents")
+    if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
+        raise ValueError(f"{path}: 'agents' must be a list of agent names")
+    known = set(PolicyConfig.__dataclass_fields__)
+    unknown = sorted(set(meta["config"]) - known)
+    if unknown:
+        raise ValueError(
+            f"{path}: config.{unknown[0]} is not a policy setting; known: {', '.join(sorted(known))}"
+        )
+    options = meta["config"].get("encoder_options", ())
+    if not isinstance(options, list | tuple) or not all(
+        isinstance(x, list | tuple) and len(x) == 2 and isinstance(x[0], str) for x in options
+    ):
+        raise ValueError(f"{path}: config.encoder_options must be a list of [name, value] pairs")
+    try:
+        check_options(str(meta["config"].get("encoder", "")), dict(tuple(x) for x in options))
+        PolicyConfig(
+            **{"layers": "tanh", **meta["config"], "encoder_options": tuple(tuple(x) for x in options)}
+        )
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    return meta
 
 
 def pool_cards(pool: Pool) -> np.ndarray:
