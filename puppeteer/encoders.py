@@ -95,7 +95,7 @@ def sentence_encoder(model: str | None = None, device: str = "cpu", batch_size: 
     return CachedEncoder(fn, int(dim_fn() or 384))
 
 
-MAX_HASH_DIM = 1 << 16  # a row per cached text and a scorer layer of 2 * dim inputs: keep both small
+MAX_HASH_DIM = 1 << 14  # a row per cached text and a scorer layer of 2 * dim inputs: keep both small
 _TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
 
 

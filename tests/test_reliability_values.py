@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from puppeteer.cli.app import main
@@ -156,12 +157,12 @@ def _saved_policy(tmp_path: Path) -> Path:
     ("change", "message"),
     [
         ({"surprise": 1}, r"config.surprise is not a policy setting"),
-        ({"hidden": -1}, r"policy.hidden must be a whole number in 1\.\.4096, got -1"),
+        ({"hidden": -1}, r"policy.hidden must be a whole number in 1\.\.1024, got -1"),
         ({"hidden": "abc"}, r"policy.hidden must be a whole number"),
-        ({"hidden": 1_000_000}, r"policy.hidden must be a whole number in 1\.\.4096"),
+        ({"hidden": 1_000_000}, r"policy.hidden must be a whole number in 1\.\.1024"),
         ({"hidden": True}, r"policy.hidden must be a whole number"),
         ({"max_steps": -1}, r"policy.max_steps must be a whole number in 1\.\.256"),
-        ({"encoder_options": [["dim", 100_000_000_000]]}, r"dim must be a whole number in 1\.\.65536"),
+        ({"encoder_options": [["dim", 100_000_000_000]]}, r"dim must be a whole number in 1\.\.16384"),
         ({"encoder_options": "dim"}, r"encoder_options must be a list of \[name, value\] pairs"),
     ],
 )
@@ -179,6 +180,53 @@ def test_a_bad_policy_directory_is_refused_before_any_layer_is_built(
     import re
 
     assert re.search(message, line), line
+
+
+_JSON_VALUES = st.one_of(
+    st.integers(min_value=-(10**13), max_value=10**13),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=4),
+    st.lists(st.integers(min_value=-3, max_value=3), max_size=2),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    key=st.sampled_from(["hidden", "max_steps", "min_steps", "task_dims", "card_noise", "encoder", "layers"]),
+    value=_JSON_VALUES,
+)
+def test_any_policy_setting_loads_a_bounded_scorer_or_is_refused_in_one_line(
+    tmp_path_factory: pytest.TempPathFactory, key: str, value: object
+) -> None:
+    from puppeteer.policies.puppeteer import MAX_HIDDEN, PuppeteerPolicy
+
+    d = _saved_policy(tmp_path_factory.mktemp("p"))
+    meta = json.loads((d / "policy.json").read_text())
+    meta["config"][key] = value
+    (d / "policy.json").write_text(json.dumps(meta))
+    try:
+        policy = PuppeteerPolicy.load(d, load_pool("sim-paper"))
+    except ValueError as e:  # a bad value, or a good one that lays out another scorer than policy.pt
+        assert "\n" not in str(e) and ("policy.json" in str(e) or "policy.pt" in str(e))
+        return
+    size = sum(p.numel() for p in policy.scorer.parameters())
+    assert policy.config.hidden <= MAX_HIDDEN and size < 50_000_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(levels=st.integers(min_value=1, max_value=12), width=st.integers(min_value=1, max_value=12))
+def test_any_alias_pyramid_loads_within_bounds_or_is_refused_quickly(levels: int, width: int) -> None:
+    start = time.perf_counter()
+    try:
+        load_yaml(_alias_bomb(levels, width), "f.yaml")
+    except YamlLimitError as e:
+        assert "f.yaml" in str(e)
+        # only documents near or past the bound are refused (the top list is used twice, and each level
+        # of lists counts too: a little over 2x the leaves)
+        assert 9 * width ** (levels - 1) > 50_000
+    assert time.perf_counter() - start < 2
 
 
 def test_a_policy_file_that_is_not_an_object_is_refused(
@@ -294,7 +342,9 @@ def test_served_lam_must_be_a_finite_json_number_in_range(http, lam: object) -> 
     reply = http.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
     assert reply.status_code == 400
     error = reply.json()["error"]
-    assert error["type"] == "invalid_request_error" and error["message"].startswith("malformed request: body.lam")
+    assert error["type"] == "invalid_request_error" and error["message"].startswith(
+        "malformed request: body.lam"
+    )
 
 
 def test_a_body_that_is_not_utf8_gets_an_openai_shaped_400(http) -> None:
@@ -325,3 +375,16 @@ def test_a_short_key_shaped_override_is_written_nowhere(
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert any(p.name == "config.json" for p in files) and any(p.parent.name == ".hydra" for p in files)
     assert [p for p in files if secret.encode() in p.read_bytes()] == []
+
+
+def test_the_conductor_track_moves_key_shaped_overrides_out_of_hydra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "argv", sys.argv[:])  # Hydra's entry rewrites it
+    monkeypatch.setenv("NOTE", "")
+    assert main(["train", "track=conductor", "+note=sk-tiny1", "--cfg", "job"]) == 0
+    printed = capsys.readouterr().out
+    assert "pool:" in printed and "sk-tiny1" not in printed  # Hydra composed the job without it
+    assert os.environ["NOTE"] == "sk-tiny1"

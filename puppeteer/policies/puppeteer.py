@@ -44,7 +44,7 @@ import torch
 from torch import nn
 
 from puppeteer.cards import PRICE_LINEAR, card_scale
-from puppeteer.encoders import CachedEncoder, check_options, make_encoder
+from puppeteer.encoders import ENCODERS, CachedEncoder, check_options, make_encoder
 from puppeteer.lam_range import N_LAM_FEATURES, LamRange
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
@@ -57,7 +57,7 @@ TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority a
 _NO_SURFACE = np.zeros(0, dtype=np.float32)
 _NO_LAM = np.zeros(0, dtype=np.float32)
 SCORER_LAYERS = ("norm", "tanh")
-MAX_HIDDEN = 4096  # the scorer's width: 4096 already means tens of millions of weights
+MAX_HIDDEN = 1024  # the scorer's width: its head has 3 * hidden**2 weights (1024: 3 million)
 MAX_POLICY_STEPS = 256  # the scorer has one input per step index
 LATER_INPUTS = ("all", "question", "signals")  # PolicyConfig.later_inputs
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
@@ -831,7 +831,13 @@ class PuppeteerPolicy:
         raw.setdefault("layers", "tanh")  # saved before the scorer's layers were a choice
         policy = cls(pool, PolicyConfig(**raw), encoder=encoder)
         # with cards, the saved card_shift/card_scale (the training pool's) replace this pool's
-        policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
+        try:
+            policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
+        except RuntimeError as e:  # policy.json's settings lay out another scorer than the weights'
+            first = str(e).strip().splitlines()[0]
+            raise ValueError(
+                f"{d / 'policy.pt'}: the weights do not fit policy.json's settings ({first})"
+            ) from None
         trained = set(meta.get("trained_agents", meta["agents"]))
         if raw.get("cards") and not trained >= set(names):
             known = [n in trained for n in names]
@@ -862,13 +868,16 @@ def read_policy_file(path: Path) -> dict[str, Any]:
         raise ValueError(
             f"{path}: config.{unknown[0]} is not a policy setting; known: {', '.join(sorted(known))}"
         )
+    encoder = meta["config"].get("encoder", PolicyConfig.encoder)
+    if not isinstance(encoder, str) or encoder not in ENCODERS:
+        raise ValueError(f"{path}: config.encoder {encoder!r:.40} is not one of {', '.join(ENCODERS)}")
     options = meta["config"].get("encoder_options", ())
     if not isinstance(options, list | tuple) or not all(
         isinstance(x, list | tuple) and len(x) == 2 and isinstance(x[0], str) for x in options
     ):
         raise ValueError(f"{path}: config.encoder_options must be a list of [name, value] pairs")
     try:
-        check_options(str(meta["config"].get("encoder", "")), dict(tuple(x) for x in options))
+        check_options(encoder, dict(tuple(x) for x in options))
         PolicyConfig(
             **{"layers": "tanh", **meta["config"], "encoder_options": tuple(tuple(x) for x in options)}
         )
