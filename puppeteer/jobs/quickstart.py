@@ -32,6 +32,7 @@ from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
 from puppeteer.replay import load_table
+from puppeteer.rundir import claim
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import Episode, ReinforceConfig, TrainState, train
 from puppeteer.trajectories import read_trajectories
@@ -210,7 +211,7 @@ def _torch_threads(n: int) -> Iterator[None]:
 def run_quickstart(
     cfg: QuickstartConfig, out: str | Path, cache: str | Path | None = None, console: Any | None = None
 ) -> dict[str, Any]:
-    with _torch_threads(cfg.torch_threads):
+    with _torch_threads(cfg.torch_threads), claim(out):  # one writer at a time
         return _run_quickstart(cfg, out, cache, console)
 
 
