@@ -230,7 +230,9 @@ def test_outcomes_show_states_coverage_and_refuses_a_table_that_does_not_add_up(
     assert main(show) == 0
     printed = capsys.readouterr().out
     n_test = len({json.loads(r)["task_id"] for r in rows if json.loads(r)["split"] == "test"})
-    assert printed.startswith(f"Coverage: split test: {n_test} items; per agent: ")
+    assert printed.startswith(
+        f"Coverage: split test: {n_test} items (of {n_test} in mix-local/test); per agent: "
+    )
     assert f"qwen0.5b-direct {n_test}," in printed and f"qwen1.5b-cot {n_test}," in printed
     # lines of one agent lost: refused, naming the agent and its count
     kept = [r for i, r in enumerate(rows) if not (json.loads(r)["agent"] == "qwen1.5b-cot" and i % 3 == 0)]

@@ -74,6 +74,7 @@ class Coverage:
     split: str
     items: int  # distinct items of the split that any row names
     per_agent: tuple[tuple[str, int], ...]  # (agent, items it has a row for)
+    of: str | None = None  # what the split holds, e.g. "of 1,319 in gsm8k/test" (None: unknown)
 
     @property
     def even(self) -> bool:
@@ -81,7 +82,8 @@ class Coverage:
 
     def line(self) -> str:
         counts = ", ".join(f"{a} {n}" for a, n in self.per_agent)
-        return f"split {self.split}: {self.items} items; per agent: {counts}"
+        of = f" ({self.of})" if self.of else ""
+        return f"split {self.split}: {self.items} items{of}; per agent: {counts}"
 
 
 def coverage(outcomes: Sequence[Outcome], split: str, agents: Sequence[str]) -> Coverage:

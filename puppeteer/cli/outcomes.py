@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from puppeteer.cli.command import Command, positive_int
 from puppeteer.errors import UserError
+
+if TYPE_CHECKING:
+    from puppeteer.replay import Outcome
 
 
 def configure_outcomes(p: argparse.ArgumentParser) -> None:
@@ -38,6 +44,21 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _split_size(rows: Sequence[Outcome], split: str) -> str | None:
+    """``of N in SUITE/SPLIT``: how many items the suite's split holds (None where it cannot load)."""
+    from puppeteer.tasks import load_suite
+
+    suites = {o.suite for o in rows if o.split == split}
+    if len(suites) != 1:
+        return None
+    suite = suites.pop()
+    try:
+        n = len(load_suite(suite, split))
+    except Exception:  # a suite whose data package is missing: the table still shows
+        return None
+    return f"of {n:,} in {suite}/{split}"
+
+
 def outcomes_command(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
@@ -57,7 +78,7 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
         rows = read_outcomes(table)
         ran = {o.agent for o in rows if o.split == args.split}
         agents = [a.name for a in pool.agents if a.name in ran]
-        cov = coverage(rows, args.split, agents)
+        cov = replace(coverage(rows, args.split, agents), of=_split_size(rows, args.split))
         if not args.partial:
             check_coverage(cov, str(path))
         sys.stdout.write(f"Coverage: {cov.line()}\n\n")
