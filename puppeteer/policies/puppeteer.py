@@ -44,8 +44,9 @@ import torch
 from torch import nn
 
 from puppeteer.cards import PRICE_LINEAR, card_scale
-from puppeteer.encoders import ENCODERS, CachedEncoder, check_options, make_encoder
+from puppeteer.encoders import CachedEncoder, make_encoder
 from puppeteer.lam_range import N_LAM_FEATURES, LamRange
+from puppeteer.policies.policy_file import read_policy_file
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
 from puppeteer.signals import N_SIGNALS
@@ -813,7 +814,7 @@ class PuppeteerPolicy:
         """A saved policy for ``pool``: the pool it was trained on or, with ``cards``, any pool whose
         cards cover the same domains (agents it has never seen are scored by their text and card)."""
         d = Path(directory)
-        meta = read_policy_file(d / "policy.json")
+        meta = read_policy_file(d / "policy.json", PolicyConfig)
         raw = dict(meta["config"])
         names = [a.name for a in pool.agents]
         if meta["agents"] != names:
@@ -844,46 +845,6 @@ class PuppeteerPolicy:
             policy.scorer.set_agents(policy._agent_texts(pool), pool_cards(pool), known)
             policy._trained = trained
         return policy
-
-
-def read_policy_file(path: Path) -> dict[str, Any]:
-    """``policy.json`` of a saved policy, its shape checked: ``ValueError`` naming the file and field.
-
-    The values themselves are checked by :class:`PolicyConfig` (bounds) before any layer is built.
-    """
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: cannot read it ({e})") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
-        raise ValueError(f"{path}: not a saved policy (an object with a 'config' object)")
-    agents = meta.get("agents")
-    if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
-        raise ValueError(f"{path}: 'agents' must be a list of agent names")
-    known = set(PolicyConfig.__dataclass_fields__)
-    unknown = sorted(set(meta["config"]) - known)
-    if unknown:
-        raise ValueError(
-            f"{path}: config.{unknown[0]} is not a policy setting; known: {', '.join(sorted(known))}"
-        )
-    encoder = meta["config"].get("encoder", PolicyConfig.encoder)
-    if not isinstance(encoder, str) or encoder not in ENCODERS:
-        raise ValueError(f"{path}: config.encoder {encoder!r:.40} is not one of {', '.join(ENCODERS)}")
-    options = meta["config"].get("encoder_options", ())
-    if not isinstance(options, list | tuple) or not all(
-        isinstance(x, list | tuple) and len(x) == 2 and isinstance(x[0], str) for x in options
-    ):
-        raise ValueError(f"{path}: config.encoder_options must be a list of [name, value] pairs")
-    try:
-        check_options(encoder, dict(tuple(x) for x in options))
-        PolicyConfig(
-            **{"layers": "tanh", **meta["config"], "encoder_options": tuple(tuple(x) for x in options)}
-        )
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{path}: {e}") from None
-    return meta
 
 
 def pool_cards(pool: Pool) -> np.ndarray:
