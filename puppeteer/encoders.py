@@ -95,15 +95,29 @@ def sentence_encoder(model: str | None = None, device: str = "cpu", batch_size: 
     return CachedEncoder(fn, int(dim_fn() or 384))
 
 
+MAX_HASH_DIM = 1 << 14  # a row per cached text and a scorer layer of 2 * dim inputs: keep both small
 _TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
+
+
+def check_hash_dim(dim: Any) -> None:
+    """``ValueError`` unless ``dim`` is a whole number in 1..:data:`MAX_HASH_DIM`."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= MAX_HASH_DIM:
+        raise ValueError(f"hashing encoder dim must be a whole number in 1..{MAX_HASH_DIM}, got {dim!r:.40}")
+
+
+def check_options(name: str, options: Mapping[str, Any]) -> None:
+    """Check an encoder's options without building it (a sentence model would load its weights)."""
+    if name == "hashing" and "dim" in options:
+        check_hash_dim(options["dim"])
 
 
 def hashing_encoder(dim: int = 256) -> CachedEncoder:
     """Hashed unigrams and bigrams (signed feature hashing). No model, microseconds per text.
 
     A real, cheap encoder for fast simulator experiments; weaker than a sentence model
-    on paraphrases, fine when task families differ in vocabulary.
+    on paraphrases, fine when task families differ in vocabulary. ``dim``: 1..:data:`MAX_HASH_DIM`.
     """
+    check_hash_dim(dim)
 
     def one(text: str) -> np.ndarray:
         v = np.zeros(dim, dtype=np.float32)
@@ -127,4 +141,7 @@ def make_encoder(name: str, **options: Any) -> CachedEncoder:
         factory = ENCODERS[name]
     except KeyError:
         raise KeyError(f"unknown encoder {name!r}; known: {', '.join(ENCODERS)}") from None
-    return factory(**options)
+    try:
+        return factory(**options)
+    except TypeError as e:  # an option the encoder does not take
+        raise ValueError(f"encoder {name!r}: {e}") from None

@@ -16,6 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from gymnasium.error import InvalidAction, ResetNeeded
 
+from puppeteer.errors import RunStopped
+
 log = logging.getLogger(__name__)
 
 ResetCall = tuple[int, int | None, dict[str, Any] | None]  # (env slot, seed, options)
@@ -27,8 +29,8 @@ def step_or_abort(env: Any, action: Any) -> StepResult:
     """``env.step``; a call that raises (backend down, timeout...) ends the episode as wrong."""
     try:
         return env.step(action)
-    except (InvalidAction, ResetNeeded):
-        raise  # a bug in the caller, not a failed call
+    except (InvalidAction, ResetNeeded, RunStopped):
+        raise  # a bug in the caller, or the end of the whole run: not a failed call
     except Exception as exc:
         log.warning("a call failed, episode graded as wrong: %s: %s", type(exc).__name__, exc)
         return env.abort(f"{type(exc).__name__}: {exc}")

@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from puppeteer.env import ConductorEnv
-from puppeteer.errors import UserError
+from puppeteer.errors import RunStopped, UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
 from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
 from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, load_pool
+from puppeteer.rundir import check_owner, claim
 from puppeteer.seeding import item_seed
 from puppeteer.stats import wilson_interval
 from puppeteer.tasks import load_suite
@@ -390,7 +391,22 @@ def evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
 
     ``policy_or_spec``: a spec (see ``puppeteer eval --help``), a
     :class:`~puppeteer.policies.protocol.Policy`, or a step / workflow policy object.
+    ``settings.out_dir`` is held by this run alone while it runs (:func:`puppeteer.rundir.claim`) and
+    is refused when a training run wrote it.
     """
+    if settings.out_dir is None:
+        return _evaluate(policy_or_spec, settings)
+    out = Path(settings.out_dir)
+    check_out_dir(out, settings.overwrite)
+    with claim(out):
+        check_owner(out, "eval")
+        return _evaluate(policy_or_spec, settings)
+
+
+def _evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
+    c = settings.concurrency
+    if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+        raise ValueError(f"concurrency={c!r}: at least 1 item at a time")
     pool = settings.pool if isinstance(settings.pool, Pool) else load_pool(settings.pool)
     settings = replace(settings, pool=pool)
     if settings.available:
@@ -457,6 +473,8 @@ def evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
         try:
             traj, extra = item_policy.episode(item_env, index=i, seed=seeds[i], options=reset_options)
             return _Record(traj.correct, None, traj, extra), time.perf_counter() - t0
+        except RunStopped:
+            raise  # e.g. a strict replay's first missing call: the run stops, results say not completed
         except Exception as e:
             log.warning("item %d (%s) failed: %s: %s", i, items[i].id, type(e).__name__, e)
             return _Record(False, f"{type(e).__name__}: {e}", None), time.perf_counter() - t0

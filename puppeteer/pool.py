@@ -7,6 +7,7 @@ pool with id ``len(agents)``: in step mode choosing it ends the episode. Measure
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,8 +21,10 @@ from puppeteer.cards import CardError, PoolCards, cards_path
 from puppeteer.reasoning import CONTEXT_LAYOUTS, PATTERNS
 from puppeteer.resources import find_yaml
 from puppeteer.types import EMPTY, Agent, ModelSpec, Step
+from puppeteer.yamlsafe import YamlLimitError, load_yaml
 
 TERMINATOR_NAME = "terminator"
+MAX_TOKENS_LIMIT = 1_000_000  # an agent's completion budget (the largest context windows)
 
 
 class PoolError(ValueError):
@@ -153,64 +156,117 @@ class Pool:
         return "sim" in self.backends()
 
 
-def _optional_float(raw: Mapping[str, Any], key: str) -> float | None:
+def _text(raw: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+    """``raw[key]`` as a string: a YAML string (or a plain number, e.g. a version), never a list or map."""
+    value = raw.get(key, default)
+    if value is None:
+        raise PoolError(f"{where} lacks field {key!r}")
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise PoolError(f"{where}: {key} must be a string, got {type(value).__name__}")
+    return str(value)
+
+
+def _number(
+    raw: Mapping[str, Any], key: str, where: str, *, default: float | None = None, positive: bool = False
+) -> float | None:
+    """``raw[key]`` as a finite number, ``>= 0`` (``> 0`` when ``positive``); ``default`` if absent."""
+    value = raw.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PoolError(f"{where}: {key} must be a number, got {value!r:.40}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise PoolError(f"{where}: {key} must be a finite number {bound}, got {value!r}")
+    return number
+
+
+def _mapping(raw: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
     value = raw.get(key)
-    return None if value is None else float(value)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PoolError(f"{where}: {key} must be a mapping, got {type(value).__name__}")
+    return dict(value)
 
 
 def _model(name: str, raw: Mapping[str, Any]) -> ModelSpec:
-    try:
-        return ModelSpec(
-            name=name,
-            backend=str(raw["backend"]),
-            target=str(raw.get("target", name)),
-            params_b=float(raw["params_b"]),
-            price_in=float(raw.get("price_in", 0.0)),
-            price_out=float(raw.get("price_out", 0.0)),
-            options=MappingProxyType(dict(raw.get("options") or {})),
-            prefill_tps=_optional_float(raw, "prefill_tps"),
-            decode_tps=_optional_float(raw, "decode_tps"),
+    where = f"model {name!r}"
+    if not isinstance(raw, Mapping):
+        raise PoolError(f"{where}: must be a mapping of fields, got {type(raw).__name__}")
+    params_b = _number(raw, "params_b", where, positive=True)
+    if params_b is None:
+        raise PoolError(f"{where} lacks field 'params_b'")
+    return ModelSpec(
+        name=name,
+        backend=_text(raw, "backend", where),
+        target=_text(raw, "target", where, default=name),
+        params_b=params_b,
+        price_in=_number(raw, "price_in", where, default=0.0) or 0.0,
+        price_out=_number(raw, "price_out", where, default=0.0) or 0.0,
+        options=MappingProxyType(_mapping(raw, "options", where)),
+        prefill_tps=_number(raw, "prefill_tps", where, positive=True),
+        decode_tps=_number(raw, "decode_tps", where, positive=True),
+    )
+
+
+def _max_tokens(raw: Mapping[str, Any], where: str) -> int:
+    value = raw.get("max_tokens", 512)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT:
+        raise PoolError(
+            f"{where}: max_tokens must be a whole number in 1..{MAX_TOKENS_LIMIT}, got {value!r:.40}"
         )
-    except KeyError as e:
-        raise PoolError(f"model {name!r} lacks field {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
-        raise PoolError(f"model {name!r}: {e}") from None
+    return value
+
+
+def _agent(i: int, a: Any, models: Mapping[str, ModelSpec]) -> Agent:
+    if not isinstance(a, Mapping):
+        raise PoolError(f"agent #{i}: must be a mapping of fields, got {type(a).__name__}")
+    where = f"agent #{i}"
+    name = _text(a, "name", where, default=f"agent{i}")
+    where = f"agent #{i} ({name!r})"
+    model_name = a.get("model")
+    if not isinstance(model_name, str) or model_name not in models:
+        raise PoolError(f"{where} uses unknown model {model_name!r:.60}")
+    if name == TERMINATOR_NAME:
+        raise PoolError(f"{TERMINATOR_NAME!r} is reserved")
+    tools = a.get("tools") or ()
+    if isinstance(tools, str | Mapping) or not all(isinstance(t, str) for t in tools):
+        raise PoolError(f"{where}: tools must be a list of tool names")
+    return Agent(
+        name=name,
+        model=models[model_name],
+        pattern=_text(a, "pattern", where, default="cot"),
+        tools=tuple(tools),
+        description=_text(a, "description", where, default=""),
+        max_tokens=_max_tokens(a, where),
+    )
 
 
 def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
     """A pool from its parsed YAML; ``base`` is the folder that a relative ``replay:`` path starts from."""
     if not isinstance(raw, Mapping) or "agents" not in raw or "models" not in raw:
         raise PoolError("a pool needs 'models' and 'agents'")
-    models = {name: _model(name, spec) for name, spec in (raw["models"] or {}).items()}
-    agents: list[Agent] = []
+    if not isinstance(raw["models"] or {}, Mapping) or not isinstance(raw["agents"] or [], list):
+        raise PoolError("'models' must be a mapping of models and 'agents' a list of agents")
+    models = {str(name): _model(str(name), spec) for name, spec in (raw["models"] or {}).items()}
+    agents = [_agent(i, a, models) for i, a in enumerate(raw["agents"] or [])]
     live: dict[str, ModelSpec] = {}
-    for i, a in enumerate(raw["agents"] or []):
-        model_name = a.get("model")
-        if model_name not in models:
-            raise PoolError(f"agent #{i} ({a.get('name')!r}) uses unknown model {model_name!r}")
-        name = str(a.get("name") or f"agent{i}")
-        if name == TERMINATOR_NAME:
-            raise PoolError(f"{TERMINATOR_NAME!r} is reserved")
-        agents.append(
-            Agent(
-                name=name,
-                model=models[model_name],
-                pattern=str(a.get("pattern", "cot")),
-                tools=tuple(a.get("tools") or ()),
-                description=str(a.get("description", "")),
-                max_tokens=int(a.get("max_tokens", 512)),
-            )
-        )
+    for agent, a in zip(agents, raw["agents"] or [], strict=True):
         if a.get("live") is not None:
             if a["live"] not in models:
-                raise PoolError(f"agent {name!r}: live model {a['live']!r} is not in 'models'")
-            live[name] = models[a["live"]]
+                raise PoolError(f"agent {agent.name!r}: live model {a['live']!r} is not in 'models'")
+            live[agent.name] = models[a["live"]]
     if not agents:
         raise PoolError("a pool needs at least one agent")
     names = [a.name for a in agents]
     if len(set(names)) != len(names):
         raise PoolError(f"agent names must be unique: {names}")
-    options = {k: MappingProxyType(dict(v or {})) for k, v in (raw.get("backend_options") or {}).items()}
+    options = {
+        str(k): MappingProxyType(_mapping({"options": v}, "options", f"backend_options.{k}"))
+        for k, v in _mapping(raw, "backend_options", "the pool").items()
+    }
     layout = str(raw.get("context_layout", "turns"))
     if layout not in CONTEXT_LAYOUTS:
         raise PoolError(f"unknown context_layout {layout!r}; known: {', '.join(CONTEXT_LAYOUTS)}")
@@ -221,9 +277,9 @@ def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
     if replay is not None and not isinstance(replay, str):
         raise PoolError(f"replay must be a folder name, got {replay!r}")
     return Pool(
-        name=str(raw.get("name", "pool")),
+        name=_text(raw, "name", "the pool", default="pool"),
         agents=tuple(agents),
-        description=str(raw.get("description", "")),
+        description=_text(raw, "description", "the pool", default=""),
         backend_options=MappingProxyType(options),
         context_layout=layout,
         independent_solvers=independent,
@@ -238,8 +294,11 @@ def load_pool(name_or_path: str | Path) -> Pool:
     if not (path.suffix in {".yaml", ".yml"} and path.exists()):
         path = find_yaml("agents", str(name_or_path))
     try:
-        with path.open() as f:
-            raw = yaml.safe_load(f)
+        raw = load_yaml(path.read_text(encoding="utf-8"), path)
+    except YamlLimitError as e:
+        raise PoolError(str(e)) from None
+    except OSError as e:
+        raise PoolError(f"{path}: cannot read it ({e.strerror or e})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

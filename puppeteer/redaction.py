@@ -21,7 +21,7 @@ _NAME = re.compile(
     re.IGNORECASE,
 )
 _VALUE = re.compile(
-    r"\b(?:sk-[A-Za-z0-9_\-]{16,}|sk-ant-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"\b(?:sk-[A-Za-z0-9_\-]+|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
     r"|github_pat_[A-Za-z0-9_]{20,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_\-]{30,})"
 )
 _OVERRIDE = re.compile(r"^(?P<prefix>[+~]{0,2})(?P<name>[A-Za-z0-9_.\-/@]+)=(?P<value>.*)$", re.DOTALL)

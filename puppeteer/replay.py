@@ -21,22 +21,27 @@ import functools
 import gzip
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, fields, replace
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from puppeteer.backends.cache import CacheStats, greedy_key, greedy_key_of
-from puppeteer.errors import UserError
+from puppeteer.errors import RunStopped, UserError
 from puppeteer.types import Completion, CompletionRequest
 
 OUTCOMES_FILE = "outcomes.jsonl.gz"
 RESPONSES_FILE = "responses.jsonl.gz"
 
 
-class ReplayMiss(UserError, LookupError):
-    """A strict replay met a call that the table does not hold."""
+class ReplayMiss(RunStopped, LookupError):
+    """A strict replay met a call that the table does not hold: the run stops there."""
+
+
+class TableError(UserError):
+    """A replay table file that is damaged or does not hold what it claims."""
 
 
 @dataclass(frozen=True)
@@ -93,22 +98,67 @@ class Response:
 # --------------------------------------------------------------------------- files
 
 
+# the JSON types each field of a row may hold (ints are numbers too where a float is asked)
+_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "bool": (bool,),
+    "int": (int,),
+    "float": (int, float),
+    "str | None": (str, type(None)),
+}
+
+
+def _check_row(row: Any, cls: type, where: str) -> Any:
+    """``row`` (a decoded JSON line) as ``cls``: every field present (or defaulted) with its type."""
+    if not isinstance(row, dict):
+        raise TableError(f"{where}: not a JSON object")
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in row:
+            if f.default is not MISSING:
+                continue
+            raise TableError(f"{where}: no {f.name!r} field")
+        value, allowed = row[f.name], _TYPES[str(f.type)]
+        if not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool)):
+            raise TableError(f"{where}: {f.name}={value!r:.60} is not a {f.type}")
+        values[f.name] = value
+    return cls(**values)
+
+
 def _read_rows(path: Path, cls: type) -> Iterator[Any]:
-    """The rows of a gzipped JSONL file as ``cls`` (nothing when the file is absent)."""
+    """The rows of a gzipped JSONL file as ``cls`` (nothing when the file is absent), each checked.
+
+    A damaged file (not gzip, truncated, bad CRC, not UTF-8) is a :class:`TableError` naming it.
+    """
     if not path.is_file():
         return
-    names = {f.name for f in fields(cls)}
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                yield cls(**{k: v for k, v in row.items() if k in names})
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-            except (TypeError, AttributeError) as e:
-                raise UserError(f"{path}:{n}: not a {cls.__name__} row ({e})") from None
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise TableError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+                yield _check_row(row, cls, f"{path}:{n}")
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError) as e:
+        what = "truncated" if isinstance(e, EOFError) else "damaged"
+        raise TableError(
+            f"{path}: the file is {what} ({type(e).__name__}: {str(e) or 'end of file too early'}); "
+            "restore it or rebuild it with `puppeteer outcomes build`"
+        ) from None
+
+
+def _unique(rows: Iterable[Any], key: Callable[[Any], Any], path: Path) -> dict[Any, Any]:
+    """Rows by key; a key that two rows share is a :class:`TableError` naming it."""
+    out: dict[Any, Any] = {}
+    for row in rows:
+        k = key(row)
+        if k in out:
+            raise TableError(f"{path}: two rows for {k!r:.120}; a table holds each key once")
+        out[k] = row
+    return out
 
 
 def _write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -125,7 +175,8 @@ def _write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
 
 
 def read_outcomes(root: str | Path) -> tuple[Outcome, ...]:
-    return tuple(_read_rows(Path(root) / OUTCOMES_FILE, Outcome))
+    path = Path(root) / OUTCOMES_FILE
+    return tuple(_unique(_read_rows(path, Outcome), lambda o: o.key, path).values())
 
 
 def write_outcomes(root: str | Path, rows: Iterable[Outcome]) -> int:
@@ -137,7 +188,8 @@ def write_outcomes(root: str | Path, rows: Iterable[Outcome]) -> int:
 
 
 def read_responses(root: str | Path) -> dict[str, Response]:
-    return {r.key: r for r in _read_rows(Path(root) / RESPONSES_FILE, Response)}
+    path = Path(root) / RESPONSES_FILE
+    return _unique(_read_rows(path, Response), lambda r: r.key, path)
 
 
 def export_responses(cache: str | Path, root: str | Path) -> int:
@@ -180,12 +232,21 @@ class ReplayTable:
     responses: Mapping[str, Response]
 
     @classmethod
-    def load(cls, root: str | Path) -> ReplayTable:
-        """The table at ``root``; an empty one where nothing was built yet (every call then misses)."""
+    def load(cls, root: str | Path, strict: bool = False) -> ReplayTable:
+        """The table at ``root``; an empty one where nothing was built yet (every call then misses).
+
+        ``strict``: a missing or empty table is refused at once (every call would miss).
+        """
         root = Path(root)
         if root.exists() and not root.is_dir():
-            raise UserError(f"replay table {root} is not a folder")
-        return cls(root, MappingProxyType(read_responses(root)))
+            raise TableError(f"replay table {root} is not a folder")
+        table = cls(root, MappingProxyType(read_responses(root)))
+        if strict and not table.responses:
+            raise TableError(
+                f"replay table {root} holds no responses ({RESPONSES_FILE} missing or empty); strict "
+                "replay would miss every call: build it with `puppeteer outcomes build`, or replay off"
+            )
+        return table
 
     def __len__(self) -> int:
         return len(self.responses)
@@ -197,9 +258,9 @@ class ReplayTable:
 
 
 @functools.lru_cache(maxsize=8)
-def load_table(root: Path) -> ReplayTable:
+def load_table(root: Path, strict: bool = False) -> ReplayTable:
     """A table read once per process (every env clone and every run of a job shares it)."""
-    return ReplayTable.load(root)
+    return ReplayTable.load(root, strict=strict)
 
 
 class ReplayBackend:
@@ -217,8 +278,12 @@ class ReplayBackend:
     def stats(self) -> CacheStats:
         """Replayed calls count as hits; the misses are those of the cache behind (or this layer's)."""
         behind = getattr(self.inner, "stats", None)
-        if isinstance(behind, CacheStats):
-            return replace(behind, hits=behind.hits + self.hits)
+        if isinstance(behind, CacheStats):  # a strict miss never reaches the cache: count it here
+            return replace(
+                behind,
+                hits=behind.hits + self.hits,
+                misses=behind.misses + (self.misses if self.strict else 0),
+            )
         return CacheStats(hits=self.hits, misses=self.misses)
 
     def _miss(self, request: CompletionRequest) -> None:
@@ -226,8 +291,9 @@ class ReplayBackend:
         if self.strict:
             raise ReplayMiss(
                 f"{request.model.target}: a call that the replay table {self.table.root} does not hold "
-                "(strict replay); run without strict replay to call the model, or extend the table "
-                "with `puppeteer outcomes build`"
+                f"(strict replay; key {greedy_key(request) or 'none: a sampled call'}); the run stops here: "
+                "run without strict replay to call the model, or extend the table with "
+                "`puppeteer outcomes build`"
             )
 
     def complete(self, request: CompletionRequest) -> Completion:

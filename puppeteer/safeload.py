@@ -34,18 +34,26 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # torch's zip writer reports a full disk as RuntimeError
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise CheckpointError(
-            f"could not write {path}: {exc.strerror or exc}; the previous file is intact"
-        ) from exc
+        raise CheckpointError(f"could not write {path}: {_why(exc)}; the previous file is intact") from None
     with contextlib.suppress(OSError):  # make the rename itself durable
         fd = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _why(exc: BaseException) -> str:
+    """One line about a failed write (torch's messages run over many lines with a C++ trace)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip()
+    if "file write failed" in text or "inline_container" in text:
+        return "the file could not be written (disk full or a file size limit)"
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def safe_torch_load(path: str | Path) -> Any:

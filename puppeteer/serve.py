@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 COST_HEADER = "x-litellm-response-cost"  # litellm reads it into response._hidden_params["response_cost"]
+HTTP_KINDS = {404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error"}
 
 
 class ContentPart(BaseModel):
@@ -83,7 +84,8 @@ class ChatRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     grader: str | None = None
-    lam: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)  # price of cost (conditioned)
+    # price of cost (conditioned): a JSON number, finite and >= 0 (strict: true or "0.3" are refused)
+    lam: float | None = Field(default=None, ge=0.0, allow_inf_nan=False, strict=True)
 
     def question(self) -> str:
         for message in reversed(self.messages):
@@ -207,6 +209,7 @@ def create_app(
     from fastapi.concurrency import run_in_threadpool
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     app = FastAPI(
         title="puppeteer router",
@@ -222,6 +225,12 @@ def create_app(
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         parts = [f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}" for e in exc.errors()]
         return error(400, "invalid_request_error", "malformed request: " + "; ".join(parts))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body that is not UTF-8, a wrong method...) in OpenAI's error shape
+        kind = HTTP_KINDS.get(exc.status_code, "invalid_request_error")
+        return error(exc.status_code, kind, str(exc.detail))
 
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError) -> JSONResponse:

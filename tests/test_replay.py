@@ -97,7 +97,7 @@ def test_a_bad_line_names_its_file_and_line(tmp_path: Path) -> None:
         read_outcomes(tmp_path)
     with gzip.open(tmp_path / "outcomes.jsonl.gz", "wt") as f:
         f.write('{"suite": "x"}\n')
-    with pytest.raises(UserError, match=r"outcomes.jsonl.gz:1: not a Outcome row"):
+    with pytest.raises(UserError, match=r"outcomes.jsonl.gz:1: no 'split' field"):
         read_outcomes(tmp_path)
 
 

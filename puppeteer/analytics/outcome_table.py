@@ -6,6 +6,8 @@
   the reference routers of :mod:`puppeteer.analytics.headroom` (the per-item oracle, the best agent per
   kind chosen on the training split).
 - :func:`markdown`: both as the tables of a docs page.
+- :func:`coverage`: how many items of a split each agent has, against the items the split's rows name;
+  :func:`check_coverage` refuses a table whose agents do not cover the same items.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from puppeteer.analytics.headroom import Outcomes, best_index, domain_route, oracle_route, single_route
+from puppeteer.errors import UserError
 from puppeteer.replay import Outcome
 from puppeteer.stats import wilson_interval
 
@@ -62,6 +65,50 @@ def complete_items(outcomes: Sequence[Outcome], split: str, agents: Sequence[str
         if o.split == split:
             have[o.task_id].add(o.agent)
     return sorted(t for t, names in have.items() if set(agents) <= names)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Items of one split in a table: all that its rows name, and each agent's share of them."""
+
+    split: str
+    items: int  # distinct items of the split that any row names
+    per_agent: tuple[tuple[str, int], ...]  # (agent, items it has a row for)
+    of: str | None = None  # what the split holds, e.g. "of 1,319 in gsm8k/test" (None: unknown)
+
+    @property
+    def even(self) -> bool:
+        return all(n == self.items for _, n in self.per_agent)
+
+    def line(self) -> str:
+        counts = ", ".join(f"{a} {n}" for a, n in self.per_agent)
+        of = f" ({self.of})" if self.of else ""
+        return f"split {self.split}: {self.items} items{of}; per agent: {counts}"
+
+
+def coverage(outcomes: Sequence[Outcome], split: str, agents: Sequence[str]) -> Coverage:
+    """The items of ``split`` that the rows name, and how many of them each of ``agents`` has."""
+    have: dict[str, set[str]] = defaultdict(set)
+    items: set[str] = set()
+    for o in outcomes:
+        if o.split == split:
+            items.add(o.task_id)
+            have[o.agent].add(o.task_id)
+    return Coverage(split, len(items), tuple((a, len(have.get(a, ()))) for a in agents))
+
+
+def check_coverage(cov: Coverage, where: str) -> None:
+    """Refuse a table whose agents do not all cover every item of the split (lines lost or never built)."""
+    if cov.items == 0:
+        raise UserError(f"{where}: no rows for split {cov.split!r}")
+    short = [(a, n) for a, n in cov.per_agent if n != cov.items]
+    if short:
+        a, n = short[0]
+        raise UserError(
+            f"{where}: the table does not add up on split {cov.split!r}: {a} has {n} of its {cov.items} "
+            f"items ({len(short)} agent(s) short); rebuild it with `puppeteer outcomes build`, or pass "
+            "--partial to show the items every agent has"
+        )
 
 
 def agent_rows(outcomes: Sequence[Outcome], split: str, agents: Sequence[str]) -> list[AgentRow]:

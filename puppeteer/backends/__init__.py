@@ -94,7 +94,7 @@ def make_router(
     if replay is not None and replay_mode != "off":
         from puppeteer.replay import ReplayBackend, load_table
 
-        table = load_table(Path(replay))
+        table = load_table(Path(replay), strict=replay_mode == "strict")  # checked here, before any item
         layers.append(lambda b: ReplayBackend(b, table, strict=replay_mode == "strict"))
 
     def wrap(name: str, backend: Backend) -> Backend:

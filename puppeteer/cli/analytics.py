@@ -61,8 +61,9 @@ def ab_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.pool import load_pool
 
     if len(args.arms) < 2:
-        console.print("[red]ab needs at least two arms[/red]")
-        return 2
+        raise UserError(
+            f"ab needs at least two arms (policy specs), got {len(args.arms)}: {' '.join(args.arms)}"
+        )
     cache = resolve_cache(load_pool(args.pool), args.cache, args.no_cache)
     out = Path(args.out) if args.out else Path("runs") / "ab" / slug("_vs_".join(args.arms))
     kw = dict(n=args.n, split=args.split, seed=args.seed, max_steps=args.max_steps, lam=args.lam, cache=cache)

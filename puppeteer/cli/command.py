@@ -17,3 +17,14 @@ class Command:
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
     handler: Handler
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: a whole number >= 1 (``--concurrency 0`` or ``-5`` is refused at parsing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends.cache import RESPONSE_CACHE_ENV, resolve_cache
-from puppeteer.cli.command import Command
+from puppeteer.cli.command import Command, positive_int
 from puppeteer.errors import UserError
 from puppeteer.evaluation import evaluate_policy, slug
 from puppeteer.pool import load_pool
@@ -133,7 +133,7 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--concurrency",
-        type=int,
+        type=positive_int,
         default=None,
         help="items in flight at once (default: 16 for pools that call models, 1 for sim)",
     )

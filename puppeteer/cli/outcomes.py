@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from puppeteer.cli.command import Command
+from puppeteer.cli.command import Command, positive_int
 from puppeteer.errors import UserError
+
+if TYPE_CHECKING:
+    from puppeteer.replay import Outcome
 
 
 def configure_outcomes(p: argparse.ArgumentParser) -> None:
@@ -25,11 +31,18 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
     build.add_argument("--agents", default=None, help="comma-separated agents (default: all)")
     build.add_argument("--table", default=None, help="table folder (default: the pool's replay folder)")
     build.add_argument("--work", default="runs/outcomes", help="scratch: the response cache and runs")
-    build.add_argument("--concurrency", type=int, default=16, help="items at once (batched decoding)")
+    build.add_argument(
+        "--concurrency", type=positive_int, default=16, help="items at once (batched decoding)"
+    )
     show = sub.add_parser("show", help="the per-agent table of a pool's outcome table, as markdown")
     show.add_argument("--pool", required=True)
     show.add_argument("--split", default="test")
     show.add_argument("--table", default=None, help="table folder (default: the pool's replay folder)")
+    show.add_argument(
+        "--partial",
+        action="store_true",
+        help="show a table whose agents cover different items (on the items they all have)",
+    )
     imp = sub.add_parser(
         "import",
         help="check a table of logged outcomes (CSV, JSONL, Parquet; long or wide) and write a pool and a "
@@ -179,6 +192,21 @@ def _routers(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _split_size(rows: Sequence[Outcome], split: str) -> str | None:
+    """``of N in SUITE/SPLIT``: how many items the suite's split holds (None where it cannot load)."""
+    from puppeteer.tasks import load_suite
+
+    suites = {o.suite for o in rows if o.split == split}
+    if len(suites) != 1:
+        return None
+    suite = suites.pop()
+    try:
+        n = len(load_suite(suite, split))
+    except Exception:  # a suite whose data package is missing: the table still shows
+        return None
+    return f"of {n:,} in {suite}/{split}"
+
+
 def outcomes_command(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
@@ -196,12 +224,20 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
     if table is None:
         raise UserError(f"pool {pool.name!r} names no replay folder: give --table")
     if args.outcomes_cmd == "show":
-        from puppeteer.analytics.outcome_table import markdown
-        from puppeteer.replay import read_outcomes
+        from puppeteer.analytics.outcome_table import check_coverage, coverage, markdown
+        from puppeteer.replay import OUTCOMES_FILE, read_outcomes
 
+        path = table / OUTCOMES_FILE
+        if not path.is_file():
+            raise UserError(f"{path}: no outcome table there; build it with `puppeteer outcomes build`")
         rows = read_outcomes(table)
         ran = {o.agent for o in rows if o.split == args.split}
-        sys.stdout.write(markdown(rows, args.split, [a.name for a in pool.agents if a.name in ran]))
+        agents = [a.name for a in pool.agents if a.name in ran]
+        cov = replace(coverage(rows, args.split, agents), of=_split_size(rows, args.split))
+        if not args.partial:
+            check_coverage(cov, str(path))
+        sys.stdout.write(f"Coverage: {cov.line()}\n\n")
+        sys.stdout.write(markdown(rows, args.split, agents))
         return 0
     from puppeteer.jobs.outcomes import Shard, build
 

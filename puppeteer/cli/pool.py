@@ -9,12 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from puppeteer.cli.command import Command
+from puppeteer.errors import UserError
 
 
 def configure_pool(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="pool_cmd", required=True)
     show = sub.add_parser("show", help="a table of the pool's agents")
-    show.add_argument("name", help="pool name (agents/<name>.yaml) or a YAML path")
+    show.add_argument("name", nargs="?", help="pool name (agents/<name>.yaml) or a YAML path")
+    show.add_argument("--pool", dest="pool_name", default=None, help="the same, as an option")
     sub.add_parser("list", help="the shipped pools")
     from puppeteer.jobs.calibrate import DEFAULT_MODELS
 
@@ -69,7 +71,9 @@ def pool_command(args: argparse.Namespace, console: Console) -> int:
         return 0
     from rich.markup import escape
 
-    pool = load_pool(args.name)
+    if (args.name is None) == (args.pool_name is None):
+        raise UserError("pool show takes one pool: a name (pool show local) or --pool NAME")
+    pool = load_pool(args.name or args.pool_name)
     console.print(f"[bold]pool {escape(pool.name)}[/bold]: {escape(pool.description)}")
     table = Table()
     for col in ("id", "name", "model", "backend", "pattern", "tools", "$/1M in", "$/1M out", "params (B)"):

@@ -58,8 +58,7 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
             grader=args.grader,
         )
     else:
-        console.print("[red]give a question or --suite[/red]")
-        return 2
+        raise UserError("give a question (the first argument) or --suite SUITE to take one from")
     pool = load_pool(args.pool)
     if args.policy:
         from puppeteer.orchestrator import Orchestrator
@@ -107,15 +106,15 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
         traj = run_workflow_episode(env, args.workflow, seed=0, options={"task": task})
     else:
         traj = run_actions(env, [*chain, pool.terminator_id], seed=0, options={"task": task}).trajectory
+    if traj.parse_error:  # a rejected workflow ran nothing: not a success, and no answer to show
+        raise UserError(f"--workflow rejected: {traj.parse_error}")
     _print_trajectory(console, task, traj)
-    return 2 if traj.parse_error else 0  # a rejected workflow ran nothing: not a success
+    return 0
 
 
 def _print_trajectory(console: Console, task: Task, traj: Trajectory) -> None:
     console.rule(f"[bold]{task.id}[/bold]")
     console.print(task.question)
-    if traj.parse_error:
-        console.print(f"[red]workflow rejected:[/red] {traj.parse_error}")
     for s in traj.steps:
         c = s.completion
         cost = f"${c.cost_usd:.5f}" if c.cost_usd is not None else "n/a"

@@ -24,6 +24,8 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
     from omegaconf import DictConfig, OmegaConf
 
     from puppeteer.consoles import output_console
+    from puppeteer.jobs.hydra_entry import secrets_to_environment
+    from puppeteer.rundir import claim
     from puppeteer.train.config_schema import file_overrides, register_configs
     from puppeteer.train.grpo import run_conductor_training
 
@@ -44,7 +46,9 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
                     highlight=False,
                 )
 
-        results = run_conductor_training(OmegaConf.to_container(cfg, resolve=True), out, on_log=on_log)  # type: ignore[arg-type]
+        with claim(out):  # one writer at a time, as for the step-wise track
+            container = OmegaConf.to_container(cfg, resolve=True)
+            results = run_conductor_training(container, out, on_log=on_log)  # type: ignore[arg-type]
         a, b = results["heldout_after"], results.get("heldout_before")
         if b:
             console.print(f"held-out before: accuracy {b['accuracy']:.3f} parse rate {b['parse_rate']:.3f}")
@@ -55,6 +59,7 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
         )
         return float(a["reward"])
 
-    argv = file_overrides(overrides if overrides is not None else sys.argv[1:])  # pool=PATH.yaml
+    # credentials never reach Hydra (its saved configs, the run directory's config.json); pool=PATH.yaml
+    argv = file_overrides(secrets_to_environment(overrides if overrides is not None else sys.argv[1:]))
     sys.argv = [sys.argv[0], *argv]
     _main()

@@ -23,6 +23,19 @@ class TrainConfigError(UserError):
     """The training overrides do not compose into a valid configuration."""
 
 
+def secrets_to_environment(overrides: Sequence[str]) -> list[str]:
+    """The overrides without credentials; each credential is exported as an environment variable."""
+    split = split_secret_overrides(overrides)
+    for name, value in split.secrets.items():
+        log.warning(
+            "a credential override was moved to the environment variable %s; "
+            "pass keys as environment variables",
+            name,
+        )
+        os.environ[name] = value
+    return list(split.kept)
+
+
 def _plain(overrides: Sequence[str]) -> list[str] | None:
     """The job overrides as a compose() list (Hydra's own settings left out), None under flags (-m...)."""
     if any(item.startswith("-") for item in overrides):
@@ -70,15 +83,7 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
     from puppeteer.train.reinforce import TrainingStopped
 
     register_configs()
-    split = split_secret_overrides(sys.argv[1:] if overrides is None else overrides)
-    for name, value in split.secrets.items():
-        log.warning(
-            "a credential override was moved to the environment variable %s; "
-            "pass keys as environment variables",
-            name,
-        )
-        os.environ[name] = value
-    args = file_overrides(split.kept)  # pool=PATH.yaml: the user's own pool file
+    args = file_overrides(secrets_to_environment(sys.argv[1:] if overrides is None else overrides))
     problem = check_overrides(str(data_dir("configs")), "train", args)
     if problem is not None:
         raise TrainConfigError(f"config: {problem}")

@@ -33,6 +33,7 @@ from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
 from puppeteer.replay import load_table
+from puppeteer.rundir import claim
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ROUNDED_UP, Episode, ReinforceConfig, TrainState, train
 from puppeteer.trajectories import read_trajectories
@@ -236,7 +237,7 @@ def _own_group_sizes() -> Iterator[None]:
 def run_quickstart(
     cfg: QuickstartConfig, out: str | Path, cache: str | Path | None = None, console: Any | None = None
 ) -> dict[str, Any]:
-    with _torch_threads(cfg.torch_threads), _own_group_sizes():
+    with _torch_threads(cfg.torch_threads), _own_group_sizes(), claim(out):  # one writer at a time
         return _run_quickstart(cfg, out, cache, console)
 
 

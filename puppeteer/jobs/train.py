@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,9 +23,10 @@ from puppeteer.policies.puppeteer import STATE_ENCODERS, PolicyConfig, Puppeteer
 from puppeteer.pool import configured_pool
 from puppeteer.redaction import redact
 from puppeteer.reward import AUTO, COST_MODELS, auto_cost_model
+from puppeteer.rundir import check_owner, claim
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
-from puppeteer.train.reinforce import ReinforceConfig, train
+from puppeteer.train.reinforce import ReinforceConfig, check_resume, check_training, train
 
 log = logging.getLogger(__name__)
 
@@ -234,15 +236,43 @@ def heldout_env(cfg: Mapping[str, Any], job: StepJob | None = None) -> Conductor
 
 
 def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | None = None) -> dict[str, Any]:
-    """Train, evaluate on held-out items; write ``results.json``, curves and the policy."""
-    from puppeteer.analytics.plots import learning_curve
+    """Train, evaluate on held-out items; write ``results.json``, curves and the policy.
 
+    ``run_dir`` is held by this run alone (``run_dir/.lock``) and is refused, before anything is
+    written, when another run holds it, another command wrote it, or its checkpoint is of other settings.
+    """
     validate_config(cfg)
     job = job_of(cfg)
     env, eval_env, policy, tcfg = build(cfg, job)  # everything is checked before anything is written
-    run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "config.json").write_text(json.dumps(redact(cfg), indent=2, default=str))
+    check_training(env, policy, tcfg)
+    with claim(run_dir) as run:  # one writer at a time; the lock goes with the process
+        check_owner(run, "train")  # never over another command's results
+        check_resume(run, env, policy, tcfg)  # a checkpoint of other settings is refused here
+        _write_json(run / "config.json", redact(cfg))
+        return _train_and_report(cfg, job, run, (env, eval_env, policy, tcfg), console)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, written whole or not at all (the old file stays on failure)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"could not write {path}: {exc.strerror or exc}") from None
+
+
+def _train_and_report(
+    cfg: Mapping[str, Any],
+    job: StepJob,
+    run: Path,
+    built: tuple[ConductorEnv, ConductorEnv, PuppeteerPolicy, ReinforceConfig],
+    console: Any | None,
+) -> dict[str, Any]:
+    from puppeteer.analytics.plots import learning_curve
+
+    env, eval_env, policy, tcfg = built
     loggers: list[MetricLogger] = [JsonlLogger(run / "metrics.jsonl")]
     wb = cfg.get("wandb") or {}
     if wb.get("enabled"):
@@ -292,7 +322,7 @@ def run_training(cfg: Mapping[str, Any], run_dir: str | Path, console: Any | Non
             {"lam": x, **heldout(eval_env, policy, tcfg.parallel_envs, lam=x)}
             for x in lam_range.grid(HELDOUT_LAMS)
         ]
-    (run / "results.json").write_text(json.dumps(results, indent=2))
+    _write_json(run / "results.json", results)
     learning_curve(
         state.history,
         run / "learning_curve.png",

@@ -34,6 +34,8 @@ ALGORITHMS = {
 POLICY_WEIGHTS = "policy.pth"  # inside model.zip: the network's state dict, a plain tensor file
 # network settings that may be read from the zip's JSON ``data`` (never its pickled entries)
 ARCH_KEYS = ("net_arch", "share_features_extractor", "ortho_init")
+MAX_LAYERS, MAX_WIDTH = 16, 4096  # net_arch bounds: a few thousand units a layer is already large
+MAX_STEPS = 256  # the observation has one input per step index
 
 
 class Predictor(Protocol):
@@ -146,7 +148,59 @@ def _policy_kwargs(zf: zipfile.ZipFile, where: Path) -> dict[str, Any]:
             f"{where}: its policy_kwargs are pickled Python objects; puppeteer never unpickles policy "
             "files (that runs code). Train with default or JSON-only policy_kwargs and save with save_sb3"
         )
-    return {k: raw[k] for k in ARCH_KEYS if k in raw}
+    kwargs = {k: raw[k] for k in ARCH_KEYS if k in raw}
+    if "net_arch" in kwargs:
+        _check_arch(kwargs["net_arch"], where)
+    return kwargs
+
+
+def _check_arch(arch: Any, where: Path) -> None:
+    """``net_arch``: at most :data:`MAX_LAYERS` layers of 1..:data:`MAX_WIDTH` units (a list, or
+    ``{"pi": [...], "vf": [...]}``); a network of 200,000-unit layers is refused before it is built."""
+    parts = list(arch.values()) if isinstance(arch, dict) else [arch]
+    for sizes in parts:
+        if (
+            not isinstance(sizes, list)
+            or len(sizes) > MAX_LAYERS
+            or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_WIDTH for n in sizes)
+        ):
+            raise ValueError(
+                f"{where}: policy_kwargs.net_arch must list at most {MAX_LAYERS} layer widths in "
+                f"1..{MAX_WIDTH}, got {arch!r:.80}"
+            )
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """``puppeteer.json`` of an sb3 policy, each field's type and bounds checked (one line naming it)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON file ({type(e).__name__})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: must be a JSON object of settings")
+    known = set(SB3Meta.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    missing = sorted(k for k in ("algorithm", "encoder", "max_steps", "agents") if k not in raw)
+    if unknown or missing:
+        what = f"unknown setting {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
+        raise ValueError(f"{path}: {what}; settings: {', '.join(sorted(known))}")
+    checks: dict[str, tuple[Any, str]] = {
+        "algorithm": (lambda v: isinstance(v, str), "a string"),
+        "encoder": (lambda v: isinstance(v, str), "a string"),
+        "max_steps": (lambda v: _whole(v, 1, MAX_STEPS), f"a whole number in 1..{MAX_STEPS}"),
+        "min_steps": (lambda v: _whole(v, 0, MAX_STEPS), f"a whole number in 0..{MAX_STEPS}"),
+        "agents": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v), "a list of names"),
+        "encoder_options": (lambda v: isinstance(v, dict), "an object"),
+        "signals": (lambda v: isinstance(v, bool), "true or false"),
+    }
+    for key, (ok, what) in checks.items():
+        if key in raw and not ok(raw[key]):
+            raise ValueError(f"{path}: {key} must be {what}, got {raw[key]!r:.40}")
+    return raw
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _read_weights(zf: zipfile.ZipFile, where: Path) -> dict[str, Any]:
@@ -178,7 +232,7 @@ def load_sb3(directory: str | Path, pool: Pool) -> MaskableModelPolicy:
             f"no sb3 policy in {d}: expected {META_FILE} and {MODEL_FILE}; save a model with "
             "puppeteer.policies.external.save_sb3(model, DIR, pool, encoder, max_steps), which writes both"
         )
-    raw = json.loads((d / META_FILE).read_text())
+    raw = _read_meta(d / META_FILE)
     trained_range = LamRange.of(raw.get("lam_range"))  # a JSON list back to checked bounds
     bounds = trained_range.bounds if trained_range is not None else None
     meta = SB3Meta(**{**raw, "agents": tuple(raw["agents"]), "lam_range": bounds})

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from puppeteer.envbuild import EnvConfig
+from puppeteer.errors import RunStopped
 from puppeteer.rollout import run_step_episode, run_workflow_episode
 from puppeteer.types import Task, Trajectory, Workflow
 
@@ -195,6 +196,8 @@ class PlannedRunner:
         for task, seed in zip(tasks, seeds, strict=True):
             try:
                 plans[task.id] = self.planner.plan(task, pool, np.random.default_rng(seed))
+            except RunStopped:
+                raise  # e.g. a strict replay's missing call: the whole run stops
             except Exception as e:  # raised by the item's episode, recorded as its error
                 plans[task.id] = e
         self._plans = plans

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -45,6 +46,7 @@ from torch import nn
 from puppeteer.cards import PRICE_LINEAR, card_scale
 from puppeteer.encoders import CachedEncoder, hashing_encoder, make_encoder
 from puppeteer.lam_range import N_LAM_FEATURES, LamRange
+from puppeteer.policies.policy_file import read_policy_file
 from puppeteer.pool import Pool
 from puppeteer.safeload import atomic_torch_save, safe_torch_load
 from puppeteer.signals import N_SIGNALS
@@ -56,6 +58,8 @@ TERMINATOR_TEXT = "Terminator: stop the discussion now and submit the majority a
 _NO_SURFACE = np.zeros(0, dtype=np.float32)
 _NO_LAM = np.zeros(0, dtype=np.float32)
 SCORER_LAYERS = ("norm", "tanh")
+MAX_HIDDEN = 1024  # the scorer's width: its head has 3 * hidden**2 weights (1024: 3 million)
+MAX_POLICY_STEPS = 256  # the scorer has one input per step index
 LATER_INPUTS = ("all", "question", "signals")  # PolicyConfig.later_inputs
 STATE_WINDOW = 500  # sentence encoders read ~256 tokens; the latest part of the transcript matters most
 
@@ -141,6 +145,20 @@ class PolicyConfig:
     later_inputs: str = "all"
 
     def __post_init__(self) -> None:
+        _whole("hidden", self.hidden, 1, MAX_HIDDEN)
+        _whole("max_steps", self.max_steps, 1, MAX_POLICY_STEPS)
+        _whole("min_steps", self.min_steps, 0, MAX_POLICY_STEPS)
+        if self.task_dims is not None:
+            _whole("task_dims", self.task_dims, 1, MAX_HIDDEN)
+        for name in ("card_noise", "rest_dropout", "stop_prior"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"policy.{name} must be a finite number, got {value!r:.40}")
+        if not isinstance(self.encoder, str):
+            raise ValueError(f"policy.encoder must be an encoder name, got {self.encoder!r:.40}")
+        if self.state_encoder not in STATE_ENCODERS:
+            known = ", ".join(STATE_ENCODERS)
+            raise ValueError(f"policy.state_encoder: unknown {self.state_encoder!r:.40}; known: {known}")
         if self.cards and self.layers != "norm":
             raise ValueError("policy.cards needs policy.layers=norm")
         if self.cards_linear and not self.cards:
@@ -179,6 +197,12 @@ class PolicyConfig:
             raise ValueError(f"policy.layers: unknown {self.layers!r}; known: {', '.join(SCORER_LAYERS)}")
         lam_range = LamRange.of(self.lam_range)
         object.__setattr__(self, "lam_range", lam_range.bounds if lam_range is not None else None)
+
+
+def _whole(name: str, value: Any, low: int, high: int) -> None:
+    """A whole number in ``low..high`` (a bool or a float is refused), else ``ValueError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"policy.{name} must be a whole number in {low}..{high}, got {value!r:.40}")
 
 
 def agent_text(pool: Pool, i: int) -> str:
@@ -812,8 +836,8 @@ class PuppeteerPolicy:
         """A saved policy for ``pool``: the pool it was trained on or, with ``cards``, any pool whose
         cards cover the same domains (agents it has never seen are scored by their text and card)."""
         d = Path(directory)
-        meta = json.loads((d / "policy.json").read_text())
-        raw = meta["config"]
+        meta = read_policy_file(d / "policy.json", PolicyConfig)
+        raw = dict(meta["config"])
         names = [a.name for a in pool.agents]
         if meta["agents"] != names:
             if not raw.get("cards"):
@@ -830,7 +854,13 @@ class PuppeteerPolicy:
         raw.setdefault("layers", "tanh")  # saved before the scorer's layers were a choice
         policy = cls(pool, PolicyConfig(**raw), encoder=encoder)
         # with cards, the saved card_shift/card_scale (the training pool's) replace this pool's
-        policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
+        try:
+            policy.scorer.load_state_dict(safe_torch_load(d / "policy.pt"))
+        except RuntimeError as e:  # policy.json's settings lay out another scorer than the weights'
+            first = str(e).strip().splitlines()[0]
+            raise ValueError(
+                f"{d / 'policy.pt'}: the weights do not fit policy.json's settings ({first})"
+            ) from None
         trained = set(meta.get("trained_agents", meta["agents"]))
         if raw.get("cards") and not trained >= set(names):
             known = [n in trained for n in names]

@@ -19,8 +19,10 @@ the GRPO trainer (it needs torch and peft), and the core never imports it::
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from puppeteer.policies.baselines import PARSERS, SPEC_FORMS, SpecError
@@ -66,7 +68,25 @@ class PolicyRegistry:
         for kind in sorted(self.factories, key=len, reverse=True):
             if lowered == kind or lowered.startswith(kind + ":"):
                 return kind, text[len(kind) + 1 :] if len(text) > len(kind) else ""
-        raise SpecError(f"unknown policy spec {spec!r}; the forms are:\n  " + "\n  ".join(self.spec_forms()))
+        path = Path(text)
+        if "/" in text or os.sep in text or path.exists():  # a run or policy folder given bare
+            what = (
+                "does not exist"
+                if not path.exists()
+                else "is a file"
+                if not path.is_dir()
+                else "is an empty folder"
+                if not any(path.iterdir())
+                else "is a folder"
+            )
+            raise SpecError(
+                f"unknown policy spec {spec!r}: a path, and it {what}; a trained policy is "
+                "puppeteer:DIR or sb3:DIR (`puppeteer eval --help` lists every form)"
+            )
+        raise SpecError(
+            f"unknown policy spec {spec!r}; known kinds: {', '.join(sorted(self.factories))} "
+            "(`puppeteer eval --help` lists every form)"
+        )
 
     def _factory(self, kind: str) -> Factory:
         factory = self.factories[kind]

@@ -699,26 +699,18 @@ def _all_pairs_loss(
     return loss / len(groups), _entropy(torch.cat(logps)), greedy, float(value.mean())
 
 
-def train(
-    env: ConductorEnv,
-    policy: PuppeteerPolicy,
-    config: ReinforceConfig,
-    run_dir: str | Path,
-    eval_env: ConductorEnv | None = None,
-    logger: MetricLogger | None = None,
-    progress: Callable[[int, int, dict[str, float]], None] | None = None,
-    eval_n: int | None = None,
-    on_episode: Callable[[Episode], None] | None = None,
-    save_trajectories: bool = True,
-) -> TrainState:
-    """Train ``policy`` on ``env``; resumes from ``run_dir/checkpoint.pt`` when it exists.
+def _save_policy(policy: PuppeteerPolicy, where: Path, stop: Callable[[str], TrainingStopped]) -> None:
+    """Save the policy; a failed write (a full disk) stops training in one line, the checkpoint kept."""
+    try:
+        policy.save(where)
+    except CheckpointError as exc:
+        raise stop(str(exc)) from exc
+    except OSError as exc:
+        raise stop(f"could not write {where} ({exc.strerror or exc})") from exc
 
-    Every training episode is appended to ``run_dir/trajectories.jsonl`` unless ``save_trajectories``
-    is false (long runs on a replayed table write hundreds of MB there; results do not depend on it).
 
-    Raises :class:`TrainingStopped` (checkpoint saved, rerun to resume) when too many calls
-    fail or a run file cannot be written, :class:`CheckpointError` for an unusable checkpoint.
-    """
+def check_training(env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig) -> LamRange | None:
+    """Check that ``config`` fits ``env`` and ``policy``; raises before anything is written."""
     if config.baseline not in BASELINES:
         raise KeyError(f"unknown baseline {config.baseline!r}; known: {', '.join(BASELINES)}")
     if config.first_step == "all" and config.baseline != "group":
@@ -757,9 +749,6 @@ def train(
     if config.batch_episodes % config.group_size:
         raise ValueError("batch_episodes must be a multiple of group_size")
     lam_range = check_lam_conditioning(env, policy, config)
-    run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    ckpt_path, traj_path = run / "checkpoint.pt", run / "trajectories.jsonl"
     if config.init_first is not None:
         if config.first_step != "all" or config.second_step != "all" or env.config.k_available is not None:
             raise ValueError(
@@ -771,6 +760,43 @@ def train(
                 "trainer.init_first loads a one-call router as the first scorer: set "
                 "policy.step_heads=true and policy.one_call_first=true"
             )
+    return lam_range
+
+
+def check_resume(
+    run_dir: str | Path, env: ConductorEnv, policy: PuppeteerPolicy, config: ReinforceConfig
+) -> None:
+    """Raise unless ``run_dir`` is empty of checkpoints or holds one that this run may resume."""
+    path = Path(run_dir) / "checkpoint.pt"
+    if path.exists():
+        _check_resumable(_load_resumable(path), run_fingerprint(env, policy, config), config, path)
+
+
+def train(
+    env: ConductorEnv,
+    policy: PuppeteerPolicy,
+    config: ReinforceConfig,
+    run_dir: str | Path,
+    eval_env: ConductorEnv | None = None,
+    logger: MetricLogger | None = None,
+    progress: Callable[[int, int, dict[str, float]], None] | None = None,
+    eval_n: int | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
+    save_trajectories: bool = True,
+) -> TrainState:
+    """Train ``policy`` on ``env``; resumes from ``run_dir/checkpoint.pt`` when it exists.
+
+    Every training episode is appended to ``run_dir/trajectories.jsonl`` unless ``save_trajectories``
+    is false (long runs on a replayed table write hundreds of MB there; results do not depend on it).
+
+    Raises :class:`TrainingStopped` (checkpoint saved, rerun to resume) when too many calls
+    fail or a run file cannot be written, :class:`CheckpointError` for an unusable checkpoint.
+    """
+    lam_range = check_training(env, policy, config)
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    ckpt_path, traj_path = run / "checkpoint.pt", run / "trajectories.jsonl"
+    if config.init_first is not None:
         policy.freeze_first()
     trained = [p for p in policy.scorer.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
@@ -956,7 +982,7 @@ def train(
             metrics.update({f"eval/{k}": v for k, v in ev.items()})
             if ev["return"] > state.best and ev["calls"] > 0:  # a policy that calls nobody is never kept
                 state.best, state.best_update = ev["return"], state.update
-                policy.save(run / "best")
+                _save_policy(policy, run / "best", stop)
         state.history.append(metrics)
         if not collapse_told:
             told = watch.check(metrics, state.episodes, config.episodes)
@@ -979,7 +1005,7 @@ def train(
                 checkpoint(rng.bit_generator.state, gen.get_state())
             except CheckpointError as exc:
                 raise stop(str(exc)) from exc
-    policy.save(run / "final")
+    _save_policy(policy, run / "final", stop)
     close = getattr(envs, "close", None)  # Ray workers (they also end when the group is dropped)
     if callable(close):
         close()
