@@ -195,7 +195,8 @@ def _model(name: str, raw: Mapping[str, Any]) -> ModelSpec:
     where = f"model {name!r}"
     if not isinstance(raw, Mapping):
         raise PoolError(f"{where}: must be a mapping of fields, got {type(raw).__name__}")
-    params_b = _number(raw, "params_b", where, positive=True)
+    # 0: the size is not published (a closed model, a logged table); the flops cost model then prices 0
+    params_b = _number(raw, "params_b", where)
     if params_b is None:
         raise PoolError(f"{where} lacks field 'params_b'")
     return ModelSpec(

@@ -102,7 +102,7 @@ def test_train_entry_point_writes_results(tmp_path) -> None:
         == 0
     )
     results = json.loads((out / "results.json").read_text())
-    assert results["episodes"] == 64 and results["backend"] == "sim" and results["n_eval"] == 10
+    assert results["episodes"] == 70 and results["backend"] == "sim" and results["n_eval"] == 10
     assert (out / "learning_curve.png").stat().st_size > 1000
     assert (out / "final" / "policy.pt").exists()
 

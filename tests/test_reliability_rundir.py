@@ -21,6 +21,7 @@ from puppeteer.safeload import CheckpointError, atomic_torch_save
 ROOT = Path(__file__).resolve().parents[1]
 FAST = [
     "trainer.batch_episodes=16",
+    "trainer.first_step=sample",  # groups of trainer.group_size: the episodes asked for are the episodes run
     "policy.encoder=hashing",
     "policy.hidden=16",
     "suite.n_train=24",
