@@ -122,3 +122,19 @@ def test_the_fitted_rules_choose_on_the_training_items_of_the_sim(tmp_path: Path
     tasks = {t.id: t for t in load_suite("mix-paper", "test", n=12)}
     for d in lines:
         assert d["rule"] == expected[tasks[d["task_id"]].domain].text
+
+
+def test_ab_with_rules_compares_the_first_arm_with_the_best_rule_and_the_best_single_agent(
+    tmp_path: Path,
+) -> None:
+    from puppeteer.cli.analytics import rule_arms
+    from puppeteer.cli.app import main
+
+    assert rule_arms(200, "minutes") == ["best-rule:200:minutes", "best-single:200:minutes"]
+    assert rule_arms(50, None) == ["best-rule:50", "best-single:50"]
+    out = tmp_path / "ab"
+    argv = ["ab", "single:gemma3-27b-cot", "--rules", "--rule-items", "20", "--pool", "sim-paper"]
+    assert main([*argv, "--suite", "mix-paper", "--n", "8", "--out", str(out)]) == 0
+    report = (out / "arms.md").read_text()
+    assert "best-rule:20" in report and "best-single:20" in report
+    assert {p.name for p in out.glob("A_vs_*")} == {"A_vs_B", "A_vs_C"}
