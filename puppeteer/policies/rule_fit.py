@@ -3,10 +3,11 @@
 Every solver (an agent that does not read earlier work) answers each training item alone, through the
 ordinary evaluation (a pool's shipped outcome table replays these calls without a model; the simulator
 draws them). A rule's outcome on an item is then composed from those answers: its agents answer
-independently, as they do in step mode on a pool of independent solvers (``independent_solvers``; a
-simulated solver ignores earlier work anyway). Chains whose second agent reads the first answer (a
-verifier) come from the table's recorded two-step chains (``steps.jsonl.gz``) and enter the space only
-for kinds whose training items all have them.
+independently, as they do in step mode on a pool of independent solvers (``independent_solvers``: a
+later step's call is the single call, replayed, so the composition is exact; on the simulator a later
+step draws fresh per-call noise around the same skill, so it is right in distribution). Chains whose
+second agent reads the first answer (a verifier) come from the table's recorded two-step chains
+(``steps.jsonl.gz``) and enter the space only for kinds whose training items all have them.
 
 A rule's value is accuracy - lambda x mean cost per item in the run's cost model (:func:`rule_value`);
 the best of each kind wins, ties going to the cheaper, then to the fewer agents, then by name.
