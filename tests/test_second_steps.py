@@ -152,8 +152,9 @@ def test_every_shipped_second_step_replays_under_strict_replay(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A slice of the shipped chains (the first two recorded items of each chain and split), run again
-    as `chain:FIRST,SECOND` with strict replay: no model loads, every call comes from the table, and
-    the second step gives the recorded answer and grade. Fails when a prompt changes under the table."""
+    with strict replay as a `chain:FIRST,SECOND` workflow and as two steps of a step-wise policy: no
+    model loads, every call comes from the table, and the second step gives the recorded answer and
+    grade. Fails when a prompt changes under the table."""
     from puppeteer.evaluation import evaluate_policy
     from puppeteer.tasks import load_suite
 
@@ -190,7 +191,16 @@ def test_every_shipped_second_step_replays_under_strict_replay(
         assert res.n == len(items) and res.cache_misses == 0
         with (out / "trajectories.jsonl").open() as f:
             got = {d["task_id"]: d for d in map(json.loads, f)}
+        # the same chain as two steps of a step-wise policy (a rule that always calls the second)
+        stepwise = tmp_path / f"{split}-{first}-{second}-steps"
+        res = evaluate_policy(
+            f"rules:*={first}>{second}@always", pool, "mix-local", split=split, tasks=items,
+            progress=False, out_dir=stepwise,
+        )  # fmt: skip
+        assert res.n == len(items) and res.cache_misses == 0 and res.mean_calls == 2.0
+        with (stepwise / "trajectories.jsonl").open() as f:
+            steps = {d["task_id"]: d for d in map(json.loads, f)}
         for o in picked:
-            d = got[o.task_id]
-            assert d["steps"][1]["completion"]["text"] == o.response
-            assert (d["steps"][1]["answer"], d["correct"]) == (o.answer, o.correct), o.key
+            for d in (got[o.task_id], steps[o.task_id]):
+                assert d["steps"][1]["completion"]["text"] == o.response
+                assert (d["steps"][1]["answer"], d["correct"]) == (o.answer, o.correct), o.key
