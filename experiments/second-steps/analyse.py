@@ -83,7 +83,10 @@ def main() -> None:
     solvers = {a.name: a.model.name for i, a in enumerate(pool.agents) if not pool.reads_context(i)}
     by_kind = rates_by(steps, "domain")
     by_split = [
-        r for split in ("train", "test") for r in rates_by(steps, "domain", (split,)) if r.group == "all"
+        (split, r)
+        for split in ("train", "test")
+        for r in rates_by(steps, "domain", (split,))
+        if r.group == "all"
     ]
     pairs = error_correlations(outcomes, relations(solvers, FAMILIES))
     counts = Counter((o.split, o.first, o.agent) for o in steps)
@@ -92,9 +95,7 @@ def main() -> None:
         "backend": "llamacpp (replayed from agents/local-mix.replay)",
         "chains": {f"{s} {f} > {a}": n for (s, f, a), n in sorted(counts.items())},
         "rates_by_kind": [_rate_dict(r) for r in by_kind],
-        "rates_by_split": [
-            {**_rate_dict(r), "split": split} for r, split in zip(by_split, ("train", "test"), strict=False)
-        ],
+        "rates_by_split": [{**_rate_dict(r), "split": split} for split, r in by_split],
         "error_correlations": [asdict(c) for c in pairs],
     }
     (args.out / "second_steps.json").write_text(json.dumps(payload, indent=2) + "\n")
