@@ -204,3 +204,22 @@ def test_every_shipped_second_step_replays_under_strict_replay(
             for d in (got[o.task_id], steps[o.task_id]):
                 assert d["steps"][1]["completion"]["text"] == o.response
                 assert (d["steps"][1]["answer"], d["correct"]) == (o.answer, o.correct), o.key
+
+
+def test_the_outcomes_steps_command_builds_chains_after_each_kinds_best_first_agent(tmp_path: Path) -> None:
+    """``puppeteer outcomes build`` then ``outcomes steps`` on the simulator: with no ``--first``, each
+    kind's first agent is its best on the train items at ``--lam``."""
+    from puppeteer.cli.app import main
+
+    table, work = str(tmp_path / "t"), str(tmp_path / "w")
+    common = ["--pool", "sim-paper", "--suite", "arith", "--table", table, "--work", work]
+    for split in ("train", "test"):
+        argv = ["outcomes", "build", *common, "--shard", f"{split}:3", "--agents", "gpt5-cot,gemma3-27b-cot"]
+        assert main(argv) == 0
+    assert main(["outcomes", "steps", *common, "--shard", "test:3", "--second", "qwen3-32b-verify"]) == 0
+    best = first_agents(read_outcomes(table), "arith")["arith"][0]
+    rows = read_steps(table)
+    assert len(rows) == 3 and {(o.first, o.agent, o.split) for o in rows} == {
+        (best, "qwen3-32b-verify", "test")
+    }
+    assert main(["outcomes", "steps", *common, "--shard", "test:3", "--second", "x", "--first", "bad"]) == 2
