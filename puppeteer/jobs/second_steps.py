@@ -75,8 +75,8 @@ def first_agents(
 
 @dataclass(frozen=True)
 class KindChains:
-    """A workflow per item: the chain ``[first, second]`` of the item's kind (the ``index``-th first
-    agent named for it). The second step sees the first; the last answer counts."""
+    """A workflow per item: the chain ``[first, second]``, ``first`` named for the item's kind. The
+    second step sees the first; the last answer counts."""
 
     routes: tuple[tuple[str, str], ...]  # (kind, first agent)
     second: str
