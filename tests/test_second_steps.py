@@ -159,7 +159,7 @@ def test_every_shipped_second_step_replays_under_strict_replay(
     from puppeteer.tasks import load_suite
 
     monkeypatch.setenv("PUPPETEER_REPLAY", "strict")
-    pool = load_pool("local-mix")
+    pool = load_pool("local-mix-steps")
     assert pool.replay is not None
     rows = read_steps(pool.replay)
     if not rows:

@@ -73,7 +73,7 @@ def _relation_summary(pairs: list[PairCorrelation]) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pool", default="local-mix")
+    p.add_argument("--pool", default="local-mix-steps")
     p.add_argument("--out", type=Path, default=HERE / "results")
     args = p.parse_args()
     pool = load_pool(args.pool)
