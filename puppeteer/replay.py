@@ -10,6 +10,10 @@ A table is a folder (named by a pool's ``replay:`` field, beside its YAML) with 
   text and tokens. :class:`ReplayBackend` serves these in front of the pool's real backend, so
   ``eval``, ``train``, ``ab`` and the quickstart run every episode whose calls are in the table with
   no model loaded; a call that is not there goes to the real backend (``strict=True`` raises instead).
+- ``steps.jsonl.gz`` (optional): one row per two-step chain ``(suite, split, task_id, first, agent)``:
+  the first agent's call replayed from the table, then a second agent that reads it (a verifier or a
+  reviser), called for real. The second call's prompt is fixed by the item and the first response, so
+  its response (in ``responses.jsonl.gz``) replays exactly whenever that chain runs again.
 
 Both files are written sorted, so a table grows by shards with readable diffs of its row counts and
 the same rows always give the same bytes.
@@ -34,6 +38,7 @@ from puppeteer.types import Completion, CompletionRequest
 
 OUTCOMES_FILE = "outcomes.jsonl.gz"
 RESPONSES_FILE = "responses.jsonl.gz"
+STEPS_FILE = "steps.jsonl.gz"
 
 
 class ReplayMiss(RunStopped, LookupError):
@@ -66,6 +71,37 @@ class Outcome:
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.suite, self.split, self.task_id, self.agent)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """A second agent's call on one item after a first agent's answer (a two-step chain).
+
+    ``answer`` is the second call's own extracted answer (None: it stated none); ``correct`` grades the
+    chain's final answer, the last one given (the first answer stands where the second gave none).
+    ``first_answer`` and ``first_correct`` are the first call's, as the table's :class:`Outcome` holds them.
+    """
+
+    suite: str
+    split: str
+    task_id: str
+    domain: str
+    first: str
+    agent: str
+    correct: bool
+    answer: str | None
+    first_correct: bool
+    first_answer: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    model_s: float  # the second call's single-stream seconds at the pool's declared speeds
+    truncated: bool
+    error: str | None = None
+    response: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.suite, self.split, self.task_id, self.first, self.agent)
 
 
 @dataclass(frozen=True)
@@ -184,6 +220,18 @@ def write_outcomes(root: str | Path, rows: Iterable[Outcome]) -> int:
     merged = {o.key: o for o in read_outcomes(root)}
     merged.update((o.key, o) for o in rows)
     _write_rows(Path(root) / OUTCOMES_FILE, (asdict(merged[k]) for k in sorted(merged)))
+    return len(merged)
+
+
+def read_steps(root: str | Path) -> tuple[StepOutcome, ...]:
+    return tuple(_read_rows(Path(root) / STEPS_FILE, StepOutcome))
+
+
+def write_steps(root: str | Path, rows: Iterable[StepOutcome]) -> int:
+    """Merge ``rows`` into the table's two-step chains (a new row replaces an old one with its key)."""
+    merged = {o.key: o for o in read_steps(root)}
+    merged.update((o.key, o) for o in rows)
+    _write_rows(Path(root) / STEPS_FILE, (asdict(merged[k]) for k in sorted(merged)))
     return len(merged)
 
 

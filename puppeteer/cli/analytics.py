@@ -32,13 +32,13 @@ def lam_list(text: str) -> list[float]:
 
 # ----------------------------------------------------------------------------- ab
 def configure_ab(p: argparse.ArgumentParser) -> None:
-    from puppeteer.policies.baselines import SPEC_FORMS
+    from puppeteer.policies.registry import REGISTRY
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = (
         "Each arm: a policy spec or a finished eval run directory. Two arms: the paired A/B (ab.md, "
         "ab.json, ab.png). Three or more: each against the first (arms.md, arms.json, arms.png, and "
-        "A_vs_<label>/ab.*). Policy specs:\n  " + "\n  ".join(SPEC_FORMS)
+        "A_vs_<label>/ab.*). Policy specs:\n  " + "\n  ".join(REGISTRY.spec_forms())
     )
     p.add_argument("arms", nargs="+", metavar="ARM", help="arms A B [C ...]: policy specs or run directories")
     p.add_argument("--pool", default="sim-paper", help="pool name or YAML path (for spec arms)")
@@ -51,6 +51,27 @@ def configure_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", default=None, help="SQLite response cache (model-calling pools)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--out", default=None, help="output directory (default runs/ab/<A>_vs_<B>)")
+    p.add_argument(
+        "--rules",
+        action="store_true",
+        help="also run the best rule and the best single agent (best-rule, best-single: chosen on the "
+        "suite's training items at --lam) as arms after the given ones, each compared with the first arm",
+    )
+    p.add_argument(
+        "--rule-items", type=int, default=200, help="with --rules: training items they are chosen on"
+    )
+    p.add_argument(
+        "--rule-cost",
+        default=None,
+        help="with --rules: the cost model lambda prices when choosing them (tokens, minutes, ...; "
+        "default the run's, tokens)",
+    )
+
+
+def rule_arms(items: int, cost: str | None) -> list[str]:
+    """The rule arms ``--rules`` adds: the best rule, then the best single agent."""
+    tail = f":{items}" + (f":{cost}" if cost else "")
+    return [f"best-rule{tail}", f"best-single{tail}"]
 
 
 def ab_command(args: argparse.Namespace, console: Console) -> int:
@@ -60,6 +81,11 @@ def ab_command(args: argparse.Namespace, console: Console) -> int:
     from puppeteer.evaluation import slug
     from puppeteer.pool import load_pool
 
+    if args.rules:
+        args.arms = [
+            *args.arms,
+            *(a for a in rule_arms(args.rule_items, args.rule_cost) if a not in args.arms),
+        ]
     if len(args.arms) < 2:
         raise UserError(
             f"ab needs at least two arms (policy specs), got {len(args.arms)}: {' '.join(args.arms)}"

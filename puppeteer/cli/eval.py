@@ -43,10 +43,10 @@ def apply_replay_flag(args: argparse.Namespace) -> None:
 
 
 def configure_eval(p: argparse.ArgumentParser) -> None:
-    from puppeteer.policies.baselines import SPEC_FORMS
+    from puppeteer.policies.registry import REGISTRY
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = "policy specs:\n  " + "\n  ".join(SPEC_FORMS)
+    p.epilog = "policy specs:\n  " + "\n  ".join(REGISTRY.spec_forms())
     p.add_argument("--pool", required=True, help="pool name (agents/<name>.yaml) or a YAML path")
     p.add_argument("--suite", required=True, help="suite name (envs/<name>.yaml)")
     p.add_argument("--policy", required=True, help="policy spec, see below")

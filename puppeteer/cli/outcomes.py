@@ -1,5 +1,6 @@
-"""``puppeteer outcomes``: build a pool's shipped outcome table (every agent alone on every item), show it;
-import a table of logged outcomes; run the field's routers and the learned router on it."""
+"""``puppeteer outcomes``: build a pool's shipped outcome table (every agent alone on every item, and
+two-step chains on top), show it; import a table of logged outcomes; run the field's routers and the
+learned router on it."""
 
 from __future__ import annotations
 
@@ -32,6 +33,33 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
     build.add_argument("--table", default=None, help="table folder (default: the pool's replay folder)")
     build.add_argument("--work", default="runs/outcomes", help="scratch: the response cache and runs")
     build.add_argument(
+        "--concurrency", type=positive_int, default=16, help="items at once (batched decoding)"
+    )
+    steps = sub.add_parser(
+        "steps",
+        help="record two-step chains (a first answer from the table, then a verifier or reviser, called "
+        "for real) on some shards; merge into the pool's table",
+    )
+    steps.add_argument("--pool", required=True, help="a pool with a replay: folder (or give --table)")
+    steps.add_argument("--suite", required=True)
+    steps.add_argument(
+        "--shard", action="append", required=True, help="SPLIT:N, the first N items of a split; repeatable"
+    )
+    steps.add_argument("--second", required=True, help="comma-separated second agents (verifiers, revisers)")
+    steps.add_argument(
+        "--first",
+        default=None,
+        help="KIND=A[+B],... the first agents per kind (default: each kind's best on the train items at "
+        "each --lam)",
+    )
+    steps.add_argument(
+        "--lam",
+        default="0",
+        help="comma-separated prices per model minute at which each kind's best first agent is chosen",
+    )
+    steps.add_argument("--table", default=None, help="table folder (default: the pool's replay folder)")
+    steps.add_argument("--work", default="runs/outcomes", help="scratch: the response cache and runs")
+    steps.add_argument(
         "--concurrency", type=positive_int, default=16, help="items at once (batched decoding)"
     )
     show = sub.add_parser("show", help="the per-agent table of a pool's outcome table, as markdown")
@@ -241,6 +269,8 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
         return 0
     from puppeteer.jobs.outcomes import Shard, build
 
+    if args.outcomes_cmd == "steps":
+        return _steps(args, pool.name, table, console)
     shards = [Shard.parse(s) for s in args.shard]
     build(
         args.pool,
@@ -249,6 +279,39 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
         table,
         Path(args.work) / pool.name / args.suite,
         agents=args.agents.split(",") if args.agents else None,
+        concurrency=args.concurrency,
+        progress=console.is_terminal,
+    )
+    console.print(f"table: {table}")
+    return 0
+
+
+def _steps(args: argparse.Namespace, pool_name: str, table: object, console: Console) -> int:
+    from pathlib import Path
+
+    from puppeteer.jobs.outcomes import Shard
+    from puppeteer.jobs.second_steps import build_steps, first_agents, parse_firsts
+    from puppeteer.replay import read_outcomes
+
+    try:
+        shards = [Shard.parse(s) for s in args.shard]
+        lams = [float(x) for x in args.lam.split(",") if x.strip()]
+        firsts = (
+            parse_firsts(args.first)
+            if args.first
+            else first_agents(read_outcomes(Path(str(table))), args.suite, lams)
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    console.print("first agents: " + ", ".join(f"{k}={'+'.join(a)}" for k, a in firsts.items()))
+    build_steps(
+        args.pool,
+        args.suite,
+        shards,
+        Path(str(table)),
+        Path(args.work) / pool_name / args.suite,
+        seconds=[s.strip() for s in args.second.split(",") if s.strip()],
+        firsts=firsts,
         concurrency=args.concurrency,
         progress=console.is_terminal,
     )

@@ -27,6 +27,7 @@ from typing import Any
 
 from puppeteer.policies.baselines import PARSERS, SPEC_FORMS, SpecError
 from puppeteer.policies.protocol import Policy, as_policy
+from puppeteer.policies.rules import RULE_KINDS, RULE_SPEC_FORMS
 from puppeteer.pool import Pool
 
 Factory = Callable[[str, Pool, int], Any]
@@ -117,8 +118,8 @@ class PolicyRegistry:
 
 def default_registry() -> PolicyRegistry:
     """The built-in kinds: the baselines, the trained puppeteer, SB3 models and the conductors."""
-    registry = PolicyRegistry(forms=list(SPEC_FORMS))  # the conductor:grpo line is among them
-    for kind, parser in PARSERS.items():
+    registry = PolicyRegistry(forms=[*SPEC_FORMS, *RULE_SPEC_FORMS])  # the conductor:grpo line is among them
+    for kind, parser in (*PARSERS.items(), *RULE_KINDS.items()):
         registry.register(kind, parser)
     for kind, target in _BUILTIN_LAZY.items():
         registry.register(kind, target)
