@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from puppeteer.evaluation import evaluate_policy
 from puppeteer.pool import Pool, load_pool
@@ -49,40 +50,44 @@ def cost_order(pool: Pool, agents: Sequence[str]) -> list[str]:
     return sorted(agents, key=est)
 
 
-def outcomes_of_run(run_dir: Path, pool: Pool, agent: str, split: str) -> list[Outcome]:
-    rows = []
+def trajectory_records(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Each episode of a finished run's ``trajectories.jsonl``, as a dict (blank lines skipped)."""
     with (run_dir / "trajectories.jsonl").open() as f:
         for line in f:
-            if not line.strip():
-                continue
-            d = json.loads(line)
-            steps = d["steps"]
-            comp = steps[0]["completion"] if steps else None
-            model_s = (
-                pool.agent(pool.index(agent)).model.model_seconds(
-                    comp["prompt_tokens"], comp["completion_tokens"]
-                )
-                if comp
-                else 0.0
+            if line.strip():
+                yield json.loads(line)
+
+
+def outcomes_of_run(run_dir: Path, pool: Pool, agent: str, split: str) -> list[Outcome]:
+    rows = []
+    for d in trajectory_records(run_dir):
+        steps = d["steps"]
+        comp = steps[0]["completion"] if steps else None
+        model_s = (
+            pool.agent(pool.index(agent)).model.model_seconds(
+                comp["prompt_tokens"], comp["completion_tokens"]
             )
-            rows.append(
-                Outcome(
-                    suite=d["suite"],
-                    split=split,
-                    task_id=d["task_id"],
-                    domain=d.get("domain") or d["task_id"].split("/")[0],
-                    agent=agent,
-                    correct=bool(d["correct"]),
-                    answer=d["final_answer"],
-                    prompt_tokens=int(comp["prompt_tokens"]) if comp else 0,
-                    completion_tokens=int(comp["completion_tokens"]) if comp else 0,
-                    model_s=round(float(model_s or 0.0), 3),
-                    truncated=bool(comp["truncated"]) if comp else False,
-                    tool_calls=int(steps[0].get("tool_calls", 0)) if steps else 0,
-                    error=d.get("error"),
-                    response=comp["text"] if comp else "",
-                )
+            if comp
+            else 0.0
+        )
+        rows.append(
+            Outcome(
+                suite=d["suite"],
+                split=split,
+                task_id=d["task_id"],
+                domain=d.get("domain") or d["task_id"].split("/")[0],
+                agent=agent,
+                correct=bool(d["correct"]),
+                answer=d["final_answer"],
+                prompt_tokens=int(comp["prompt_tokens"]) if comp else 0,
+                completion_tokens=int(comp["completion_tokens"]) if comp else 0,
+                model_s=round(float(model_s or 0.0), 3),
+                truncated=bool(comp["truncated"]) if comp else False,
+                tool_calls=int(steps[0].get("tool_calls", 0)) if steps else 0,
+                error=d.get("error"),
+                response=comp["text"] if comp else "",
             )
+        )
     return rows
 
 

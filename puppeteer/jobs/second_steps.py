@@ -18,7 +18,6 @@ is merged after each (shard, agent): a killed build resumes where it stopped.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from puppeteer.evaluation import evaluate_policy
-from puppeteer.jobs.outcomes import Shard, cost_order
+from puppeteer.jobs.outcomes import Shard, cost_order, trajectory_records
 from puppeteer.pool import Pool, load_pool
 from puppeteer.replay import Outcome, StepOutcome, export_responses, read_outcomes, read_steps, write_steps
 from puppeteer.tasks.suites import load_suite
@@ -97,45 +96,41 @@ def steps_of_run(
 ) -> list[StepOutcome]:
     """The chains of a finished run as rows; ``firsts`` maps (task id, first agent) to its table row."""
     rows = []
-    with (run_dir / "trajectories.jsonl").open() as f:
-        for line in f:
-            if not line.strip():
-                continue
-            d = json.loads(line)
-            steps = d["steps"]
-            if len(steps) != 2:
-                raise ValueError(f"{run_dir}: {d['task_id']} ran {len(steps)} steps, not a two-step chain")
-            first = firsts[(d["task_id"], steps[0]["agent_name"])]
-            if steps[0]["answer"] != first.answer or steps[0]["completion"]["text"] != first.response:
-                raise ValueError(
-                    f"{d['task_id']}: {first.agent}'s first call did not replay its table row; "
-                    "the chain's second prompt would not be the recorded one"
-                )
-            second, comp = steps[1], steps[1]["completion"]
-            agent = second["agent_name"]
-            model_s = pool.agent(pool.index(agent)).model.model_seconds(
-                comp["prompt_tokens"], comp["completion_tokens"]
+    for d in trajectory_records(run_dir):
+        steps = d["steps"]
+        if len(steps) != 2:
+            raise ValueError(f"{run_dir}: {d['task_id']} ran {len(steps)} steps, not a two-step chain")
+        first = firsts[(d["task_id"], steps[0]["agent_name"])]
+        if steps[0]["answer"] != first.answer or steps[0]["completion"]["text"] != first.response:
+            raise ValueError(
+                f"{d['task_id']}: {first.agent}'s first call did not replay its table row; "
+                "the chain's second prompt would not be the recorded one"
             )
-            rows.append(
-                StepOutcome(
-                    suite=d["suite"],
-                    split=split,
-                    task_id=d["task_id"],
-                    domain=first.domain,
-                    first=first.agent,
-                    agent=agent,
-                    correct=bool(d["correct"]),
-                    answer=second["answer"],
-                    first_correct=first.correct,
-                    first_answer=first.answer,
-                    prompt_tokens=int(comp["prompt_tokens"]),
-                    completion_tokens=int(comp["completion_tokens"]),
-                    model_s=round(float(model_s or 0.0), 3),
-                    truncated=bool(comp["truncated"]),
-                    error=d.get("error"),
-                    response=comp["text"],
-                )
+        second, comp = steps[1], steps[1]["completion"]
+        agent = second["agent_name"]
+        model_s = pool.agent(pool.index(agent)).model.model_seconds(
+            comp["prompt_tokens"], comp["completion_tokens"]
+        )
+        rows.append(
+            StepOutcome(
+                suite=d["suite"],
+                split=split,
+                task_id=d["task_id"],
+                domain=first.domain,
+                first=first.agent,
+                agent=agent,
+                correct=bool(d["correct"]),
+                answer=second["answer"],
+                first_correct=first.correct,
+                first_answer=first.answer,
+                prompt_tokens=int(comp["prompt_tokens"]),
+                completion_tokens=int(comp["completion_tokens"]),
+                model_s=round(float(model_s or 0.0), 3),
+                truncated=bool(comp["truncated"]),
+                error=d.get("error"),
+                response=comp["text"],
             )
+        )
     return rows
 
 
