@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,8 @@ from puppeteer.replay import (
 )
 from puppeteer.trajectories import read_trajectories
 from tests.test_cache import CountingBackend, req
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _filled_table(tmp_path: Path) -> tuple[Path, CountingBackend]:
@@ -224,13 +227,10 @@ def test_the_quickstart_at_its_defaults_beats_the_best_single_agent_held_out(
 ) -> None:
     """README's first command, replayed and strict (no model; ~5 min on 2 cores): REINFORCE on 200 training
     items routes all 320 held-out items of mix-local by kind, and the decision after its call, learned on
-    top of it, escalates HumanEval answers that fail their examples (experiments/local-mix/README.md section
-    7). Measured
-    with seed 0: the router alone 211/320 at 10.0 model s, with the second stage 216/320 at 10.7 (1.05
-    calls), against 199/320 at 12.0 for the best single agent (`qwen1.5b-pot`), exact McNemar p = 0.0046.
-    Seeds 1 / 2: 0.662 / 0.650 (experiments/quickstart/results/). A router that sends everything to one
-    agent scores at
-    most 0.622 at 1.0x and fails."""
+    top of it, escalates HumanEval answers that fail their examples (experiments/local-mix/README.md
+    section 7). The trained rows equal the shipped report's (experiments/quickstart/results/results.json,
+    seed 0: 218/320 at 10.7 model s, the router alone 213/320), against 199/320 at 12.0 for the best
+    single agent (`qwen1.5b-pot`). A router that sends everything to one agent scores at most 0.622."""
     from rich.console import Console
 
     from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
@@ -247,3 +247,9 @@ def test_the_quickstart_at_its_defaults_beats_the_best_single_agent_held_out(
     alone = rows["puppeteer (one call: the first stage)"]
     assert trained["accuracy"] >= best["accuracy"] + 0.04 and trained["accuracy"] > alone["accuracy"]
     assert trained["model_s"] <= 0.93 * best["model_s"] and 1.0 < trained["calls"] < 1.15
+    shipped = json.loads((ROOT / "experiments" / "quickstart" / "results" / "results.json").read_text())
+    for row in shipped["results"]:  # the shipped report is what the code produces now
+        if row["policy"] in rows:
+            got = rows[row["policy"]]
+            assert (got["accuracy"], got["calls"]) == (row["accuracy"], row["calls"]), row["policy"]
+            assert got["model_s"] == pytest.approx(row["model_s"], rel=1e-9), row["policy"]
