@@ -289,20 +289,30 @@ def shrink_eval(argv: list[str], tmp: Path) -> list[str]:
     return [*_set(_set(argv, "--n", "4"), "--out", str(tmp / "eval")), "--quiet"]
 
 
+TINY_TRAINING = {  # a handful of episodes of a tiny policy: what a documented `train` is shrunk to
+    "trainer.episodes": "8",
+    "trainer.batch_episodes": "8",
+    "trainer.group_size": "4",
+    "trainer.eval_every": "1",
+    "policy.encoder": "hashing",
+    "policy.hidden": "16",
+    "wandb.enabled": "false",
+}
+
+
 def shrink_train(argv: list[str], tmp: Path) -> list[str]:
     # the suite keeps its default sizes: they must fit the suite (mix-paper's test split holds 150)
-    tiny = {
-        "trainer.episodes": "8",
-        "trainer.batch_episodes": "8",
-        "trainer.group_size": "4",
-        "trainer.eval_every": "1",
-        "policy.encoder": "hashing",
-        "policy.hidden": "16",
-        "wandb.enabled": "false",
-        "hydra.run.dir": str(tmp / "run"),
-        "hydra.sweep.dir": str(tmp / "sweep"),
-    }
+    tiny = {**TINY_TRAINING, "hydra.run.dir": str(tmp / "run"), "hydra.sweep.dir": str(tmp / "sweep")}
     for key, value in tiny.items():
+        argv = _override(argv, key, value)
+    return argv
+
+
+def shrink_sweep(argv: list[str], tmp: Path) -> list[str]:
+    """Each training run of a step-wise sweep as a short one (the documented budget is the study's)."""
+    if "conductor" in argv:
+        return argv
+    for key, value in (("trainer.episodes", "64"), ("trainer.batch_episodes", "32"), ("trainer.group_size", "4")):
         argv = _override(argv, key, value)
     return argv
 
@@ -323,6 +333,7 @@ SHRINK: dict[str, Callable[[list[str], Path], list[str]]] = {
     "pool": shrink_pool,
     "eval": shrink_eval,
     "train": shrink_train,
+    "sweep": shrink_sweep,
 }
 
 
