@@ -312,7 +312,8 @@ def shrink_sweep(argv: list[str], tmp: Path) -> list[str]:
     """Each training run of a step-wise sweep as a short one (the documented budget is the study's)."""
     if "conductor" in argv:
         return argv
-    for key, value in (("trainer.episodes", "64"), ("trainer.batch_episodes", "32"), ("trainer.group_size", "4")):
+    short = {"trainer.episodes": "64", "trainer.batch_episodes": "32", "trainer.group_size": "4"}
+    for key, value in short.items():
         argv = _override(argv, key, value)
     return argv
 
