@@ -169,7 +169,7 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         RealModels("calls a real local llama.cpp model (one generation, ~1 min on 2 cores)", slow=True),
     ),
     (
-        r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$",
+        r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$|^outcomes( (import|export|routers|steps))?$",
         RealModels("a mention of the sub-command in prose, not a command", slow=False),
     ),
     (
@@ -251,8 +251,17 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
-        r"^outcomes build\b",
-        RealModels("runs every agent on real models to extend a shipped outcome table (hours)", slow=False),
+        r"runs/field-routers\b",
+        RealModels(
+            "reads the table the page's convert.py writes (minutes of routers on 5,989 queries); "
+            "tests/test_outcomes_import.py and tests/test_bench_routers.py run the same commands on a toy "
+            "table",
+            slow=False,
+        ),
+    ),
+    (
+        r"\boutcomes (build|steps)\b",
+        RealModels("runs agents on real models to extend a shipped outcome table (hours)", slow=False),
     ),
     (
         # `local-mix` is not here: its calls replay from the shipped outcome table, so its commands run
