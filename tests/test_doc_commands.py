@@ -165,10 +165,6 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
-        r"^run --pool local\b",
-        RealModels("calls a real local llama.cpp model (one generation, ~1 min on 2 cores)", slow=True),
-    ),
-    (
         r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$|^outcomes( (import|export|routers|steps))?$",
         RealModels("a mention of the sub-command in prose, not a command", slow=False),
     ),
