@@ -101,6 +101,17 @@ def per_item(run_dir: Path, pool: Pool) -> pd.DataFrame:
     return pd.DataFrame(rows).drop_duplicates("task_id").set_index("task_id").sort_index()
 
 
+# the learner these studies ran with (the training defaults before `puppeteer train` took the
+# routing learner's): pinned, so their committed results stay reproducible; later overrides win
+STUDY_LEARNER = (
+    "trainer.first_step=sample",
+    "trainer.entropy_coef=0.01",
+    "trainer.entropy_final_fraction=1.0",
+    "policy.task_dims=null",
+    "policy.state_encoder=same",
+)
+
+
 def train(args: argparse.Namespace, out: Path, pool: Pool) -> None:
     overrides = [
         f"pool={args.pool}",
@@ -119,6 +130,7 @@ def train(args: argparse.Namespace, out: Path, pool: Pool) -> None:
         f"trainer.episodes={args.episodes}",
         "trainer.batch_episodes=64",
         "trainer.eval_every=4",
+        *STUDY_LEARNER,
         *args.overrides,
     ]
     lams = [float(x) for x in args.lam.split(",")]
