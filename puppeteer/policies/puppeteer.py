@@ -34,9 +34,10 @@ import copy
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -68,16 +69,10 @@ def state_window(state: str) -> str:
     return state[-STATE_WINDOW:] if state else "(nothing yet)"
 
 
-STATE_ENCODERS = ("same", "hashing")
-
-
-def state_encoder_for(name: str, encoder: CachedEncoder) -> CachedEncoder:
-    """The transcript's encoder: ``encoder`` itself, or hashed n-grams of the same dimension."""
-    if name == "same":
-        return encoder
-    if name == "hashing":
-        return hashing_encoder(dim=encoder.dim)
-    raise ValueError(f"policy.state_encoder: unknown {name!r}; known: {', '.join(STATE_ENCODERS)}")
+# what embeds the transcript, given the question's encoder (PolicyConfig.state_encoder)
+STATE_ENCODERS: Mapping[str, Callable[[CachedEncoder], CachedEncoder]] = MappingProxyType(
+    {"same": lambda encoder: encoder, "hashing": lambda encoder: hashing_encoder(dim=encoder.dim)}
+)
 
 
 @dataclass(frozen=True)
@@ -527,7 +522,7 @@ class PuppeteerPolicy:
         self.pool = pool
         self.config = config
         self.encoder = encoder or make_encoder(config.encoder, **dict(config.encoder_options))
-        self.state_encoder = state_encoder_for(config.state_encoder, self.encoder)
+        self.state_encoder = STATE_ENCODERS[config.state_encoder](self.encoder)
         cards = None
         if config.cards:
             raw = pool_cards(pool)
