@@ -111,6 +111,7 @@ def test_kill_9_during_a_checkpoint_write_loses_nothing_before_it(tmp_path: Path
         import os, signal, sys
         import torch
         import puppeteer.safeload as safeload
+        torch.set_num_threads({torch.get_num_threads()})  # the parent's: same float sums, same losses
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import test_reliability_training as t
         saves = []

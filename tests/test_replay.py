@@ -153,8 +153,14 @@ def test_the_shipped_local_mix_table_replays_every_agent_exactly(
             f"single:{agent}", pool, "mix-local", tasks=items, max_steps=1, progress=False, out_dir=out
         )
         assert res.n == len(items) and res.cache_misses == 0
-        replayed = {t.task_id: t.correct for t in read_trajectories(out / "trajectories.jsonl")}
-        assert replayed == graded, agent
+        runs = {t.task_id: t for t in read_trajectories(out / "trajectories.jsonl")}
+        differ = {
+            t: (graded[t], r.final_answer, r.steps[-1].completion.text[-300:] if r.steps else None)
+            for t, r in runs.items()
+            if r.correct != graded.get(t)
+        }
+        assert set(runs) == set(graded), agent
+        assert not differ, f"{agent}: (table's grade, replayed answer, response tail) {differ}"
 
 
 def test_outcomes_build_fills_a_table_by_shards_and_skips_finished_agents(tmp_path: Path) -> None:
