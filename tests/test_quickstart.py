@@ -12,7 +12,8 @@ import pytest
 import yaml
 from rich.console import Console
 
-from puppeteer.jobs.quickstart import QuickstartConfig, cost_axis, headline, run_quickstart
+from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
+from puppeteer.jobs.quickstart_report import cost_axis, headline, pooled_mcnemar
 from puppeteer.pool import load_pool
 from puppeteer.stats import mcnemar_exact
 from puppeteer.tasks import load_suite
@@ -29,6 +30,7 @@ SIM = QuickstartConfig(
     encoder="hashing",
     cost_model="tokens",  # sim-paper declares no model speeds
     baselines=("single:gemma3-27b-cot", "random"),
+    rules=(),  # the fitted rules: their own test below
     # the settings for a few items: lambda per thousand tokens, sampled first steps, the whole question
     lam=0.1,
     batch_episodes=64,
@@ -199,3 +201,66 @@ def test_the_command_keeps_training_trajectories_only_on_request(monkeypatch: py
     assert main(["quickstart", "--episodes", "8"]) == 0
     assert main(["quickstart", "--episodes", "8", "--trajectories"]) == 0
     assert [c.trajectories for c in seen] == [False, True] and seen[0].episodes == 8
+
+
+def test_over_seeds_the_headline_gives_the_mean_and_the_worst_against_the_rule_and_the_single() -> None:
+    rows = [
+        {"policy": "puppeteer (trained) seed 3", "accuracy": 0.70, "model_s": 10.0, "tokens": 1.0},
+        {"policy": "puppeteer (trained) seed 4", "accuracy": 0.60, "model_s": 14.0, "tokens": 1.0},
+        {"policy": "best-rule:200", "accuracy": 0.68, "model_s": 10.0, "tokens": 1.0},
+        {"policy": "best-single:200", "accuracy": 0.62, "model_s": 12.0, "tokens": 1.0},
+        {"policy": "random", "accuracy": 0.35, "model_s": 12.0, "tokens": 1.0},
+    ]
+    # mean 0.65 at 12 s; against the rule +2 and -8 points (mean -3.0, worst -8.0), 12/10 = 1.20x;
+    # against the single +8 and -2 (mean +3.0, worst -2.0), 12/12 = 1.00x
+    assert headline(rows) == (
+        "Over 2 seeds the trained router scores 0.650 on average (worst seed 0.600) at 12.0 model s per "
+        "item; the best rule, best-rule:200, 0.68 at 10.0: -3.0 points on average, -8.0 for the worst seed, "
+        "at 1.20x its model s; the best single agent, best-single:200, 0.62 at 12.0: +3.0 points on "
+        "average, -2.0 for the worst seed, at 1.00x its model s."
+    )
+
+
+def test_the_pooled_test_pairs_every_seed_with_the_reference_on_the_items_both_graded() -> None:
+    rule = {"a": True, "b": True, "c": False, "d": False}
+    seed_1 = {"a": True, "b": False, "c": True, "d": True}  # 1 lost, 2 won
+    seed_2 = {"a": False, "b": True, "c": True, "x": True}  # 1 lost, 1 won; "x" unpaired
+    test = pooled_mcnemar([seed_1, seed_2], rule)
+    assert (test.n, test.only_a, test.only_b) == (7, 2, 3)
+    assert test.p_value == pytest.approx(1.0)  # 3 of 5 discordant pairs: binomial two-sided p = 1
+
+
+def test_several_seeds_and_the_fitted_rules_in_one_run(tmp_path: Path) -> None:
+    """--seeds 2: two routers (their own train/, policy/ and evaluation folders), the rules fitted on the
+    same training items and evaluated once, and the headline's pooled test recomputed from the rows'
+    per-item grades."""
+    cfg = replace(SIM, seeds=2, seed=5, rules=("best-rule", "best-single"), baselines=("random",))
+    with (tmp_path / "log").open("w") as log:
+        summary = run_quickstart(cfg, tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
+    names = [r["policy"] for r in summary["results"]]
+    assert names == [
+        "puppeteer (trained) seed 5",
+        "puppeteer (trained) seed 6",
+        f"best-rule:{SIM.n_train}",
+        f"best-single:{SIM.n_train}",
+        "random",
+    ]
+    assert summary["seeds"] == [5, 6]
+    for seed in (5, 6):
+        assert (tmp_path / f"seed{seed}" / "policy" / "policy.pt").exists()
+        assert (tmp_path / "eval" / f"puppeteer-seed{seed}" / "trajectories.jsonl").exists()
+    grades = {
+        folder: {
+            t.task_id: t.correct for t in read_trajectories(tmp_path / "eval" / folder / "trajectories.jsonl")
+        }
+        for folder in ("puppeteer-seed5", "puppeteer-seed6", f"best-rule_{SIM.n_train}")
+    }
+    test = pooled_mcnemar(
+        [grades["puppeteer-seed5"], grades["puppeteer-seed6"]], grades[f"best-rule_{SIM.n_train}"]
+    )
+    assert test.n == 2 * SIM.n_eval
+    assert summary["headline"].startswith("Over 2 seeds the trained router scores")
+    assert f"(exact McNemar p = {test.p_value:.2g}, {test.n} (seed, item) pairs)" in summary["headline"]
+    assert "Seeds 5 to 6" in (tmp_path / "report.md").read_text()
+    single = next(r for r in summary["results"] if r["policy"].startswith("best-single"))
+    assert single["calls"] == 1.0

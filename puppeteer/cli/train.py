@@ -60,6 +60,13 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=d.seeds,
+        help="routers to train (seeds SEED, SEED+1, ...): the headline gives their mean and worst seed "
+        "against the best rule and the best single agent (about 6 min a seed on the replayed table)",
+    )
     p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: every CPU)")
     p.add_argument(
         "--no-batching",
@@ -88,6 +95,7 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
         after_call_episodes=args.after_call_episodes,
         encoder=args.encoder,
         seed=args.seed,
+        seeds=args.seeds,
         n_threads=args.threads,
         batching=args.batching,
         trajectories=args.trajectories,

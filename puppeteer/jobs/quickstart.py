@@ -29,6 +29,7 @@ from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.envbuild import BackendSpec, EnvConfig, build_env
 from puppeteer.evaluation import EvalResult, evaluate_policy
 from puppeteer.jobs.builder import StepJob
+from puppeteer.jobs.quickstart_report import ONE_CALL, TRAINED, UNITS, cost_axis, headline, trained_rows
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.progress import ProgressReporter
@@ -38,10 +39,6 @@ from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ROUNDED_UP, Episode, ReinforceConfig, TrainState, train
 from puppeteer.trajectories import read_trajectories
 from puppeteer.types import Task
-
-TRAINED = "puppeteer (trained)"
-ONE_CALL = "puppeteer (one call: the first stage)"
-UNITS = {"model_s": "model s", "tokens": "tokens"}  # the short name of each cost a report compares on
 
 
 @dataclass(frozen=True)
@@ -97,7 +94,15 @@ class QuickstartConfig:
         "single:qwen0.5b-direct",
         "random",
     )
+    # the rules a learned router has to beat, chosen on the run's training items at its lambda and cost
+    # model with no learning (puppeteer/policies/rule_fit.py): per kind the best of one agent, an
+    # escalation on an answer signal, a recorded chain or a vote of three; and the best single agent
+    rules: tuple[str, ...] = ("best-rule", "best-single")
+    rule_max_steps: int = 3  # the rules' own call budget (a vote of three)
     seed: int = 0
+    # routers trained: seeds seed, seed + 1, ...; the report gives each seed's row and the headline the
+    # mean and the worst seed against the best rule and the best single agent (each seed about 6 min)
+    seeds: int = 1
     n_threads: int | None = None  # llama.cpp threads; None = all available CPUs
     # llama.cpp decodes the pending calls of a model together; False: one call at a time,
     # the path before batching, kept for side-by-side benchmarks (benchmarks/bench_end_to_end.py)
@@ -126,6 +131,12 @@ class QuickstartConfig:
     # episodes wrote 423 MB); the held-out evaluations always keep theirs (eval/*/trajectories.jsonl)
     trajectories: bool = False
 
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be at least 1, got {self.seeds}")
+        if self.rule_max_steps < 1:
+            raise ValueError(f"rule_max_steps must be at least 1, got {self.rule_max_steps}")
+
 
 def replay_note(pool: Pool) -> str | None:
     """One sentence on the pool's shipped outcome table as this run uses it (None without one)."""
@@ -151,54 +162,6 @@ def _row(name: str, r: EvalResult) -> dict[str, Any]:
         "cache_hits": r.cache_hits,
         "cache_misses": r.cache_misses,
     }
-
-
-def cost_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """The cost the rows are compared on: single-stream model seconds where every row has them (pools
-    that declare their models' speeds), else tokens. Returns (row key, axis label)."""
-    if rows and all(r.get("model_s") is not None for r in rows):
-        return "model_s", "single-stream model seconds per item (declared speeds)"
-    return "tokens", "tokens per item"
-
-
-def best_single(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The best single agent among the rows: the highest accuracy, the cheaper one on a tie."""
-    key, _ = cost_axis(rows)
-    singles = [r for r in rows if r["policy"].startswith("single:")]
-    return max(singles, key=lambda r: (r["accuracy"], -r[key])) if singles else None
-
-
-def headline(
-    rows: Sequence[Mapping[str, Any]], trained: str = TRAINED, p_value: float | None = None
-) -> str | None:
-    """One sentence: the trained policy against the best single agent among the baselines (highest
-    accuracy; the cheaper one on a tie), in accuracy points and cost ratio, with the paired test's p
-    when given. None without a single agent."""
-    key, _ = cost_axis(rows)
-    unit = UNITS[key]
-    best = best_single(rows)
-    mine = next((r for r in rows if r["policy"] == trained), None)
-    if best is None or mine is None:
-        return None
-    points = 100 * (mine["accuracy"] - best["accuracy"])
-    ratio = f"{mine[key] / best[key]:.2f}x" if best[key] else "n/a"
-    test = f" (exact McNemar p = {p_value:.2g}, paired by item)" if p_value is not None else ""
-    return (
-        f"The trained router scores {mine['accuracy']:.2f} at {mine[key]:.1f} {unit} per item; the best "
-        f"single agent, {best['policy']}, {best['accuracy']:.2f} at {best[key]:.1f}: {points:+.0f} points "
-        f"at {ratio} its {unit}{test}."
-    )
-
-
-def _paired_p(results: Mapping[str, EvalResult], rows: Sequence[Mapping[str, Any]]) -> float | None:
-    """Exact McNemar p of the trained router against the best single agent on the same held-out items."""
-    from puppeteer.analytics.ab import compare_runs
-
-    best = best_single(rows)
-    mine, theirs = results.get(TRAINED), results.get(best["policy"]) if best else None
-    if mine is None or theirs is None or mine.out_dir is None or theirs.out_dir is None:
-        return None
-    return compare_runs(mine.out_dir, theirs.out_dir).accuracy.p_value
 
 
 @contextmanager
@@ -300,65 +263,60 @@ def _run_quickstart(
         f"{len(train_tasks)} train / {len(eval_tasks)} held-out items of {cfg.suite}; cache {cache}"
         + (f"\n{escape(replay)}" if replay else "")
     )
-    policy, tcfg = job.policy(), job.trainer
-    with ProgressReporter(f"train ({backend_name})", cfg.episodes, console=console) as bar:
-
-        def on_episode(ep: Episode) -> None:
-            calls = len(ep.trajectory["steps"])
-            bar.update(advance=1, info=f"last: {calls} calls, {'correct' if ep.correct else 'wrong'}")
-
-        state = train(
-            env, policy, tcfg, run / "train", on_episode=on_episode, save_trajectories=cfg.trajectories
-        )
-    policy.save(run / "policy")
-    policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
-    arms: list[tuple[str, Any, int]] = [(TRAINED, policy, cfg.max_steps)]
-    after = None
-    if cfg.after_call_episodes and cfg.max_steps == 1:  # the one-call router becomes the first stage
-        first = policy
-        policy, after = _after_call(cfg, job, pool, train_tasks, backend, run, console, backend_name)
-        policy.config = replace(policy.config, greedy=True)
-        arms = [(TRAINED, policy, 2), (ONE_CALL, first, cfg.max_steps)]
+    seeds = [cfg.seed + i for i in range(cfg.seeds)]
+    short = f"{short_pool_name(pool)}, {cfg.suite} [{backend_name}]"  # titles fit their figures
     rows, results = [], {}
-    for name, spec, max_steps in [*arms, *((b, b, cfg.max_steps) for b in cfg.baselines)]:
-        console.print(f"evaluating [bold]{name}[/bold] on {len(eval_tasks)} held-out items")
-        r = evaluate_policy(
+    first_run: _SeedRun | None = None
+    for seed in seeds:
+        sub = run if len(seeds) == 1 else run / f"seed{seed}"
+        seed_job = job if seed == cfg.seed else job.seeded(seed)
+        seed_env = (
+            env
+            if seed == cfg.seed
+            else build_env(job.settings, pool=pool, suite=cfg.suite, tasks=train_tasks, backend=backend)
+        )
+        done = _train_seed(cfg, seed_job, seed_env, pool, train_tasks, backend, sub, console, backend_name)
+        _curves(done, sub, short, cfg.first_step)
+        first_run = first_run or done
+        tail, folder = ("", "") if len(seeds) == 1 else (f" seed {seed}", f"-seed{seed}")
+        for name, spec, max_steps in done.arms:
+            r = _evaluate(
+                cfg,
+                spec,
+                pool,
+                eval_tasks,
+                eval_backend,
+                max_steps,
+                run / "eval" / (_slug(name) + folder),
+                seed,
+                console,
+            )
+            results[name + tail] = r
+            rows.append(_row(name + tail, r))
+    assert first_run is not None  # cfg.seeds >= 1
+    for spec, max_steps in _baseline_specs(cfg):
+        r = _evaluate(
+            cfg,
             spec,
             pool,
-            cfg.suite,
-            tasks=eval_tasks,
-            backend=eval_backend,
-            max_steps=max_steps,
-            lam=cfg.lam,
-            out_dir=run / "eval" / _slug(name),
-            progress=True,
-            seed=cfg.seed,
-            overwrite=True,  # a quickstart rerun regenerates its own evaluation runs
+            eval_tasks,
+            eval_backend,
+            max_steps,
+            run / "eval" / _slug(spec),
+            cfg.seed,
+            console,
         )
-        results[name] = r
-        rows.append(_row(name, r))
+        results[spec] = r
+        rows.append(_row(spec, r))
 
-    short = f"{short_pool_name(pool)}, {cfg.suite} [{backend_name}]"  # titles fit their figures
-    learning_curve(
-        state.history,
-        run / "learning_curve.png",
-        f"Router training: {short}",
-        note=CURVE_NOTE if cfg.first_step == "all" else None,
-    )
-    if after is not None:
-        learning_curve(
-            after.history,
-            run / "learning_curve_after_call.png",
-            f"The decision after the router's call: {short}",
-            note=CURVE_NOTE,
-        )
-    trained_dir = results[TRAINED].out_dir
+    trained = trained_rows(rows)[0]["policy"]
+    trained_dir = results[trained].out_dir
     trajs = list(read_trajectories(Path(trained_dir) / "trajectories.jsonl")) if trained_dir else []
     agent_usage(
         trajs,
         [a.name for a in pool.agents],
         run / "agent_usage.png",
-        f"Trained router, held-out items: {short}",
+        f"Trained router{'' if len(seeds) == 1 else f' (seed {cfg.seed})'}, held-out items: {short}",
     )
     key, cost_label = cost_axis(rows)
     accuracy_vs_cost(
@@ -367,6 +325,7 @@ def _run_quickstart(
         f"Trained router vs fixed policies: {short}",
         cost_label,
     )
+    state, after = first_run.state, first_run.after
     summary = {
         "config": asdict(cfg),
         "backend": backend_name,
@@ -381,7 +340,8 @@ def _run_quickstart(
         "wall_s": time.perf_counter() - start,
         "results": rows,
         "cost": key,
-        "headline": headline(rows, p_value=_paired_p(results, rows)),
+        "seeds": seeds,
+        "headline": headline(rows, grades={name: _grades(r) for name, r in results.items()}),
         "train_curve": [{"episodes": h["episodes"], "return": h["train/return"]} for h in state.history],
     }
     (run / "results.json").write_text(json.dumps(summary, indent=2))
@@ -414,6 +374,108 @@ CURVE_NOTE = (
     "Every item of a batch tries every action (first_step=all), so the batch's mean return weighs all "
     "agents alike; the policy's return weighs them as the policy does."
 )
+
+
+@dataclass(frozen=True)
+class _SeedRun:
+    """One seed's training: the arms to evaluate (name, policy, max steps) and its stages' states."""
+
+    arms: list[tuple[str, Any, int]]
+    state: TrainState
+    after: TrainState | None
+
+
+def _train_seed(
+    cfg: QuickstartConfig,
+    job: StepJob,
+    env: Any,
+    pool: Pool,
+    train_tasks: Sequence[Task],
+    backend: Any,
+    run: Path,
+    console: Any,
+    backend_name: str,
+) -> _SeedRun:
+    """The router trained at ``job``'s seed into ``run`` (then the decision after its call, when on)."""
+    policy, tcfg = job.policy(), job.trainer
+    label = f"train ({backend_name})" if job.seed == cfg.seed else f"train seed {job.seed} ({backend_name})"
+    with ProgressReporter(label, cfg.episodes, console=console) as bar:
+
+        def on_episode(ep: Episode) -> None:
+            calls = len(ep.trajectory["steps"])
+            bar.update(advance=1, info=f"last: {calls} calls, {'correct' if ep.correct else 'wrong'}")
+
+        state = train(
+            env, policy, tcfg, run / "train", on_episode=on_episode, save_trajectories=cfg.trajectories
+        )
+    policy.save(run / "policy")
+    policy.config = replace(policy.config, greedy=True)  # evaluate the argmax policy
+    if not (cfg.after_call_episodes and cfg.max_steps == 1):
+        return _SeedRun([(TRAINED, policy, cfg.max_steps)], state, None)
+    # the one-call router becomes the first stage
+    second, after = _after_call(cfg, job, pool, train_tasks, backend, run, console, backend_name)
+    second.config = replace(second.config, greedy=True)
+    return _SeedRun([(TRAINED, second, 2), (ONE_CALL, policy, cfg.max_steps)], state, after)
+
+
+def _curves(done: _SeedRun, run: Path, short: str, first_step: str) -> None:
+    learning_curve(
+        done.state.history,
+        run / "learning_curve.png",
+        f"Router training: {short}",
+        note=CURVE_NOTE if first_step == "all" else None,
+    )
+    if done.after is not None:
+        learning_curve(
+            done.after.history,
+            run / "learning_curve_after_call.png",
+            f"The decision after the router's call: {short}",
+            note=CURVE_NOTE,
+        )
+
+
+FITTED_RULES = ("best-rule", "best-kind", "best-single")
+
+
+def _baseline_specs(cfg: QuickstartConfig) -> list[tuple[str, int]]:
+    """(spec, max steps) of each baseline: the fitted rules chosen on the run's training items (the
+    same count as the router's), with the rules' own call budget; the other baselines at the run's."""
+    fitted = [(f"{r}:{cfg.n_train}" if r in FITTED_RULES else r, cfg.rule_max_steps) for r in cfg.rules]
+    return [*fitted, *((b, cfg.max_steps) for b in cfg.baselines)]
+
+
+def _evaluate(
+    cfg: QuickstartConfig,
+    spec: Any,
+    pool: Pool,
+    tasks: Sequence[Task],
+    backend: Any,
+    max_steps: int,
+    out: Path,
+    seed: int,
+    console: Any,
+) -> EvalResult:
+    console.print(f"evaluating [bold]{out.name}[/bold] on {len(tasks)} held-out items")
+    return evaluate_policy(
+        spec,
+        pool,
+        cfg.suite,
+        tasks=tasks,
+        backend=backend,
+        max_steps=max_steps,
+        lam=cfg.lam,
+        out_dir=out,
+        progress=True,
+        seed=seed,
+        overwrite=True,  # a quickstart rerun regenerates its own evaluation runs
+    )
+
+
+def _grades(r: EvalResult) -> dict[str, bool]:
+    """Each held-out item's grade in an evaluation run (for the paired tests)."""
+    if r.out_dir is None:
+        return {}
+    return {t.task_id: t.correct for t in read_trajectories(Path(r.out_dir) / "trajectories.jsonl")}
 
 
 def short_pool_name(pool: Pool) -> str:
@@ -491,13 +553,20 @@ def _point(row: Mapping[str, Any], key: str) -> CostPoint:
     return CostPoint(row["policy"], float(row[key]), row["accuracy"], row["ci"][0], row["ci"][1])
 
 
-def seed_note(seed: int) -> str:
-    """Which seed the report shows, and how it was chosen."""
+def seed_note(seed: int, n_seeds: int = 1) -> str:
+    """Which seeds the report shows, and how they were chosen."""
     how = (
         "the default, fixed before any run, not picked among seeds after seeing their results"
         if seed == QuickstartConfig.seed
         else "given with `--seed`"
     )
+    if n_seeds > 1:
+        return (
+            f"Seeds {seed} to {seed + n_seeds - 1} (`--seeds {n_seeds}`; the first {how}), every one "
+            "reported: each sets its router's training draws, initial weights and held-out sample seeds, "
+            "not the items. The rules and single agents are evaluated once (seed "
+            f"{seed}); the headline gives the mean and the worst seed."
+        )
     return (
         f"Seed {seed}: {how}. The seed sets the training's draws, the router's initial weights and the "
         "held-out episodes' sample seeds, not the items; other seeds train other routers "
@@ -521,7 +590,7 @@ def _report(s: dict[str, Any]) -> str:
         )
         + f"{s['wall_s'] / 60:.1f} min in all.",
         "",
-        seed_note(s.get("seed", 0)),
+        seed_note(s.get("seed", 0), len(s.get("seeds", [0]))),
         "",
         *([f"{s['replay']}", ""] if s.get("replay") else [""]),
         "| policy | accuracy | 95% CI | calls | tokens | model s | wall s | cache hits / misses |",
@@ -551,9 +620,11 @@ def _report(s: dict[str, Any]) -> str:
         ),
         "![agent usage](agent_usage.png)",
         "",
-        "Intervals are 95% Wilson intervals of each policy alone; the headline's test pairs the two policies "
-        "item by item. With few held-out items (`--n-eval`) read the table as a smoke test of real-model "
-        "orchestration, not as a benchmark.",
+        "Intervals are 95% Wilson intervals of each policy alone; the headline's tests pair the trained "
+        "router with each reference item by item (with several seeds, every (seed, item) pair). "
+        "`best-rule` and `best-single` are chosen on the training items at the run's lambda and cost "
+        "model, with no learning (docs/policies.md). With few held-out items (`--n-eval`) read the table "
+        "as a smoke test of real-model orchestration, not as a benchmark.",
         "",
     ]
     return "\n".join(lines)
