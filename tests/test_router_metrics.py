@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from puppeteer.analytics import router_metrics as rm
@@ -46,12 +45,3 @@ def test_gap_closed_at_the_best_single_cost():
     h = rm.hull([1.0, 2.0], [0.6, 0.8])
     # best single (2, 0.7), oracle 0.9: the router gives 0.8 at cost 2 -> (0.8 - 0.7) / (0.9 - 0.7)
     assert rm.gap_closed(h, (2.0, 0.7), 0.9) == pytest.approx(0.5)
-
-
-def test_mcnemar_exact_counts_discordant_pairs():
-    a = np.array([1, 1, 1, 1, 1, 1, 0, 1], bool)
-    b = np.array([0, 0, 0, 0, 0, 0, 0, 1], bool)
-    wins, losses, p = rm.mcnemar_exact(a, b)
-    assert (wins, losses) == (6, 0)
-    assert p == pytest.approx(2 * 0.5**6)
-    assert rm.mcnemar_exact(a, a)[2] == 1.0

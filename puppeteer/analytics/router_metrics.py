@@ -15,7 +15,6 @@ A router's sweep is a set of points (mean cost per query, mean quality) on one h
   weak-to-strong gap (RouteLLM's CPT(50%), CPT(80%), ...); None if it never does.
 - :func:`gap_closed`: the share of the gap from the best single model to the per-query oracle that the
   router closes at the best single model's cost.
-- :func:`mcnemar_exact`: the two-sided exact McNemar test on paired right/wrong outcomes.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import binomtest
 
 
 @dataclass(frozen=True)
@@ -109,12 +107,3 @@ def gap_closed(h: Hull, best: tuple[float, float], oracle_quality: float) -> flo
     if oracle_quality <= qb:
         return 0.0
     return float((h(cb) - qb) / (oracle_quality - qb))
-
-
-def mcnemar_exact(a: np.ndarray, b: np.ndarray) -> tuple[int, int, float]:
-    """(a right where b is wrong, b right where a is wrong, two-sided exact p) for paired booleans."""
-    a, b = np.asarray(a, bool), np.asarray(b, bool)
-    n01, n10 = int((a & ~b).sum()), int((~a & b).sum())
-    if n01 + n10 == 0:
-        return n01, n10, 1.0
-    return n01, n10, float(binomtest(n01, n01 + n10, 0.5).pvalue)

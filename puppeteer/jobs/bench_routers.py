@@ -28,6 +28,7 @@ from puppeteer.analytics.field_routers import FIELD_ROUTERS, Prediction, RouterD
 from puppeteer.errors import UserError
 from puppeteer.outcomes.store import load_logged
 from puppeteer.outcomes.table import LoggedTable
+from puppeteer.stats import mcnemar_exact
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,8 @@ def metrics(
         if p.cost > cs * (1 + 1e-9):
             continue
         right = test.score[rows, pick] >= 1.0
-        b, c, pval = rm.mcnemar_exact(right, ref["strong_correct"])
+        mc = mcnemar_exact(ref["strong_correct"], right)  # only_b: the router right, the strong one wrong
+        b, c, pval = mc.only_b, mc.only_a, mc.p_value
         gain = p.accuracy - float(ref["strong_correct"].mean())
         if best_gain is None or gain > best_gain["gain"]:
             best_gain = {"lam": p.lam, "gain": gain, "cost": p.cost, "wins": b, "losses": c, "p": pval}
