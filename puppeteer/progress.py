@@ -41,6 +41,10 @@ class LineSchedule:
         return max(1, self.every_n if self.every_n is not None else total // 20)
 
 
+ETA_AFTER = 50
+"""A plain line estimates the time left once a fiftieth of the items (and at least two) are done."""
+
+
 def _clock_text(seconds: float) -> str:
     return str(timedelta(seconds=round(max(0.0, seconds))))
 
@@ -169,7 +173,12 @@ class ProgressReporter:
             text += f" ({100 * self.completed / self.total:.0f}%)"
         text += f" {_clock_text(elapsed)} elapsed"
         if 0 < self.completed < self.total:
-            text += f", ~{_clock_text(elapsed / self.completed * (self.total - self.completed))} left"
+            # the first items carry the start-up (models, encoders, a whole first batch of calls): an
+            # estimate from them alone said "~58 days left" after one episode of 65,536
+            if self.completed >= max(2, self.total // ETA_AFTER):
+                text += f", ~{_clock_text(elapsed / self.completed * (self.total - self.completed))} left"
+            else:
+                text += ", estimating time left"
         return f"{text} | {self.info}" if self.info else text
 
     def _write_line(self, now: float | None = None) -> None:

@@ -81,3 +81,19 @@ def test_terminal_draws_a_rich_bar_and_no_plain_lines() -> None:
     text = out.getvalue()
     assert "\x1b[" in text and "4/4" in text and "acc 0.500" in text
     assert "elapsed" not in text  # the plain-line format is for non-terminals only
+
+
+def test_no_estimate_of_the_time_left_from_the_first_items_alone() -> None:
+    """One episode of 65,536 done after 77 s (the start-up and a whole first batch of calls) is no rate:
+    the line says it is estimating; from a fiftieth of the items on it extrapolates."""
+    console, _ = plain_console()
+    clock = FakeClock()
+    bar = ProgressReporter("train", 65536, console=console, clock=clock).start()
+    clock.now += 77.0
+    bar.update(1)
+    assert bar.line() == "train: 1/65536 (0%) 0:01:17 elapsed, estimating time left"
+    clock.now += 23.0
+    bar.update(65536 // 50)  # 1,310 episodes in 100 s
+    # 100 s / 1,310 episodes x 64,226 to go = 4,903 s
+    assert bar.line() == "train: 1310/65536 (2%) 0:01:40 elapsed, ~1:21:43 left"
+    bar.stop()
