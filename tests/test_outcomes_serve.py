@@ -109,3 +109,57 @@ def test_a_router_trained_on_the_logs_routes_live_requests(imported: Path, tmp_p
         )
     assert reply.status_code == 200
     assert reply.json()["choices"][0]["message"]["content"] == on_live[0].final_answer
+
+
+@pytest.mark.slow  # loads the two embedded Qwen2.5-Coder models (llama.cpp), a few seconds of decoding
+def test_the_embedded_models_stand_in_for_the_logged_ones(imported: Path, tmp_path: Path) -> None:
+    """The same imported pool, its `live:` models the embedded llama.cpp models (`big` -> the 1.5B,
+    `small` -> the 0.5B): the router trained on the logs sends each live question where it sent the
+    logged one, and that model answers it for real."""
+    pytest.importorskip("llama_cpp")
+    raw = yaml.safe_load((imported / "pool.yaml").read_text())
+    raw["models"]["big-live"] = {"backend": "llamacpp", "target": "qwen2.5-coder-1.5b", "params_b": 1.54}
+    raw["models"]["small-live"] = {"backend": "llamacpp", "target": "qwen2.5-coder-0.5b", "params_b": 0.49}
+    for agent in raw["agents"]:
+        agent["max_tokens"] = 48  # short answers keep the test to seconds
+    raw["backend_options"] = {"llamacpp": {"n_ctx": 1024}}
+    (imported / "pool-embedded.yaml").write_text(yaml.safe_dump(raw))  # beside its table (replay: .)
+    pool = load_pool(imported / "pool-embedded.yaml")
+    env = build_env(
+        None,
+        pool=pool,
+        suite=str(imported / "suite.yaml"),
+        split="train",
+        mode="step",
+        max_steps=1,
+        min_steps=1,
+        cost_model="usd",
+        lam=0.0,
+    )
+    policy = PuppeteerPolicy(
+        pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=1, min_steps=1), seed=0
+    )
+    train(
+        env,
+        policy,
+        ReinforceConfig(episodes=40, batch_episodes=20, first_step="all", eval_every=10**9),
+        tmp_path / "run",
+    )
+    spec = f"puppeteer:{tmp_path / 'run' / 'final'}"
+    questions = ["Compute the sum of 21 and 24 plus seven", "Which painter made artwork number 20 famous"]
+    with Orchestrator.load(
+        spec, pool, max_steps=1, lam=0.0, suite=str(imported / "suite.yaml"), split="test"
+    ) as o:
+        logged = [o.answer(q) for q in questions]
+    with Orchestrator.load(spec, pool.live_pool(), max_steps=1, lam=0.0) as o:
+        live = [o.answer(q) for q in questions]
+    targets = {"big": "qwen2.5-coder-1.5b", "small": "qwen2.5-coder-0.5b"}
+    for a, b in zip(logged, live, strict=True):
+        assert [s.agent_name for s in b.steps] == [s.agent_name for s in a.steps]
+        step = b.steps[0]
+        assert targets[step.agent_name] in step.completion.model and step.completion.completion_tokens > 0
+        assert step.completion.text.strip()  # the embedded model's own words, not a logged response
+    for agent, target in targets.items():  # each embedded model serves its agent's requests
+        with Orchestrator.load(f"single:{agent}", pool.live_pool(), max_steps=1, lam=0.0) as o:
+            reply = o.answer(questions[0])
+        assert target in reply.steps[0].completion.model and reply.steps[0].completion.text.strip()

@@ -56,6 +56,9 @@ def agent_name(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-") or "model"
 
 
+LIVE_MAX_TOKENS = 1024
+
+
 def pool_dict(table: LoggedTable, name: str, live: Mapping[str, str], source: str) -> dict[str, object]:
     names = [agent_name(m) for m in table.models]
     if len(set(names)) != len(names):
@@ -74,7 +77,8 @@ def pool_dict(table: LoggedTable, name: str, live: Mapping[str, str], source: st
             "name": agent,
             "model": agent,
             "pattern": "direct",
-            "max_tokens": 1,
+            # the logged backend ignores it; a live model answers with up to this many tokens
+            "max_tokens": LIVE_MAX_TOKENS,
             "description": f"{model}: its logged outcomes (mean score {mean[model]:.3f})",
         }
         if model in live:
