@@ -17,11 +17,11 @@ import os
 import sys
 from pathlib import Path
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.backends import make_router
 from puppeteer.backends.llamacpp import default_threads
-from puppeteer.evaluation import evaluate_policy, slug
-from puppeteer.pool import load_pool
-from puppeteer.trajectories import read_trajectories
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.evaluation.evaluate import evaluate_policy, slug
 
 
 def run_side(name: str, batching: bool, args: argparse.Namespace, out: Path) -> dict[str, object]:

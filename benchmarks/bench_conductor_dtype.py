@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
 from puppeteer.integrations.trl import conductor_rows
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 

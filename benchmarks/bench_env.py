@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from puppeteer.env import ConductorEnv
-from puppeteer.pool import Pool, load_pool
-from puppeteer.rollout import run_episode, run_workflow_episode
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_episode, run_workflow_episode
 from puppeteer.types import Agent, ModelSpec, Workflow
 
 PATHS: dict[str, dict[str, Any]] = {"fast": {}, "text": {"sim": {"answer_text": False}}}

@@ -130,7 +130,7 @@ def bench_model(key: str, args: argparse.Namespace) -> dict[str, dict[str, float
 
 
 def capped_pool(cap: int) -> Any:
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
 
     pool = load_pool("local")
     return replace(pool, agents=tuple(replace(a, max_tokens=min(a.max_tokens, cap)) for a in pool.agents))
@@ -139,9 +139,9 @@ def capped_pool(cap: int) -> Any:
 def training_batch(batching: bool, args: argparse.Namespace) -> float:
     import torch
 
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
+    from puppeteer.envs.rollout import run_lockstep
     from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-    from puppeteer.rollout import run_lockstep
     from puppeteer.tasks import load_suite
 
     pool = capped_pool(args.cap)
@@ -161,7 +161,7 @@ def training_batch(batching: bool, args: argparse.Namespace) -> float:
 
 def eval_items(batching: bool, args: argparse.Namespace) -> float:
     from puppeteer.backends import make_router
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
 
     pool = capped_pool(args.cap)
     options = {"llamacpp": {"n_ctx": args.n_ctx, "batching": batching, "n_threads": args.n_threads}}

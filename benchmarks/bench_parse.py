@@ -12,8 +12,8 @@ import argparse
 import statistics
 import time
 
-from puppeteer.listscan import match_lists
-from puppeteer.workflow import _ASSIGN, MAX_LIST_CHARS
+from puppeteer.envs.listscan import match_lists
+from puppeteer.envs.workflow import _ASSIGN, MAX_LIST_CHARS
 
 
 def plain_span(text: str, start: int) -> int | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from puppeteer.backends.llamacpp import LlamaCppBackend
 from puppeteer.backends.models import EMBEDDED_MODELS
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
 from puppeteer.policies.conductor import conductor_model
 from puppeteer.types import CompletionRequest, Message
 

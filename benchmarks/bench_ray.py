@@ -16,9 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from puppeteer.distributed import init_ray
-from puppeteer.evaluation import RayExecutor, evaluate_policy
-from puppeteer.resources import data_dir
+from puppeteer.envs.distributed import init_ray
+from puppeteer.evaluation.evaluate import RayExecutor, evaluate_policy
+from puppeteer.utils.resources import data_dir
 
 
 def realtime_pool(directory: Path, speedup: float) -> Path:

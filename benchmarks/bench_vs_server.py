@@ -40,10 +40,10 @@ from typing import Any
 
 import httpx
 
+from puppeteer.agents.pool import load_pool
+from puppeteer.agents.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT, worker_messages
 from puppeteer.backends.llamacpp import LlamaCppBackend
 from puppeteer.backends.models import EMBEDDED_MODELS, model_path
-from puppeteer.pool import load_pool
-from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT, worker_messages
 from puppeteer.tasks.suites import load_suite
 from puppeteer.types import CompletionRequest, Message, ModelSpec
 

@@ -6,7 +6,7 @@ Importing the package registers the Gymnasium environment ``Conductor-v0``
 
 from __future__ import annotations
 
-from puppeteer.registration import register_envs
+from puppeteer.envs.registration import register_envs
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "register_envs"]

@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from puppeteer.fastinit import fast_init
+from puppeteer.utils.fastinit import fast_init
 
 Role = Literal["system", "user", "assistant", "tool"]
 
 EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-@fast_init  # built at every env step (puppeteer/fastinit.py)
+@fast_init  # built at every env step (puppeteer/utils/fastinit.py)
 @dataclass(frozen=True)
 class Message:
     role: Role
@@ -96,7 +96,7 @@ class Task:
     meta: Mapping[str, Any] = field(default_factory=lambda: EMPTY)
 
 
-@fast_init  # built at every env step (puppeteer/fastinit.py)
+@fast_init  # built at every env step (puppeteer/utils/fastinit.py)
 @dataclass(frozen=True)
 class CallContext:
     """What the executor tells a backend about a call beyond the messages.
@@ -113,7 +113,7 @@ class CallContext:
     visible_answers: tuple[str, ...] = ()
 
 
-@fast_init  # built at every env step (puppeteer/fastinit.py)
+@fast_init  # built at every env step (puppeteer/utils/fastinit.py)
 @dataclass(frozen=True)
 class CompletionRequest:
     model: ModelSpec
@@ -128,7 +128,7 @@ class CompletionRequest:
     grammar: str | None = None
 
 
-@fast_init  # built at every env step (puppeteer/fastinit.py)
+@fast_init  # built at every env step (puppeteer/utils/fastinit.py)
 @dataclass(frozen=True)
 class Completion:
     text: str
@@ -153,7 +153,7 @@ class Completion:
         return self.prompt_tokens + self.completion_tokens
 
 
-@fast_init  # built at every env step (puppeteer/fastinit.py)
+@fast_init  # built at every env step (puppeteer/utils/fastinit.py)
 @dataclass(frozen=True)
 class Step:
     """One agent activation inside an episode."""
@@ -180,7 +180,7 @@ class Workflow:
         return len(self.model_id)
 
 
-@fast_init  # built at every env step (puppeteer/fastinit.py)
+@fast_init  # built at every env step (puppeteer/utils/fastinit.py)
 @dataclass(frozen=True)
 class Trajectory:
     task_id: str

@@ -21,8 +21,8 @@ import torch
 
 from puppeteer.analytics.tables import markdown_table
 from puppeteer.cli.analytics import lam_list
-from puppeteer.consoles import output_console
 from puppeteer.train.sb3 import MaskablePPOConfig, train_maskable_ppo
+from puppeteer.utils.consoles import output_console
 
 TUPLE_FIELDS = {"lam_range", "eval_lams"}  # comma-separated numbers on the command line
 

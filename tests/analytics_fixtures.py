@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from puppeteer.trajectories import trajectory_to_dict
+from puppeteer.envs.trajectories import trajectory_to_dict
 from puppeteer.types import Completion, Step, Trajectory
 
 

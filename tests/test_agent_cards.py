@@ -14,13 +14,13 @@ import pytest
 import torch
 import yaml
 
-from puppeteer.cards import AgentCard, CardError, PoolCards, card_scale, cards_path
+from puppeteer.agents.cards import AgentCard, CardError, PoolCards, card_scale, cards_path
+from puppeteer.agents.pool import Pool, PoolError, load_pool
 from puppeteer.cli import main as cli_main
-from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.envs.build import EnvConfig, build_env
 from puppeteer.errors import UserError
 from puppeteer.jobs.cards import calibration_tasks, measure_cards
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import Pool, PoolError, load_pool
 from puppeteer.train.reinforce import ReinforceConfig, run_fingerprint, train
 from tests.experiment_modules import experiment_module
 

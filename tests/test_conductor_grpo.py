@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from puppeteer.errors import UserError
-from puppeteer.resources import data_dir
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.config_schema import register_configs
 from puppeteer.train.grpo import GRPOJob, bf16_choice, grpo_config, paired_heldout, run_conductor_training
+from puppeteer.utils.resources import data_dir
 
 pytestmark = pytest.mark.integration
 
@@ -368,8 +368,8 @@ def test_a_finished_run_evaluates_as_a_policy_spec_and_reproduces_its_own_heldou
 ) -> None:
     needs_extras(preset)
     from puppeteer.analytics.ab import compare_runs
-    from puppeteer.evaluation import evaluate_policy
-    from puppeteer.trajectories import read_trajectories
+    from puppeteer.envs.trajectories import read_trajectories
+    from puppeteer.evaluation.evaluate import evaluate_policy
 
     run = tmp_path / "run"
     cfg = conductor_cfg(preset, *TINY, "grpo.max_steps=1", "eval.before=false")
@@ -396,7 +396,7 @@ def test_a_finished_run_evaluates_as_a_policy_spec_and_reproduces_its_own_heldou
     with pytest.raises(UserError, match="trained on pool 'sim-paper'"):
         evaluate_policy(spec, "local", "arith", n=3)
     # every entry point takes it: the Orchestrator behind `puppeteer run` and `puppeteer serve`
-    from puppeteer.orchestrator import Orchestrator
+    from puppeteer.serving.orchestrator import Orchestrator
     from puppeteer.tasks import load_suite
 
     task = next(t for t in load_suite("arith", "test", n=3) if t.id in heldout)
@@ -410,8 +410,8 @@ def test_a_finished_run_evaluates_as_a_policy_spec_and_reproduces_its_own_heldou
 def test_per_item_subsets_reach_the_heldout_records_and_the_policy_spec(tmp_path: Path) -> None:
     """k_available: every held-out item offers its own 2 of the preset's 4 agents, recorded with its
     plan; evaluated as a policy spec, each item runs with the subset its prompt listed."""
-    from puppeteer.evaluation import evaluate_policy
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.evaluation.evaluate import evaluate_policy
 
     run = tmp_path / "run"
     cfg = conductor_cfg(FULL_FT, *TINY, "grpo.max_steps=1", "eval.before=false", "k_available=2")
@@ -435,9 +435,9 @@ def test_constrained_sampling_makes_every_plan_of_a_random_model_parse(tmp_path:
     pytest.importorskip("llguidance", reason="constrained plans need the grpo extra (llguidance)")
     import torch
 
+    from puppeteer.envs.workflow import WorkflowLimits, parse_workflow
     from puppeteer.train.grpo import generate
     from puppeteer.train.plan_constraint import PlanGrammars, install_plan_constraint, row_grammar
-    from puppeteer.workflow import WorkflowLimits, parse_workflow
 
     model, tokenizer = load_conductor_model(ModelSpec(id="tiny-random"))
     vocab = int(model.get_output_embeddings().weight.shape[0])

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from puppeteer.conductor_prompt import Price, build_prompt, load_prompt_config
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.build import EnvConfig
+from puppeteer.envs.conductor_prompt import Price, build_prompt, load_prompt_config
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.reward import COST_MODELS, COST_UNITS, conductor_reward
 from puppeteer.integrations.trl import ConductorReward, WorkflowScorer, conductor_rows
-from puppeteer.pool import load_pool
-from puppeteer.reward import COST_MODELS, COST_UNITS, conductor_reward
 from puppeteer.tasks import load_suite
 
 PRICE = re.compile(r"every (.+?) the workflow\s+spends costs ([0-9.e+-]+) points")
@@ -108,7 +108,7 @@ def test_grpo_rows_draw_a_price_and_the_trained_run_plans_at_any_lambda(tmp_path
     run evaluated as a policy plans at the caller's lambda, clamped into the range."""
     from test_conductor_grpo import FULL_FT, TINY, conductor_cfg
 
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
     from puppeteer.train.grpo import GRPOJob, run_conductor_training
     from puppeteer.train.grpo_eval import TrainedConductor
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from puppeteer.executor import EpisodeContext, Executor
-from puppeteer.pool import PoolError, load_pool, pool_from_dict
-from puppeteer.reasoning import Turn, worker_messages
+from puppeteer.agents.pool import PoolError, load_pool, pool_from_dict
+from puppeteer.agents.reasoning import Turn, worker_messages
+from puppeteer.envs.executor import EpisodeContext, Executor
 from puppeteer.types import Completion, CompletionRequest, Workflow
 
 EARLIER = (

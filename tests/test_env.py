@@ -9,9 +9,9 @@ from gymnasium.error import InvalidAction, ResetNeeded
 from gymnasium.utils.env_checker import check_env
 
 import puppeteer  # noqa: F401  (registers Conductor-v0)
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.workflow import format_workflow
 from puppeteer.types import Workflow
-from puppeteer.workflow import format_workflow
 
 
 @pytest.fixture(params=["step", "workflow"])
@@ -91,7 +91,7 @@ def test_episode_ends_at_max_steps_with_graded_majority() -> None:
         assert term == (i == 2)
     assert info["terminated_by"] == "max_steps"
     answers = [s.answer for s in info["trajectory"].steps]
-    from puppeteer.aggregate import majority_vote
+    from puppeteer.envs.aggregate import majority_vote
 
     assert info["final_answer"] == majority_vote(answers)
     assert r == (1.0 if info["correct"] else 0.0)
@@ -195,8 +195,8 @@ def test_workflow_accuracy_tracks_the_skill_table() -> None:
     ],
 )
 def test_conductor_prompt_few_shots_come_from_other_domains(domain: str, forbidden: str) -> None:
-    from puppeteer.conductor_prompt import conductor_prompt
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.envs.conductor_prompt import conductor_prompt
 
     prompt = conductor_prompt(load_pool("sim-paper"), "Q?", domain)
     assert forbidden not in prompt

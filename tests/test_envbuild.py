@@ -10,12 +10,12 @@ from dataclasses import replace
 import gymnasium as gym
 import pytest
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.backends.base import Router
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import BackendSpec, EnvConfig, backend_options, build_backend, build_env, env_parts
+from puppeteer.envs.build import BackendSpec, EnvConfig, backend_options, build_backend, build_env, env_parts
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_actions
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import load_pool
-from puppeteer.rollout import run_actions
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ReinforceConfig, run_fingerprint
 
@@ -118,12 +118,12 @@ def test_the_oracle_router_does_not_import_the_env_module() -> None:
         "import sys\n"
         "import numpy as np\n"
         "from puppeteer.policies.baselines import OracleRouter\n"
-        "from puppeteer.pool import load_pool\n"
+        "from puppeteer.agents.pool import load_pool\n"
         "from puppeteer.tasks import load_suite\n"
         "pool = load_pool('sim-paper')\n"
         "task = load_suite('mix-paper', 'test', n=1)[0]\n"
         "OracleRouter.from_pool(pool).plan(task, pool, np.random.default_rng(0))\n"
-        "print('puppeteer.env' in sys.modules)\n"
+        "print('puppeteer.envs.env' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -143,8 +143,8 @@ def test_step_and_workflow_mode_send_one_agent_the_same_request_for_a_question_w
     ``mmlu/10511`` (its last option ends in a space) a trained step router missed the outcome table that
     the single-agent (workflow) runs had built, under strict replay: one item graded wrong per run."""
     from puppeteer.backends.base import SyncBackend
+    from puppeteer.envs.workflow import Workflow, format_workflow
     from puppeteer.types import Completion, CompletionRequest
-    from puppeteer.workflow import Workflow, format_workflow
 
     class Recording(SyncBackend):
         name = "recording"

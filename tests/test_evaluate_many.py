@@ -1,4 +1,4 @@
-"""Several evaluations at once (puppeteer.evaluate_many): same results as one after another, calls
+"""Several evaluations at once (puppeteer.evaluation.many): same results as one after another, calls
 of different runs in flight together, and the baselines table's --jobs."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from _eval_lines import comparable_lines
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.backends.sim import SimBackend
-from puppeteer.envbuild import sim_answer_key
-from puppeteer.evaluate_many import EvalRun, evaluate_many
-from puppeteer.evaluation import EvalSettings, evaluate_policy
+from puppeteer.envs.build import sim_answer_key
+from puppeteer.evaluation.evaluate import EvalSettings, evaluate_policy
+from puppeteer.evaluation.many import EvalRun, evaluate_many
 from puppeteer.jobs import baselines_table
-from puppeteer.pool import Pool, load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, Task
 

@@ -6,23 +6,23 @@ from pathlib import Path
 
 import pytest
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import default_registry
 from puppeteer.backends.base import Router
 from puppeteer.backends.cache import CachedBackend, resolve_cache
 from puppeteer.backends.sim import SimBackend
 from puppeteer.cli import main
-from puppeteer.envbuild import sim_answer_key
-from puppeteer.evaluation import (
+from puppeteer.envs.build import sim_answer_key
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.evaluation.evaluate import (
     EvalResult,
     evaluate_policy,
     wilson_interval,
 )
-from puppeteer.pool import Pool, load_pool
-from puppeteer.seeding import item_seed
 from puppeteer.tasks import load_suite
-from puppeteer.trajectories import read_trajectories
 from puppeteer.types import Agent, Completion, CompletionRequest, Task
+from puppeteer.utils.seeding import item_seed
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The fast constructor of the per-step records (puppeteer/fastinit.py), and the per-episode tallies the
+"""The fast constructor of the per-step records (puppeteer/utils/fastinit.py), and the per-episode tallies the
 env keeps instead of recounting every step (issue 33's simulator speed): each must build exactly what
 the code it replaced built."""
 
@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from puppeteer.env import ConductorEnv
-from puppeteer.fastinit import fast_init
-from puppeteer.reasoning import Turn
-from puppeteer.reward import discounted_return, discounted_returns
-from puppeteer.signals import AnswerTally, answer_signals
+from puppeteer.agents.reasoning import Turn
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.reward import discounted_return, discounted_returns
+from puppeteer.tasks.signals import AnswerTally, answer_signals
 from puppeteer.types import CallContext, Completion, CompletionRequest, Message, ModelSpec, Step, Trajectory
+from puppeteer.utils.fastinit import fast_init
 
 MODEL = ModelSpec("m", "sim", "m", 1.0, 0.1, 0.2)
 

@@ -20,10 +20,10 @@ from gymnasium.error import InvalidAction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-import puppeteer.workflow as workflow_module
-from puppeteer.env import ConductorEnv
-from puppeteer.listscan import STATES, match_lists
-from puppeteer.workflow import MAX_TEXT_CHARS
+import puppeteer.envs.workflow as workflow_module
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.listscan import STATES, match_lists
+from puppeteer.envs.workflow import MAX_TEXT_CHARS
 
 FRAGMENTS = [
     "model_id",

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from puppeteer.availability import draw_subset, holdout_subsets
-from puppeteer.env import ConductorEnv
+from puppeteer.agents.availability import draw_subset, holdout_subsets
+from puppeteer.envs.env import ConductorEnv
 from puppeteer.jobs.hydra_entry import check_values
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.train.config_schema import register_configs
@@ -61,7 +61,7 @@ def test_a_training_env_never_offers_a_held_out_subset_but_reset_may_still_name_
         drawn.append(tuple(np.flatnonzero(mask).tolist()))
         return mask
 
-    monkeypatch.setattr("puppeteer.env.draw_subset", recording)
+    monkeypatch.setattr("puppeteer.envs.env.draw_subset", recording)
     policy = PuppeteerPolicy(env.pool, PolicyConfig(encoder="hashing", hidden=8, max_steps=1, min_steps=1))
     train(env, policy, ReinforceConfig(episodes=64, batch_episodes=32, seed=0), tmp_path / "run")
     assert len(drawn) >= 64 and not set(drawn) & set(held)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from puppeteer.envbuild import BackendSpec, EnvConfig
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.build import BackendSpec, EnvConfig
 from puppeteer.jobs.builder import StepJob, env_copies, heldout
 from puppeteer.jobs.train import build, job_of
 from puppeteer.policies.puppeteer import PolicyConfig
-from puppeteer.pool import load_pool
 from puppeteer.train.reinforce import ReinforceConfig, evaluate
 
 

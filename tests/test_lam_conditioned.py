@@ -22,16 +22,16 @@ import pytest
 import torch
 import yaml
 
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig, build_env
-from puppeteer.lam_range import LamRange
-from puppeteer.orchestrator import Orchestrator
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.envs.build import EnvConfig, build_env
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.rollout import run_lockstep
+from puppeteer.envs.wrappers import make_encoded_env
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import Pool, load_pool
-from puppeteer.rollout import run_lockstep
+from puppeteer.serving.orchestrator import Orchestrator
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ReinforceConfig, _relabelled, evaluate, run_fingerprint, train
-from puppeteer.wrappers import make_encoded_env
 
 # the mean return gap over the range's draws is about zero: no agent wins on average, so what the
 # router learns is where lambda changes the choice (a range mostly below the break-even first pulls the
@@ -360,7 +360,7 @@ def test_outside_its_range_the_policy_acts_as_at_the_nearest_end_with_one_warnin
 def server(trained: tuple[Path, Pool]) -> Iterator[str]:
     pytest.importorskip("fastapi")
     uvicorn = pytest.importorskip("uvicorn")
-    from puppeteer.serve import create_app
+    from puppeteer.serving.serve import create_app
 
     path, pool = trained
     orch = Orchestrator.load(f"puppeteer:{path}", pool, max_steps=1, lam=0.1, suite="mix-math-mmlu")
@@ -403,7 +403,7 @@ def test_a_fixed_lambda_router_refuses_a_per_request_lambda() -> None:
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from puppeteer.serve import create_app
+    from puppeteer.serving.serve import create_app
 
     with Orchestrator.load("single:0", "sim-paper", suite="arith") as orch:
         client = TestClient(create_app(orch))

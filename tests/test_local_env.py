@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.workflow import format_workflow
 from puppeteer.types import Task, Workflow
-from puppeteer.workflow import format_workflow
 
 pytest.importorskip("llama_cpp")
 pytestmark = pytest.mark.slow

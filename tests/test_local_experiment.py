@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from puppeteer.pool import load_pool
-from puppeteer.trajectories import read_trajectories
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.trajectories import read_trajectories
 from tests.experiment_modules import experiment_module
 
 exp = experiment_module("local-experiment", "local_experiment")

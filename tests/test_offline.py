@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.tasks import load_suite
 from puppeteer.train.offline import (

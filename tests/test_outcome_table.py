@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from puppeteer.analytics.outcome_table import agent_rows, best, bykind_spec, complete_items, markdown, matrix
-from puppeteer.replay import Outcome
+from puppeteer.backends.replay import Outcome
 
 
 def _o(split: str, task: str, agent: str, correct: bool, model_s: float, **kw: object) -> Outcome:

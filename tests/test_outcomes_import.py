@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.cli import main
-from puppeteer.envbuild import build_env
+from puppeteer.envs.build import build_env
+from puppeteer.envs.rollout import run_actions
 from puppeteer.errors import UserError
 from puppeteer.outcomes.importer import import_table
 from puppeteer.outcomes.store import load_logged
 from puppeteer.outcomes.table import Price, ReadOptions, read_logged
-from puppeteer.pool import load_pool
-from puppeteer.rollout import run_actions
 from puppeteer.tasks.suites import load_suite, split_sizes
 
 LONG = pd.DataFrame(

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from puppeteer.envbuild import build_env
+from puppeteer.agents.pool import load_pool
+from puppeteer.backends.replay import read_outcomes
+from puppeteer.envs.build import build_env
+from puppeteer.envs.rollout import run_actions
 from puppeteer.outcomes.export import long_from_outcomes
 from puppeteer.outcomes.importer import import_table
-from puppeteer.pool import load_pool
-from puppeteer.replay import read_outcomes
-from puppeteer.rollout import run_actions
 from puppeteer.tasks.packages import MissingDataPackage
 from puppeteer.tasks.suites import load_suite
 

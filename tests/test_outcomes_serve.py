@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from puppeteer.envbuild import build_env
-from puppeteer.orchestrator import Orchestrator
+from puppeteer.agents.pool import PoolError, load_pool
+from puppeteer.envs.build import build_env
 from puppeteer.outcomes.importer import import_table
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import PoolError, load_pool
+from puppeteer.serving.orchestrator import Orchestrator
 from puppeteer.train.reinforce import ReinforceConfig, train
 
 MOCK = {"big": "The big model says 4.\nAnswer: 4", "small": "The small model says 5.\nAnswer: 5"}
@@ -100,7 +100,7 @@ def test_a_router_trained_on_the_logs_routes_live_requests(imported: Path, tmp_p
 
     from fastapi.testclient import TestClient
 
-    from puppeteer.serve import create_app
+    from puppeteer.serving.serve import create_app
 
     with Orchestrator.load(spec, pool.live_pool(), max_steps=1, lam=0.0) as orch:
         reply = TestClient(create_app(orch)).post(

@@ -11,10 +11,10 @@ from gymnasium.error import InvalidAction
 
 import puppeteer  # noqa: F401  (registers Conductor-v0)
 from puppeteer.backends.base import BackendRegistry, Router
-from puppeteer.env import ConductorEnv
-from puppeteer.signals import SIGNAL_NAMES
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.wrappers import EncodedObservation, make_encoded_env
+from puppeteer.tasks.signals import SIGNAL_NAMES
 from puppeteer.types import Task
-from puppeteer.wrappers import EncodedObservation, make_encoded_env
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +111,7 @@ class _Closable:
 
 
 def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyPatch) -> None:
-    import puppeteer.envparts as envparts_module
+    import puppeteer.envs.parts as envparts_module
     from puppeteer.backends import default_registry
 
     created: list[_Closable] = []
@@ -142,9 +142,9 @@ def test_close_releases_the_backends_the_env_created(monkeypatch: pytest.MonkeyP
 
 
 def test_close_leaves_a_passed_in_backend_open() -> None:
+    from puppeteer.agents.pool import load_pool
     from puppeteer.backends import make_router
-    from puppeteer.envbuild import sim_answer_key
-    from puppeteer.pool import load_pool
+    from puppeteer.envs.build import sim_answer_key
     from puppeteer.tasks import load_suite
 
     tasks = load_suite("arith", "train", n=4)
@@ -288,7 +288,7 @@ def test_maskable_ppo_beats_random_routing_on_the_sim_pool(tmp_path) -> None:
     assert report.trained.n == report.random.n == 150  # the whole test split
     assert report.trained.accuracy > report.random.accuracy + 0.03
     # the saved model is a policy spec like any other
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
 
     again = evaluate_policy(f"sb3:{tmp_path / 'model'}", "sim-paper", "mix-paper", progress=False)
     assert again.accuracy == report.trained.accuracy
@@ -370,7 +370,7 @@ def test_algorithms_that_ignore_masks_run_with_remapped_invalid_actions() -> Non
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_checker import check_env
 
-    from puppeteer.env import InvalidAction
+    from puppeteer.envs.env import InvalidAction
 
     kw = dict(pool="sim-paper", suite="arith", max_steps=3, min_steps=1)
     strict = make_encoded_env("hashing", invalid_action="raise", **kw)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.jobs import baselines_table
 
 

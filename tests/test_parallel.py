@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 from _eval_lines import comparable_lines
 
-from puppeteer.envgroup import LocalEnvGroup
-from puppeteer.evaluation import evaluate_policy
-from puppeteer.parallel import default_concurrency, map_as_completed
-from puppeteer.pool import load_pool
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.group import LocalEnvGroup
+from puppeteer.envs.parallel import default_concurrency, map_as_completed
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.tasks import load_suite
 
 
@@ -98,7 +98,7 @@ def test_a_puppeteer_policy_is_copied_per_worker_and_its_eval_equals_the_sequent
         concurrency=1,
         max_steps=3,
     )
-    with caplog.at_level("WARNING", logger="puppeteer.evaluation"):
+    with caplog.at_level("WARNING", logger="puppeteer.evaluation.evaluate"):
         many = evaluate_policy(
             policy,
             pool,

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig
-from puppeteer.evaluation import EvalSettings, evaluate, evaluate_policy
-from puppeteer.orchestrator import Orchestrator
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.envs.build import EnvConfig
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_actions
+from puppeteer.evaluation.evaluate import EvalSettings, evaluate, evaluate_policy
 from puppeteer.policies.baselines import SpecError
 from puppeteer.policies.protocol import (
     EpisodeRecord,
@@ -30,8 +31,7 @@ from puppeteer.policies.registry import (
     make_policy,
     register_policy,
 )
-from puppeteer.pool import Pool, load_pool
-from puppeteer.rollout import run_actions
+from puppeteer.serving.orchestrator import Orchestrator
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task
 

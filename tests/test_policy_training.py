@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_lockstep
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.rollout import run_lockstep
 from puppeteer.train.reinforce import (
     BASELINES,
     Episode,

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from puppeteer.executor import EpisodeContext, Executor
-from puppeteer.pool import pool_from_dict
-from puppeteer.pot import find_program, printed_answer, run_program
-from puppeteer.reasoning import PATTERNS, worker_messages
+from puppeteer.agents.pool import pool_from_dict
+from puppeteer.agents.pot import find_program, printed_answer, run_program
+from puppeteer.agents.reasoning import PATTERNS, worker_messages
+from puppeteer.envs.executor import EpisodeContext, Executor
 from puppeteer.tasks.graders import NumericGrader
 from puppeteer.tools import default_tools
 from puppeteer.types import Completion, Task, Workflow
@@ -94,7 +94,7 @@ def _sim_pool() -> object:
 
 
 def test_pot_end_to_end_through_the_sandbox_on_the_sim_backend() -> None:
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
 
     env = ConductorEnv(mode="step", pool=_sim_pool(), suite="arith", split="test", n_tasks=6, max_steps=1)
     results = []
@@ -148,7 +148,7 @@ def test_pot_end_to_end_on_a_real_model() -> None:
 
 
 def test_an_evaluation_counts_every_program_run_as_a_tool_call() -> None:
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
     from puppeteer.tasks import load_suite
 
     pool = _sim_pool()
@@ -161,8 +161,8 @@ def test_an_evaluation_counts_every_program_run_as_a_tool_call() -> None:
 def test_an_env_and_its_clones_run_each_program_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Replaying an item's calls (the same completion every time) runs its program in the sandbox once
     per env family, and every step reads the same output as a fresh run would give."""
-    import puppeteer.pot as pot
-    from puppeteer.env import ConductorEnv
+    import puppeteer.agents.pot as pot
+    from puppeteer.envs.env import ConductorEnv
 
     runs: list[str] = []
     real = pot.run_python

@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from puppeteer.progress import LineSchedule, ProgressReporter
+from puppeteer.utils.progress import LineSchedule, ProgressReporter
 
 
 class FakeClock:

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from rich.console import Console
 
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
 from puppeteer.jobs.quickstart_report import cost_axis, headline, pooled_mcnemar
-from puppeteer.pool import load_pool
-from puppeteer.stats import mcnemar_exact
 from puppeteer.tasks import load_suite
-from puppeteer.trajectories import read_trajectories
 
 REPO = Path(__file__).resolve().parents[1]
 SIM = QuickstartConfig(

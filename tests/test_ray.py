@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator[object]:
     pytest.importorskip("ray")
-    from puppeteer.distributed import init_ray
+    from puppeteer.envs.distributed import init_ray
 
     ray = init_ray(None, num_cpus=2)
     yield ray
@@ -41,7 +41,7 @@ def _result(path: Path) -> dict:
 
 @pytest.mark.parametrize("spec", ["vote:3", "random-step"])
 def test_eval_on_ray_equals_the_single_process_eval(ray_local, tmp_path: Path, spec: str) -> None:
-    from puppeteer.evaluation import RayExecutor, evaluate_policy
+    from puppeteer.evaluation.evaluate import RayExecutor, evaluate_policy
 
     one = evaluate_policy(spec, "sim-paper", "arith", n=30, seed=4, out_dir=tmp_path / "one", progress=False)
     ray = RayExecutor(workers=3)
@@ -80,7 +80,7 @@ def test_cli_eval_with_ray(ray_local, tmp_path: Path) -> None:
 
 
 def test_training_with_ray_rollout_workers_equals_the_single_process_run(ray_local, tmp_path: Path) -> None:
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
     from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
     from puppeteer.train.reinforce import ReinforceConfig, train
 

@@ -14,16 +14,16 @@ import pytest
 from _faults import FlakyBackend
 from _procs import live_members
 
-from puppeteer import workflow
+from puppeteer.agents.pool import PoolError
 from puppeteer.backends.cache import CacheError
 from puppeteer.cli import main
-from puppeteer.env import ConductorEnv
+from puppeteer.envs import workflow
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.workflow import MAX_TEXT_CHARS, WorkflowError, parse_workflow
 from puppeteer.errors import UserError
-from puppeteer.evaluation import ResultExists, evaluate_policy
-from puppeteer.pool import PoolError
-from puppeteer.redaction import REDACTED, redact, split_secret_overrides
-from puppeteer.sandbox import SandboxLimits, run_python
-from puppeteer.workflow import MAX_TEXT_CHARS, WorkflowError, parse_workflow
+from puppeteer.evaluation.evaluate import ResultExists, evaluate_policy
+from puppeteer.tools.sandbox import SandboxLimits, run_python
+from puppeteer.utils.redaction import REDACTED, redact, split_secret_overrides
 
 VALID = 'model_id = [0, 1]\nsubtasks = ["solve", "check"]\naccess_list = [[], "all"]\n'
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from puppeteer.cli.app import main
-from puppeteer.rundir import LOCK_FILE, RunDirBusy, claim
-from puppeteer.safeload import CheckpointError, atomic_torch_save
+from puppeteer.utils.rundir import LOCK_FILE, RunDirBusy, claim
+from puppeteer.utils.safeload import CheckpointError, atomic_torch_save
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = [
@@ -91,7 +91,7 @@ def test_a_killed_holder_releases_the_lock_and_the_run_resumes(
         [
             sys.executable,
             "-c",
-            "import sys, time; from puppeteer.rundir import claim\n"
+            "import sys, time; from puppeteer.utils.rundir import claim\n"
             f"with claim({str(out)!r}):\n    print('held', flush=True); time.sleep(600)",
         ],
         stdout=subprocess.PIPE,
@@ -201,7 +201,7 @@ def test_a_refused_resume_leaves_config_json_and_every_file_as_it_was(
 
 
 def test_a_refused_run_on_a_new_path_leaves_no_directory(tmp_path: Path) -> None:
-    from puppeteer.evaluation import EvalSettings, evaluate
+    from puppeteer.evaluation.evaluate import EvalSettings, evaluate
 
     out = tmp_path / "new" / "ev"
     with pytest.raises(Exception, match="unknown policy spec"):
@@ -241,7 +241,7 @@ def test_a_file_size_limit_during_a_checkpoint_write_keeps_the_previous_one(tmp_
     script = textwrap.dedent(
         f"""
         import resource, signal, sys, torch
-        from puppeteer.safeload import CheckpointError, atomic_torch_save
+        from puppeteer.utils.safeload import CheckpointError, atomic_torch_save
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
         try:

@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from puppeteer.backends.cache import CacheStats
-from puppeteer.cli.app import main
-from puppeteer.replay import (
+from puppeteer.backends.replay import (
     OUTCOMES_FILE,
     RESPONSES_FILE,
     ReplayBackend,
@@ -25,7 +24,8 @@ from puppeteer.replay import (
     read_outcomes,
     read_responses,
 )
-from puppeteer.resources import data_dir
+from puppeteer.cli.app import main
+from puppeteer.utils.resources import data_dir
 from tests.test_cache import CountingBackend, req
 
 SHIPPED = data_dir("agents") / "local-mix.replay"

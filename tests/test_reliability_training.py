@@ -16,11 +16,11 @@ import pytest
 import torch
 from _faults import DiskFullFile, FlakyBackend
 
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.safeload import CheckpointError
 from puppeteer.train.logging import JsonlLogger
 from puppeteer.train.reinforce import ReinforceConfig, TrainingStopped, train
+from puppeteer.utils.safeload import CheckpointError
 
 FAST = PolicyConfig(encoder="hashing", hidden=16, max_steps=2)
 CFG = ReinforceConfig(
@@ -110,7 +110,7 @@ def test_kill_9_during_a_checkpoint_write_loses_nothing_before_it(tmp_path: Path
     script = textwrap.dedent(f"""
         import os, signal, sys
         import torch
-        import puppeteer.safeload as safeload
+        import puppeteer.utils.safeload as safeload
         torch.set_num_threads({torch.get_num_threads()})  # the parent's: same float sums, same losses
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import test_reliability_training as t

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from puppeteer.agents.pool import PoolError, load_pool, pool_from_dict
 from puppeteer.cli.app import main
-from puppeteer.pool import PoolError, load_pool, pool_from_dict
-from puppeteer.yamlsafe import YamlLimitError, load_yaml
+from puppeteer.utils.yamlsafe import YamlLimitError, load_yaml
 
 POOL = {
     "name": "p",
@@ -135,7 +135,7 @@ def test_the_bounded_loader_reads_ordinary_aliases_and_refuses_recursive_ones() 
 
 
 def test_every_shipped_pool_still_loads() -> None:
-    from puppeteer.resources import data_dir
+    from puppeteer.utils.resources import data_dir
 
     for path in sorted(data_dir("agents").glob("*.yaml")):
         assert len(load_pool(path)) >= 1, path
@@ -326,8 +326,8 @@ def http():
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from puppeteer.orchestrator import Orchestrator
-    from puppeteer.serve import create_app
+    from puppeteer.serving.orchestrator import Orchestrator
+    from puppeteer.serving.serve import create_app
 
     with Orchestrator.load("vote:3", "sim-paper", suite="arith") as orch:
         yield TestClient(create_app(orch))

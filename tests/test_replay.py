@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from puppeteer.agents.pool import load_pool, pool_from_dict
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import CachedBackend
-from puppeteer.errors import UserError
-from puppeteer.pool import load_pool, pool_from_dict
-from puppeteer.replay import (
+from puppeteer.backends.replay import (
     Outcome,
     ReplayBackend,
     ReplayMiss,
@@ -23,7 +22,8 @@ from puppeteer.replay import (
     read_responses,
     write_outcomes,
 )
-from puppeteer.trajectories import read_trajectories
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.errors import UserError
 from tests.test_cache import CountingBackend, req
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +132,7 @@ def test_the_shipped_local_mix_table_replays_every_agent_exactly(
     prompt, pattern or grader changes under the table (rebuild it with `puppeteer outcomes build`)."""
     from collections import defaultdict
 
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
     from puppeteer.tasks import load_suite
 
     monkeypatch.setenv("PUPPETEER_REPLAY", "strict")

@@ -1,4 +1,5 @@
-"""Discounted returns are computed once (puppeteer.reward, by the env); trainer and references read them."""
+"""Discounted returns are computed once (puppeteer.envs.reward, by the env); trainer and references read
+them."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import pytest
 import torch
 
 from puppeteer.analytics.references import run_plan
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.reward import discounted_returns
+from puppeteer.envs.rollout import run_lockstep
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.reward import discounted_returns
-from puppeteer.rollout import run_lockstep
 
 
 def _env() -> ConductorEnv:

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from puppeteer.aggregate import last_answer, majority_vote
-from puppeteer.reward import PuppeteerReward, conductor_reward, discounted_returns, step_cost
+from puppeteer.envs.aggregate import last_answer, majority_vote
+from puppeteer.envs.reward import PuppeteerReward, conductor_reward, discounted_returns, step_cost
 from puppeteer.types import Completion, ModelSpec
 
 
@@ -44,7 +44,7 @@ def test_puppeteer_returns_follow_the_recursion_by_hand() -> None:
 
 
 def test_cost_models() -> None:
-    from puppeteer.reward import cost_model
+    from puppeteer.envs.reward import cost_model
 
     c = Completion("x", 600, 400, cost_usd=0.02, flops=3e12, latency_s=1.0, model="m")
     m = ModelSpec("m", "llamacpp", "m", params_b=1.5, prefill_tps=60.0, decode_tps=8.0)
@@ -58,7 +58,7 @@ def test_cost_models() -> None:
 
 
 def test_minutes_cost_needs_declared_speeds() -> None:
-    from puppeteer.reward import check_cost_model, cost_model
+    from puppeteer.envs.reward import check_cost_model, cost_model
 
     fast = ModelSpec("fast", "llamacpp", "f", params_b=0.5, prefill_tps=100.0, decode_tps=20.0)
     bare = ModelSpec("bare", "llamacpp", "b", params_b=0.5)

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from puppeteer.env import ConductorEnv
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.rollout import (
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import (
     EpisodeNotEnded,
     action_limit,
     run_actions,
@@ -18,6 +17,7 @@ from puppeteer.rollout import (
     run_workflow_episode,
     summarize,
 )
+from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.types import Workflow
 
 

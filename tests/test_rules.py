@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.registry import load_policy, make_policy
 from puppeteer.policies.rule_fit import Answer, choose, fit_from_answers, outcome, rule_space, rule_value
 from puppeteer.policies.rules import Rule, RulePolicy
@@ -108,8 +108,8 @@ def test_rules_run_step_by_step_and_escalate_only_when_the_trigger_fires(tmp_pat
 def test_the_fitted_rules_choose_on_the_training_items_of_the_sim(tmp_path: Path) -> None:
     """best-kind on a simulated pool: the rule it runs per kind is what choose() gives on the solvers'
     training answers, whatever the held-out items say; its eval lines name the rule."""
+    from puppeteer.agents.pool import load_pool
     from puppeteer.policies.rule_fit import fit_rules
-    from puppeteer.pool import load_pool
     from puppeteer.tasks import load_suite
 
     pool = load_pool("sim-paper").subset(["gpt5-cot", "gemma3-27b-cot", "qwen3-32b-cot"])

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from _procs import live_members
 
-from puppeteer.sandbox import SandboxLimits, SandboxResult, run_python
+from puppeteer.tools.sandbox import SandboxLimits, SandboxResult, run_python
 
 FAST = SandboxLimits(timeout_s=3.0, cpu_s=2, memory_mb=256)
 MODES = {

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.second_steps import (
     error_correlations,
     flagged,
@@ -18,10 +19,9 @@ from puppeteer.analytics.second_steps import (
     second_step_rates,
     within_kind_phi,
 )
+from puppeteer.backends.replay import Outcome, StepOutcome, read_outcomes, read_steps, write_steps
 from puppeteer.jobs.outcomes import Shard, build
 from puppeteer.jobs.second_steps import build_steps, first_agents, parse_firsts
-from puppeteer.pool import load_pool
-from puppeteer.replay import Outcome, StepOutcome, read_outcomes, read_steps, write_steps
 
 
 def _o(task: str, agent: str, correct: bool, model_s: float, split: str = "train") -> Outcome:
@@ -155,7 +155,7 @@ def test_every_shipped_second_step_replays_under_strict_replay(
     with strict replay as a `chain:FIRST,SECOND` workflow and as two steps of a step-wise policy: no
     model loads, every call comes from the table, and the second step gives the recorded answer and
     grade. Fails when a prompt changes under the table."""
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
     from puppeteer.tasks import load_suite
 
     monkeypatch.setenv("PUPPETEER_REPLAY", "strict")

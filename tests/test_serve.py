@@ -11,7 +11,7 @@ import pytest
 
 from puppeteer.backends.sim import SimBackend
 from puppeteer.cli import main
-from puppeteer.orchestrator import Orchestrator, UnknownToSimulator
+from puppeteer.serving.orchestrator import Orchestrator, UnknownToSimulator
 from puppeteer.tasks import load_suite
 
 pytestmark = pytest.mark.integration
@@ -20,7 +20,7 @@ ITEMS = load_suite("arith", "test", n=8)
 
 
 def test_orchestrator_answers_a_suite_item_like_the_evaluation() -> None:
-    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
 
     with Orchestrator.load("vote:3", "sim-paper", suite="arith") as orch:
         results = [orch.answer(t.question) for t in ITEMS]
@@ -49,8 +49,8 @@ def test_orchestrator_runs_step_policies_and_free_questions() -> None:
 
 
 def test_orchestrator_applies_a_trained_puppeteer(tmp_path) -> None:
+    from puppeteer.agents.pool import load_pool
     from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-    from puppeteer.pool import load_pool
 
     pool = load_pool("sim-paper")
     PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3)).save(tmp_path / "p")
@@ -93,7 +93,7 @@ class _FailsOnKeyword:
 def server() -> Iterator[str]:
     pytest.importorskip("fastapi")
     uvicorn = pytest.importorskip("uvicorn")
-    from puppeteer.serve import create_app
+    from puppeteer.serving.serve import create_app
 
     base = Orchestrator.load("vote:3", "sim-paper", suite="arith")
     orch = Orchestrator.load("vote:3", "sim-paper", suite="arith", backend=_FailsOnKeyword(base.backend()))
@@ -232,7 +232,7 @@ def test_a_saturated_server_answers_503_and_recovers() -> None:
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
 
-    from puppeteer.serve import create_app
+    from puppeteer.serving.serve import create_app
 
     base = Orchestrator.load("single:0", "sim-paper", suite="arith")
     orch = Orchestrator.load("single:0", "sim-paper", suite="arith", backend=_Slow(base.backend()))
@@ -301,7 +301,7 @@ def test_litellm_completion_cost_prices_a_served_reply() -> None:
     litellm = pytest.importorskip("litellm")
     from fastapi.testclient import TestClient
 
-    from puppeteer.serve import create_app
+    from puppeteer.serving.serve import create_app
 
     orch = Orchestrator.load("vote:3", "sim-paper", suite="arith")
     body = {"model": "puppeteer", "messages": [{"role": "user", "content": ITEMS[2].question}]}

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.backends.base import Backend
 from puppeteer.backends.sim import (
     SimBackend,
@@ -23,7 +24,6 @@ from puppeteer.backends.sim import (
     shifted,
     skill,
 )
-from puppeteer.pool import Pool, load_pool
 from puppeteer.types import Agent, CallContext, CompletionRequest, Message, ModelSpec
 
 # The Conductor paper's table (percent), in the order of COLUMNS.

@@ -16,6 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from puppeteer.agents.pool import load_pool
+from puppeteer.agents.pot import run_program
+from puppeteer.agents.reasoning import PATTERNS
 from puppeteer.backends.sim import (
     _OPENERS,
     SimBackend,
@@ -24,12 +27,11 @@ from puppeteer.backends.sim import (
     _render_final,
     display_answer,
 )
-from puppeteer.env import VOUCHED_GRADERS, ConductorEnv
-from puppeteer.executor import EpisodeContext, _answer
-from puppeteer.pool import load_pool
-from puppeteer.pot import run_program
-from puppeteer.reasoning import PATTERNS
-from puppeteer.rollout import EpisodeEnd, run_episode
+from puppeteer.envs.env import VOUCHED_GRADERS, ConductorEnv
+from puppeteer.envs.executor import EpisodeContext, _answer
+from puppeteer.envs.rollout import EpisodeEnd, run_episode
+from puppeteer.envs.trajectories import trajectory_to_dict
+from puppeteer.envs.workflow import format_workflow
 from puppeteer.tasks.graders import (
     CodeGrader,
     ExactGrader,
@@ -41,9 +43,7 @@ from puppeteer.tasks.graders import (
     default_graders,
 )
 from puppeteer.tools.loop import merge
-from puppeteer.trajectories import trajectory_to_dict
 from puppeteer.types import CallContext, Completion, CompletionRequest, Message, ModelSpec, Task, Workflow
-from puppeteer.workflow import format_workflow
 
 TEXT_PATH = {"sim": {"answer_text": False}}
 EPISODES = 300

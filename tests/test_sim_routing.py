@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import yaml
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.optimum import sim_backend, visible_optimum
 from puppeteer.analytics.sim_calibration import DomainOutcomes, fit_domain, statistics
 from puppeteer.backends.sim import SimBackend, SimItem
 from puppeteer.backends.sim_difficulty import DifficultyModel, conditional_accuracy, visible_feature
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.envs.build import EnvConfig, build_env
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.surface import N_SURFACE, surface_features
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import load_pool
-from puppeteer.surface import N_SURFACE, surface_features
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 from puppeteer.types import CallContext, CompletionRequest, Message, ModelSpec
@@ -304,7 +304,7 @@ def test_accuracy_given_the_item_is_what_repeated_calls_on_it_score() -> None:
     """accuracy_given_item is P(correct | the item's whole latent difficulty): the share of fresh calls
     on one item that are right, and, averaged over many items, the agent's marginal accuracy."""
     from puppeteer.analytics.optimum import sim_backend
-    from puppeteer.rollout import run_actions
+    from puppeteer.envs.rollout import run_actions
 
     settings = EnvConfig(mode="step", lam=0.0, max_steps=1, min_steps=1, cost_model="usd")
     env = build_env(settings, pool=load_pool("sim-routing"), suite="mix-routing", split="train", n_tasks=300)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from puppeteer.resources import data_dir, find_yaml
 from puppeteer.tasks import (
     DataPackage,
     MissingDataPackage,
@@ -24,6 +23,7 @@ from puppeteer.tasks import (
 )
 from puppeteer.tasks.arith import arith_problem
 from puppeteer.tasks.loaders import shuffled_choices
+from puppeteer.utils.resources import data_dir, find_yaml
 
 SHIPPED = {
     "arith",

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from puppeteer.backends.base import Backend
-from puppeteer.sandbox import SandboxLimits
 from puppeteer.tools import TOOLS, Calculator, PythonTool, Tool, clip, default_tools, make_tool, tool_prompt
 from puppeteer.tools.calculator import Evaluator
 from puppeteer.tools.loop import ToolLoopResult, arun_with_tools, find_tool_call, run_with_tools
+from puppeteer.tools.sandbox import SandboxLimits
 from puppeteer.types import Completion, CompletionRequest, Message, ModelSpec
 
 FAST = SandboxLimits(timeout_s=3.0, cpu_s=2, memory_mb=256)

@@ -13,8 +13,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from puppeteer.cli import main
-from puppeteer.env import EnvConfig
-from puppeteer.resources import available, data_dir
+from puppeteer.envs.env import EnvConfig
 from puppeteer.tasks import split_sizes
 from puppeteer.tasks.spec import suite_names
 from puppeteer.train.config_schema import (
@@ -28,6 +27,7 @@ from puppeteer.train.config_schema import (
     single_runs,
 )
 from puppeteer.train.reinforce import ReinforceConfig
+from puppeteer.utils.resources import available, data_dir
 
 CONFIGS = str(data_dir("configs"))
 

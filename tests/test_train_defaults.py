@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from puppeteer.encoders import hashing_encoder
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.encoders import hashing_encoder
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.reward import auto_cost_model
 from puppeteer.jobs.train import cost_model_of, job_of
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy, state_window
-from puppeteer.reward import auto_cost_model
 from puppeteer.types import ModelSpec
 
 
@@ -40,8 +40,8 @@ def _composed(*overrides: str) -> dict:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from puppeteer.resources import data_dir
     from puppeteer.train.config_schema import register_configs
+    from puppeteer.utils.resources import data_dir
 
     register_configs()
     with initialize_config_dir(config_dir=str(data_dir("configs")), version_base="1.3"):

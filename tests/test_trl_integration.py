@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from puppeteer.env import ConductorEnv
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.env import ConductorEnv
 from puppeteer.integrations.trl import (
     ConductorReward,
     ConductorToolEnv,
@@ -20,7 +21,6 @@ from puppeteer.integrations.trl import (
     conductor_dataset,
     conductor_rows,
 )
-from puppeteer.pool import load_pool
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, Task
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from puppeteer.envbuild import build_env
-from puppeteer.envparts import EnvConfig
-from puppeteer.replay import read_outcomes
-from puppeteer.signals import SIGNAL_NAMES
+from puppeteer.backends.replay import read_outcomes
+from puppeteer.envs.build import build_env
+from puppeteer.envs.parts import EnvConfig
 from puppeteer.tasks import load_suite
+from puppeteer.tasks.signals import SIGNAL_NAMES
 from puppeteer.tasks.visible import VISIBLE_CHECKS, CodeExamplesCheck, Example, visible_examples
 from puppeteer.types import Task
 
@@ -133,7 +133,7 @@ def test_on_the_shipped_table_failing_the_examples_means_failing_the_tests() -> 
 
 
 def load_pool_replay() -> Path:
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
 
     replay = load_pool("local-mix").replay
     assert replay is not None

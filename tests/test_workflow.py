@@ -6,8 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from puppeteer.envs.workflow import (
+    WorkflowError,
+    WorkflowLimits,
+    format_workflow,
+    parse_workflow,
+    visible_steps,
+)
 from puppeteer.types import Workflow
-from puppeteer.workflow import WorkflowError, WorkflowLimits, format_workflow, parse_workflow, visible_steps
 
 
 def test_last_well_formed_triple_wins_after_reasoning() -> None:

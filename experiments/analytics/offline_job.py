@@ -7,7 +7,7 @@ held-out return (the better of the oracle router and the best single agent):
 - ``offline+online``: the offline policy, then REINFORCE;
 - ``online``: REINFORCE from scratch.
 
-The logs are written by :func:`puppeteer.evaluation.evaluate_policy` running ``random-step``
+The logs are written by :func:`puppeteer.evaluation.evaluate.evaluate_policy` running ``random-step``
 on the train split (one eval run per log seed), as production logs would be.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 
 from puppeteer.analytics.plots import _title, save
 from puppeteer.analytics.references import oracle_router, run_plan
-from puppeteer.env import ConductorEnv
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.jobs.builder import StepJob, env_copies
 from puppeteer.jobs.study import SimSetting, episodes_to_reach
 from puppeteer.train.offline import OfflineConfig, train_offline

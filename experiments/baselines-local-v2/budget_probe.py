@@ -18,14 +18,14 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.evaluation import evaluate_policy, slug
-from puppeteer.pool import Pool, load_pool
-from puppeteer.stats import wilson_interval
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.evaluation.evaluate import evaluate_policy, slug
+from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.tasks import load_suite
-from puppeteer.trajectories import read_trajectories
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -25,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from puppeteer.envs.workflow import extract_lists
+from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.integrations.trl import WorkflowScorer
-from puppeteer.stats import mcnemar_exact
 from puppeteer.train.grpo import GRPOJob
-from puppeteer.workflow import extract_lists
 
 ARMS = ("before", "after")
 SUBTASK = "Solve the problem and state the final answer."

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.integrations.trl import WorkflowOutcome, WorkflowScorer, conductor_rows, prefixed_rows
-from puppeteer.stats import wilson_interval
 from puppeteer.train.conductor_generation import access_list_stop_kwargs
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.shared_prefix import install_shared_prefix

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from puppeteer.pool import Pool, load_pool
+from puppeteer.agents.pool import Pool, load_pool
 
 
 def _model_s(pool: Pool, line: dict[str, Any], depth: int, conductor: str | None) -> float | None:

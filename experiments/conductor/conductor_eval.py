@@ -1,7 +1,7 @@
 """Evaluate a prompted conductor on pools x suites and write
 experiments/conductor/results/conductor-results.md.
 
-Each (pool, suite) run goes through ``puppeteer.evaluation.evaluate_policy`` (the same items,
+Each (pool, suite) run goes through ``puppeteer.evaluation.evaluate.evaluate_policy`` (the same items,
 item seeds and files as ``puppeteer eval``) into ``OUT_DIR/<pool>_<suite>/``; its
 ``trajectories.jsonl`` grows one line per finished item, so the table (``--table-only``) can be
 made from partial runs. Every model call goes through the shared response cache: re-running the
@@ -23,10 +23,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.backends.cache import default_response_cache
-from puppeteer.evaluation import evaluate_policy
-from puppeteer.pool import load_pool
-from puppeteer.stats import wilson_interval
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.stats import wilson_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 

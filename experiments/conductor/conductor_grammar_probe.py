@@ -1,7 +1,7 @@
 """Parse rate and decoding speed of a prompted conductor with and without the plan grammar.
 
 The same items, prompts and model; only the decoding differs (``conductor:free:KEY`` against
-``conductor:KEY``, whose plans are decoded under :mod:`puppeteer.conductor_grammar`). Only the
+``conductor:KEY``, whose plans are decoded under :mod:`puppeteer.envs.conductor_grammar`). Only the
 conductor runs (parsing a plan needs no worker), items concurrently so the llama.cpp backend
 batches them; the two arms alternate in rounds of ``--round`` items so machine load hits both
 alike. Writes counts, parse errors, plan shapes and tokens per second (no item text) as JSON.
@@ -24,10 +24,10 @@ from typing import Any
 
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import default_response_cache
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.workflow import PlanSpace, WorkflowError, WorkflowLimits, parse_workflow
 from puppeteer.policies.conductor import make_conductor
-from puppeteer.seeding import item_seed
-from puppeteer.workflow import PlanSpace, WorkflowError, WorkflowLimits, parse_workflow
+from puppeteer.utils.seeding import item_seed
 
 
 def _plan(env: ConductorEnv, policy: Any, index: int) -> dict[str, Any]:

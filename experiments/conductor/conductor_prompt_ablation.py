@@ -25,11 +25,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.conductor_items import item_records
-from puppeteer.conductor_prompt import load_prompt_config
-from puppeteer.evaluation import evaluate_policy
-from puppeteer.pool import load_pool
-from puppeteer.stats import wilson_interval
+from puppeteer.envs.conductor_prompt import load_prompt_config
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.stats import wilson_interval
 
 # the rows: prompt config -> what it asks (reasoning first?), its few-shot plans, whether the table has cards
 PROMPTS = {

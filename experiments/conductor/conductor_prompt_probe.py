@@ -21,12 +21,12 @@ from pathlib import Path
 
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import default_response_cache
-from puppeteer.conductor_prompt import ConductorPrompt
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.conductor_prompt import ConductorPrompt
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_episode
 from puppeteer.policies.conductor import ConductorPolicy, conductor_model
-from puppeteer.rollout import run_episode
-from puppeteer.seeding import item_seed
 from puppeteer.types import Message
+from puppeteer.utils.seeding import item_seed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from puppeteer.agents.availability import holdout_subsets
+from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.optimum import visible_optimum
-from puppeteer.availability import holdout_subsets
-from puppeteer.envbuild import EnvConfig, build_env
-from puppeteer.evaluation import evaluate_policy
-from puppeteer.pool import load_pool
+from puppeteer.envs.build import EnvConfig, build_env
+from puppeteer.evaluation.evaluate import evaluate_policy
 
 log = logging.getLogger("conductor_subsets")
 

@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.conductor_items import first_is_best_value, item_records
-from puppeteer.evaluation import evaluate_policy
-from puppeteer.pool import Pool, load_pool
-from puppeteer.stats import mcnemar_exact, paired_bootstrap, wilson_interval
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.stats import mcnemar_exact, paired_bootstrap, wilson_interval
 
 log = logging.getLogger("conductor_price_sweep")
 

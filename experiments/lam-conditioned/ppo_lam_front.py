@@ -1,7 +1,7 @@
 """One MaskablePPO model for every price against one model per price (issue 36, outside RL code).
 
 Per seed: one MaskablePPO trained with lambda drawn per episode from ``--lam-range`` and read from the
-observation (``puppeteer.wrappers``), evaluated greedily on the held-out split at each of ``--lams``;
+observation (``puppeteer.envs.wrappers``), evaluated greedily on the held-out split at each of ``--lams``;
 beside it, one MaskablePPO trained at each of those lambdas alone. Return = accuracy - lambda x cost in
 US cents per item (the training reward with ``--cost-model usd``); the held-out items and their draws
 are the same for every model of a seed, so the comparison is paired.

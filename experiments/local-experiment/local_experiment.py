@@ -9,7 +9,7 @@ against every fixed policy, on the same held-out items, priced in single-stream 
    (they are cached; the report uses each run's final policy). Each trained policy is then
    evaluated greedily on the first ``--n-eval`` test items (``--reevaluate``).
 2. ``baselines``: every single agent, the random policy and a vote on the same items, through
-   :func:`puppeteer.evaluation.evaluate_policy` (the same items and sample indices as the table in
+   :func:`puppeteer.evaluation.evaluate.evaluate_policy` (the same items and sample indices as the table in
    ``experiments/baselines-local-v2/README.md``, so their calls replay from the response cache).
 3. ``report``: ``report.md`` (accuracy with Wilson intervals, single-stream model seconds and calls per
    item, the Pareto front, the paired comparison of each trained lambda's seeds with the best single
@@ -34,18 +34,18 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.headroom import Outcomes, domain_route, oracle_route, probe_cross_fit, probe_route
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.sweep import find_trained
 from puppeteer.backends.cache import resolve_cache
-from puppeteer.encoders import make_encoder
-from puppeteer.env import MAX_OBS_CHARS
-from puppeteer.evaluation import evaluate_policy, slug
+from puppeteer.envs.encoders import make_encoder
+from puppeteer.envs.env import MAX_OBS_CHARS
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.evaluation.evaluate import evaluate_policy, slug
+from puppeteer.evaluation.stats import mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.jobs.sweep import run_sweep
-from puppeteer.pool import Pool, load_pool
-from puppeteer.stats import mcnemar_exact, paired_bootstrap, wilson_interval
 from puppeteer.tasks.suites import load_suite
-from puppeteer.trajectories import read_trajectories
 
 log = logging.getLogger(__name__)
 
@@ -464,7 +464,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     p.add_argument("--phi", type=float, default=None, help="the reward's phi (default: max_steps)")
     p.add_argument(
-        "--signals", action="store_true", help="the router also reads obs['signals'] (puppeteer/signals.py)"
+        "--signals",
+        action="store_true",
+        help="the router also reads obs['signals'] (puppeteer/tasks/signals.py)",
     )
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--pool", default=POOL)

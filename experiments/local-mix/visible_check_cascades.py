@@ -27,8 +27,8 @@ from pathlib import Path
 
 from scipy.stats import binomtest
 
-from puppeteer.pool import load_pool
-from puppeteer.replay import Outcome, read_outcomes
+from puppeteer.agents.pool import load_pool
+from puppeteer.backends.replay import Outcome, read_outcomes
 from puppeteer.tasks import load_suite
 from puppeteer.tasks.visible import VISIBLE_CHECKS
 from puppeteer.types import Task

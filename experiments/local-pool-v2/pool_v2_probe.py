@@ -23,11 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import load_pool
+from puppeteer.agents.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import default_response_cache
-from puppeteer.executor import EpisodeContext, Executor
-from puppeteer.pool import load_pool
-from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
+from puppeteer.envs.executor import EpisodeContext, Executor
 from puppeteer.tasks import load_suite
 from puppeteer.tasks.graders import default_graders
 from puppeteer.tools import default_tools

@@ -21,10 +21,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.agents.pool import load_pool
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.policies.rule_fit import fit_rules
-from puppeteer.pool import load_pool
-from puppeteer.stats import mcnemar_exact
 from puppeteer.tasks import load_suite
 
 HERE = Path(__file__).parent

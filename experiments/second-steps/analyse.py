@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.second_steps import (
     PairCorrelation,
     SecondStepRates,
@@ -25,8 +26,7 @@ from puppeteer.analytics.second_steps import (
     rates_by,
     relations,
 )
-from puppeteer.pool import load_pool
-from puppeteer.replay import read_outcomes, read_steps
+from puppeteer.backends.replay import read_outcomes, read_steps
 
 HERE = Path(__file__).parent
 FAMILIES = {"qwen-1.5b": "Qwen2.5-Coder", "qwen-0.5b": "Qwen2.5-Coder"}  # model key -> family

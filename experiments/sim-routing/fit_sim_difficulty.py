@@ -27,8 +27,8 @@ from puppeteer.analytics.sim_calibration import (
     simulate,
     statistics,
 )
+from puppeteer.backends.replay import read_outcomes
 from puppeteer.backends.sim_difficulty import DifficultyModel, visible_feature
-from puppeteer.replay import read_outcomes
 from puppeteer.tasks import load_suite
 
 DOMAINS = ("gsm8k", "mmlu", "humaneval", "arith", "math500")

@@ -32,16 +32,16 @@ import numpy as np
 import torch
 from scipy.stats import ttest_rel
 
+from puppeteer.agents.availability import holdout_subsets
+from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.optimum import training_limit, visible_optimum
-from puppeteer.availability import holdout_subsets
-from puppeteer.encoders import make_encoder
-from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.envs.build import EnvConfig, build_env
+from puppeteer.envs.encoders import make_encoder
+from puppeteer.envs.rollout import run_lockstep, summarize
+from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.jobs.builder import env_copies
 from puppeteer.jobs.study import episodes_to_reach, episodes_to_stay
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import load_pool
-from puppeteer.rollout import run_lockstep, summarize
-from puppeteer.stats import mcnemar_exact
 from puppeteer.train.reinforce import ReinforceConfig, top_share, train
 
 log = logging.getLogger("sim_routing_study")

@@ -28,15 +28,15 @@ from typing import Any
 
 import numpy as np
 
+from puppeteer.agents.pool import Pool, PoolError, load_pool
 from puppeteer.analytics.optimum import sim_backend
-from puppeteer.encoders import CachedEncoder
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.envs.build import EnvConfig, build_env
+from puppeteer.envs.encoders import CachedEncoder
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.reward import COST_UNITS
+from puppeteer.envs.rollout import Episode, run_actions, run_lockstep
 from puppeteer.jobs.builder import env_copies
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import Pool, PoolError, load_pool
-from puppeteer.reward import COST_UNITS
-from puppeteer.rollout import Episode, run_actions, run_lockstep
 from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from unseen import KINDS, UnseenSettings, references, report, run_one
 
-from puppeteer.encoders import make_encoder
+from puppeteer.envs.encoders import make_encoder
 
 
 def main() -> None:

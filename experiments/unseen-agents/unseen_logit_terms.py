@@ -14,9 +14,9 @@ import argparse
 
 import torch
 
-from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.build import EnvConfig, build_env
 from puppeteer.policies.puppeteer import PuppeteerPolicy
-from puppeteer.pool import load_pool
 
 
 def main() -> None:

@@ -1,11 +1,11 @@
 """Paired A/B comparison of two policies on the same items, sample indices and pool.
 
-Each arm is a policy spec (run here with :func:`puppeteer.evaluation.evaluate_policy`, which
+Each arm is a policy spec (run here with :func:`puppeteer.evaluation.evaluate.evaluate_policy`, which
 seeds every item from ``(seed, task id)``, so both arms see the same sample index per item) or a
 finished eval run directory. Items are paired by task id. Accuracy: exact McNemar test on the
 discordant pairs; cost, tokens, calls and reward: paired bootstrap 95% intervals of B - A. Where
 the pool declares its models' single-stream speeds (local llama.cpp pools), also the workers'
-model seconds per item at those speeds (:meth:`puppeteer.pool.Pool.model_seconds`): what the calls
+model seconds per item at those speeds (:meth:`puppeteer.agents.pool.Pool.model_seconds`): what the calls
 cost alone, whatever the batching or the machine's load. USD is left out where neither arm spent any.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import pandas as pd
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.store import TrajectoryStore, find_runs, run_metadata
-from puppeteer.pool import Pool, load_pool
-from puppeteer.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
+from puppeteer.evaluation.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def run_arm(source: str, label: str, out: Path, pool: str, suite: str, **eval_kw
     """The run directory of one arm: given, or produced now by ``evaluate_policy``."""
     if is_run_dir(source):
         return Path(source)
-    from puppeteer.evaluation import evaluate_policy, slug
+    from puppeteer.evaluation.evaluate import evaluate_policy, slug
 
     run_dir = out / f"{label}_{slug(source)}"
     evaluate_policy(source, pool, suite, out_dir=run_dir, progress=False, **eval_kwargs)

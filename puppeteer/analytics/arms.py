@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.ab import (
     METRIC_LABELS,
     ABResult,
@@ -38,7 +39,6 @@ from puppeteer.analytics.ab import (
 )
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.store import run_metadata
-from puppeteer.pool import Pool, load_pool
 
 ALPHA = 0.05
 LABELS = string.ascii_uppercase

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from puppeteer.conductor_prompt import Valued, value_order
-from puppeteer.pool import Pool
+from puppeteer.agents.pool import Pool
+from puppeteer.envs.conductor_prompt import Valued, value_order
 
 
 def reasoned(text: str) -> bool:

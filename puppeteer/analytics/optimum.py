@@ -26,9 +26,9 @@ import numpy as np
 
 from puppeteer.analytics.references import Reference
 from puppeteer.backends.sim import SimBackend
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import backend_options
-from puppeteer.rollout import run_actions, summarize
+from puppeteer.envs.build import backend_options
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_actions, summarize
 
 
 @dataclass(frozen=True)

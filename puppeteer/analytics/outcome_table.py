@@ -1,4 +1,4 @@
-"""What a shipped outcome table (:mod:`puppeteer.replay`) says about its pool, with no model loaded.
+"""What a shipped outcome table (:mod:`puppeteer.backends.replay`) says about its pool, with no model loaded.
 
 - :func:`agent_rows`: every agent alone, overall and per kind of request (the item's domain):
   accuracy with its Wilson interval, single-stream model seconds, tokens, truncation and tool-call rates.
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from puppeteer.analytics.headroom import Outcomes, best_index, domain_route, oracle_route, single_route
+from puppeteer.backends.replay import Outcome
 from puppeteer.errors import UserError
-from puppeteer.replay import Outcome
-from puppeteer.stats import wilson_interval
+from puppeteer.evaluation.stats import wilson_interval
 
 ALL = "all"
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from puppeteer.env import ConductorEnv
-from puppeteer.rollout import run_actions, summarize
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_actions, summarize
 from puppeteer.types import Task
 
 
@@ -32,7 +32,7 @@ def run_plan(
         )
         for i in range(len(env.tasks))
     ]
-    m = summarize(ends)  # returns are the env's discounted returns (puppeteer.reward)
+    m = summarize(ends)  # returns are the env's discounted returns (puppeteer.envs.reward)
     return Reference(name, m["accuracy"], m["return"], m["cost"], m["calls"])
 
 

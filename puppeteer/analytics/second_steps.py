@@ -1,7 +1,7 @@
 """What a second step does to a first answer, and how agents' errors go together, from an outcome table.
 
-Read from a shipped table (:mod:`puppeteer.replay`): the two-step chains of ``steps.jsonl.gz`` and the
-single calls of ``outcomes.jsonl.gz``.
+Read from a shipped table (:mod:`puppeteer.backends.replay`): the two-step chains of
+``steps.jsonl.gz`` and the single calls of ``outcomes.jsonl.gz``.
 
 - A second agent *flags* a first answer when it states an answer that is not the first one
   (:func:`same_answer`: numbers equal as numbers, option letters equal in any case, programs equal as
@@ -26,8 +26,8 @@ from itertools import combinations
 
 import numpy as np
 
-from puppeteer.replay import Outcome, StepOutcome
-from puppeteer.stats import wilson_interval
+from puppeteer.backends.replay import Outcome, StepOutcome
+from puppeteer.evaluation.stats import wilson_interval
 
 
 def _number(text: str) -> float | None:

@@ -156,8 +156,8 @@ def simulate(
 def domain_tables(
     outcomes: Sequence[object], scores: Mapping[str, float], agents: Sequence[str] | None = None
 ) -> dict[str, DomainOutcomes]:
-    """Per domain, the items every given agent answered (``outcomes``: :class:`puppeteer.replay.Outcome`
-    rows; ``scores``: each task id's visible score)."""
+    """Per domain, the items every given agent answered (``outcomes``:
+    :class:`puppeteer.backends.replay.Outcome` rows; ``scores``: each task id's visible score)."""
     by: dict[str, dict[str, dict[str, bool]]] = {}
     names = set(agents) if agents else {o.agent for o in outcomes}  # type: ignore[attr-defined]
     for o in outcomes:

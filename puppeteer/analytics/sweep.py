@@ -9,7 +9,7 @@ plan-all-at-once conductor trained with GRPO, ``puppeteer train track=conductor`
 (Hydra multirun) is the job :mod:`puppeteer.jobs.sweep`, which adds the launch to each track.
 
 Trained runs are scored by the held-out evaluation their training job wrote; every baseline is
-evaluated with :func:`puppeteer.evaluation.evaluate_policy` on the same split, pool and number of
+evaluated with :func:`puppeteer.evaluation.evaluate.evaluate_policy` on the same split, pool and number of
 items, so accuracy and cost (tokens or USD per item) are comparable between them.
 """
 
@@ -71,7 +71,7 @@ class PuppeteerTrack:
         return f"puppeteer:{run_dir / self.checkpoint}"
 
     def eval_settings(self, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        from puppeteer.pool import configured_pool
+        from puppeteer.agents.pool import configured_pool
 
         suite, pool = cfg["suite"], cfg["pool"]
         return dict(
@@ -85,7 +85,7 @@ class PuppeteerTrack:
 
     def heldout_row(self, run: TrainedRun) -> dict[str, Any]:
         """``results.json`` ``heldout``: accuracy, tokens, usd, calls, return over ``n_eval`` items."""
-        from puppeteer.stats import wilson_interval
+        from puppeteer.evaluation.stats import wilson_interval
 
         res = json.loads((run.run_dir / "results.json").read_text())
         h, n = res["heldout"], int(res["n_eval"])
@@ -104,7 +104,7 @@ class PuppeteerTrack:
         }
 
 
-# a conductor run's ``cost`` per item is in cost-model units (puppeteer.reward.COST_MODELS: thousands
+# a conductor run's ``cost`` per item is in cost-model units (puppeteer.envs.reward.COST_MODELS: thousands
 # of tokens, US cents); for runs whose held-out summary has no ``tokens``/``usd`` it gives one of them
 _COST_UNITS = {"tokens": ("tokens", 1000.0), "usd": ("usd", 0.01), "minutes": ("model_s", 60.0)}
 
@@ -207,8 +207,8 @@ def heldout_row(run: TrainedRun, track: SweepTrack, **extra: Any) -> dict[str, A
 def _cache(settings: Mapping[str, Any], cfg: Mapping[str, Any]) -> Path | None:
     """The response cache the runs trained with (``cache``: the shared default unless a path or
     ``off``), so re-evaluations and baselines on model-calling pools replay their calls."""
+    from puppeteer.agents.pool import Pool, load_pool
     from puppeteer.backends.cache import resolve_cache
-    from puppeteer.pool import Pool, load_pool
 
     pool = settings["pool"] if isinstance(settings["pool"], Pool) else load_pool(settings["pool"])
     given = cfg.get("cache")
@@ -227,11 +227,11 @@ def gather(
 
     Trained runs: the held-out numbers the training job wrote (:meth:`SweepTrack.heldout_row`), or
     with ``reevaluate`` (tracks that are ``reevaluable``) a fresh
-    :func:`~puppeteer.evaluation.evaluate_policy` run of ``track.policy_spec`` (per-item
+    :func:`~puppeteer.evaluation.evaluate.evaluate_policy` run of ``track.policy_spec`` (per-item
     trajectories, the baselines' sample indices; slower). Baselines: ``evaluate_policy`` once each.
     """
     if evaluate is None:
-        from puppeteer.evaluation import evaluate_policy as evaluate
+        from puppeteer.evaluation.evaluate import evaluate_policy as evaluate
     if reevaluate and not track.reevaluable:
         raise ValueError(
             f"the {track.name} track's runs are scored by their own held-out evaluation; "
@@ -258,7 +258,7 @@ def gather(
         else:
             rows.append(heldout_row(r, track, **extra))
     for spec in baselines:
-        from puppeteer.evaluation import slug
+        from puppeteer.evaluation.evaluate import slug
 
         res = evaluate(
             spec,

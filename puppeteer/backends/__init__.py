@@ -76,7 +76,7 @@ def make_router(
     replay_mode: str = "on",
 ) -> Router:
     """A router over the default backends; with ``cache``, model-calling backends share one SQLite cache;
-    with ``replay`` (a shipped outcome table, :mod:`puppeteer.replay`), the calls it holds are served
+    with ``replay`` (a shipped outcome table, :mod:`puppeteer.backends.replay`), the calls it holds are served
     from it before the cache and the model (``replay_mode``: ``on``, ``strict`` to raise on a call it
     lacks, ``off`` to ignore it).
 
@@ -92,7 +92,7 @@ def make_router(
         check_cache(path)  # an unusable cache stops the run here, not item by item later
         layers.append(lambda b: CachedBackend(b, path))
     if replay is not None and replay_mode != "off":
-        from puppeteer.replay import ReplayBackend, load_table
+        from puppeteer.backends.replay import ReplayBackend, load_table
 
         table = load_table(Path(replay), strict=replay_mode == "strict")  # checked here, before any item
         layers.append(lambda b: ReplayBackend(b, table, strict=replay_mode == "strict"))

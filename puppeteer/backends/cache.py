@@ -41,7 +41,7 @@ from puppeteer.errors import UserError
 from puppeteer.types import Completion, CompletionRequest
 
 if TYPE_CHECKING:
-    from puppeteer.pool import Pool
+    from puppeteer.agents.pool import Pool
 
 log = logging.getLogger(__name__)
 

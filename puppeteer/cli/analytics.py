@@ -75,11 +75,11 @@ def rule_arms(items: int, cost: str | None) -> list[str]:
 
 
 def ab_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.agents.pool import load_pool
     from puppeteer.analytics.ab import markdown, run_ab
     from puppeteer.analytics.arms import arms_markdown, run_arms
     from puppeteer.backends.cache import resolve_cache
-    from puppeteer.evaluation import slug
-    from puppeteer.pool import load_pool
+    from puppeteer.evaluation.evaluate import slug
 
     if args.rules:
         args.arms = [

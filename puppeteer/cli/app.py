@@ -14,8 +14,8 @@ from puppeteer.cli import analytics, outcomes, pool, run, serve, suite, train
 from puppeteer.cli import eval as eval_cli
 from puppeteer.cli.command import Command
 from puppeteer.cli.version import installed_version
-from puppeteer.consoles import output_console
 from puppeteer.errors import UserError
+from puppeteer.utils.consoles import output_console
 
 GROUPS = (pool, suite, run, eval_cli, serve, train, outcomes, analytics)  # in the order `--help` lists them
 

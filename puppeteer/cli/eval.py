@@ -1,6 +1,6 @@
 """``puppeteer eval``: its arguments, the response cache it picks, and the summary it prints.
 
-The evaluation itself is :func:`puppeteer.evaluation.evaluate_policy`; the tables come from
+The evaluation itself is :func:`puppeteer.evaluation.evaluate.evaluate_policy`; the tables come from
 :mod:`puppeteer.analytics.tables`.
 """
 
@@ -13,11 +13,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.backends.cache import RESPONSE_CACHE_ENV, resolve_cache
 from puppeteer.cli.command import Command, positive_int
 from puppeteer.errors import UserError
-from puppeteer.evaluation import evaluate_policy, slug
-from puppeteer.pool import load_pool
+from puppeteer.evaluation.evaluate import evaluate_policy, slug
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -176,7 +176,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     )
     ray = None
     if getattr(args, "ray", None) is not None:  # an executor choice: the same evaluation on Ray workers
-        from puppeteer.evaluation import RayExecutor
+        from puppeteer.evaluation.evaluate import RayExecutor
 
         ray = RayExecutor(address=args.ray, workers=args.ray_workers)
     result = evaluate_policy(

@@ -16,7 +16,7 @@ from puppeteer.cli.command import Command, positive_int
 from puppeteer.errors import UserError
 
 if TYPE_CHECKING:
-    from puppeteer.replay import Outcome
+    from puppeteer.backends.replay import Outcome
 
 
 def configure_outcomes(p: argparse.ArgumentParser) -> None:
@@ -164,9 +164,9 @@ def _import(args: argparse.Namespace, console: Console) -> int:
 def _export(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.backends.replay import read_outcomes
     from puppeteer.outcomes.export import long_from_outcomes
-    from puppeteer.pool import load_pool
-    from puppeteer.replay import read_outcomes
     from puppeteer.tasks.suites import load_suite
 
     pool = load_pool(args.pool)
@@ -238,7 +238,7 @@ def _split_size(rows: Sequence[Outcome], split: str) -> str | None:
 def outcomes_command(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
 
     if args.outcomes_cmd == "import":
         return _import(args, console)
@@ -253,7 +253,7 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
         raise UserError(f"pool {pool.name!r} names no replay folder: give --table")
     if args.outcomes_cmd == "show":
         from puppeteer.analytics.outcome_table import check_coverage, coverage, markdown
-        from puppeteer.replay import OUTCOMES_FILE, read_outcomes
+        from puppeteer.backends.replay import OUTCOMES_FILE, read_outcomes
 
         path = table / OUTCOMES_FILE
         if not path.is_file():
@@ -289,9 +289,9 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
 def _steps(args: argparse.Namespace, pool_name: str, table: object, console: Console) -> int:
     from pathlib import Path
 
+    from puppeteer.backends.replay import read_outcomes
     from puppeteer.jobs.outcomes import Shard
     from puppeteer.jobs.second_steps import build_steps, first_agents, parse_firsts
-    from puppeteer.replay import read_outcomes
 
     try:
         shards = [Shard.parse(s) for s in args.shard]

@@ -57,8 +57,8 @@ def configure_pool(p: argparse.ArgumentParser) -> None:
 
 
 def pool_command(args: argparse.Namespace, console: Console) -> int:
-    from puppeteer.pool import load_pool
-    from puppeteer.resources import data_dir
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.utils.resources import data_dir
 
     if args.pool_cmd == "calibrate":
         return _calibrate(args, console)
@@ -113,10 +113,10 @@ def _calibrate(args: argparse.Namespace, console: Console) -> int:
 def _cards(args: argparse.Namespace, console: Console) -> int:
     import json
 
-    from puppeteer.cards import AgentCard, cards_path
+    from puppeteer.agents.cards import AgentCard, cards_path
+    from puppeteer.agents.pool import load_pool
     from puppeteer.jobs.cards import measure_cards
-    from puppeteer.pool import load_pool
-    from puppeteer.resources import find_yaml
+    from puppeteer.utils.resources import find_yaml
 
     pool = load_pool(args.pool)
     out = args.out or cards_path(find_yaml("agents", args.pool))

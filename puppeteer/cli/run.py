@@ -38,8 +38,8 @@ def configure_run(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace, console: Console) -> int:
-    from puppeteer.env import ConductorEnv
-    from puppeteer.pool import load_pool
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.envs.env import ConductorEnv
     from puppeteer.tasks import load_suite
     from puppeteer.types import Task
 
@@ -61,7 +61,7 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
         raise UserError("give a question (the first argument) or --suite SUITE to take one from")
     pool = load_pool(args.pool)
     if args.policy:
-        from puppeteer.orchestrator import Orchestrator
+        from puppeteer.serving.orchestrator import Orchestrator
 
         if not args.lam >= 0:
             raise UserError(f"--lam {args.lam}: a price of cost is >= 0")
@@ -100,7 +100,7 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
             f"(and the Terminator, {pool.terminator_id})"
         )
     env = ConductorEnv(mode=mode, pool=pool, tasks=[task], max_steps=max(len(chain) + 1, 5), cache=args.cache)
-    from puppeteer.rollout import run_actions, run_workflow_episode
+    from puppeteer.envs.rollout import run_actions, run_workflow_episode
 
     if mode == "workflow":
         traj = run_workflow_episode(env, args.workflow, seed=0, options={"task": task})

@@ -1,4 +1,5 @@
-"""``puppeteer serve``: argument parsing for :mod:`puppeteer.serve` (FastAPI is imported only when run)."""
+"""``puppeteer serve``: argument parsing for :mod:`puppeteer.serving.serve` (FastAPI is imported only
+when run)."""
 
 from __future__ import annotations
 
@@ -50,16 +51,16 @@ def configure_serve(p: argparse.ArgumentParser) -> None:
 
 
 def serve_command(args: argparse.Namespace, console: Console) -> int:
+    from puppeteer.agents.pool import load_pool
     from puppeteer.backends.cache import resolve_cache
-    from puppeteer.orchestrator import Orchestrator
-    from puppeteer.pool import load_pool
+    from puppeteer.serving.orchestrator import Orchestrator
 
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
         raise ImportError(
             f"`puppeteer serve` needs {', '.join(missing)}: pip install 'puppeteer-orchestra[serve]'"
         )
-    from puppeteer.serve import known_graders, serve
+    from puppeteer.serving.serve import known_graders, serve
 
     if not 0 < args.port < 65536:
         raise UserError(f"--port {args.port}: a TCP port is 1..65535")

@@ -1,13 +1,13 @@
 """``Conductor-v0`` for ``trl.GRPOTrainer``: the conductor dataset, the reward function, a tool environment.
 
 The reward function parses and executes every sampled workflow in a workflow-mode
-:class:`~puppeteer.env.ConductorEnv` (0 unparsable, 0.5 parsed but wrong, 1 correct,
+:class:`~puppeteer.envs.env.ConductorEnv` (0 unparsable, 0.5 parsed but wrong, 1 correct,
 minus ``workflow_lam`` x cost when the env sets it). The workflows of one batch run
 concurrently, each in its own clone of the env (clones share the backend, so models
 are loaded once)::
 
     from trl import GRPOConfig, GRPOTrainer
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
     from puppeteer.integrations.trl import ConductorReward, conductor_dataset
 
     env = ConductorEnv(mode="workflow", pool="sim-paper", suite="arith", split="train", n_tasks=64)
@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from puppeteer.conductor_prompt import ConductorPrompt
-from puppeteer.env import ConductorEnv
-from puppeteer.rollout import conductor_record
-from puppeteer.seeding import item_seed
+from puppeteer.envs.conductor_prompt import ConductorPrompt
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import conductor_record
 from puppeteer.types import Task, Trajectory
+from puppeteer.utils.seeding import item_seed
 
 if TYPE_CHECKING:
     import datasets
@@ -206,7 +206,7 @@ class WorkflowScorer:
     """Executes conductor completions in ``Conductor-v0``, the workflows of a batch concurrently.
 
     Each worker thread takes its own clone of ``env`` (same tasks, pool and backend); an item is
-    reset with the evaluation seed of its task id (:func:`puppeteer.evaluation.item_seed`), so a
+    reset with the evaluation seed of its task id (:func:`puppeteer.evaluation.evaluate.item_seed`), so a
     group of completions for one question faces the same workers' draws and only the workflows differ.
     """
 

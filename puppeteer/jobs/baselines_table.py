@@ -25,18 +25,18 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost
 from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.evaluate_many import EvalRun, evaluate_many
-from puppeteer.evaluation import EvalResult, EvalSettings, slug
+from puppeteer.evaluation.evaluate import EvalResult, EvalSettings, slug
+from puppeteer.evaluation.many import EvalRun, evaluate_many
 from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.policies.protocol import EpisodeSettings
-from puppeteer.pool import load_pool
-from puppeteer.redaction import redact
+from puppeteer.utils.redaction import redact
 
 SCRIPT = "scripts/baselines_table.py"  # the repository's entry point, named in the tables it writes
 # text below this line in an existing table file (findings written by hand) survives a rewrite

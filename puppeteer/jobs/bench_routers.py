@@ -26,9 +26,9 @@ import numpy as np
 from puppeteer.analytics import router_metrics as rm
 from puppeteer.analytics.field_routers import FIELD_ROUTERS, Prediction, RouterData
 from puppeteer.errors import UserError
+from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.outcomes.store import load_logged
 from puppeteer.outcomes.table import LoggedTable
-from puppeteer.stats import mcnemar_exact
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def embed(texts: Sequence[str], encoder: str, cache_dir: Path) -> np.ndarray:
     path = cache_dir / f"embed-{encoder}-{digest}.npy"
     if path.is_file():
         return np.load(path)
-    from puppeteer.encoders import make_encoder
+    from puppeteer.envs.encoders import make_encoder
 
     t0 = time.perf_counter()
     x = make_encoder(encoder).encode(list(texts)).astype(np.float32)
@@ -131,11 +131,11 @@ def learned_choices(
 ) -> tuple[list[np.ndarray], float]:
     """Train one lambda-conditioned step router on the training split; its greedy choice per held-out
     query at each ``lam`` (quality per USD), and the training seconds."""
-    from puppeteer.envbuild import EnvConfig, build_env
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.envs.build import EnvConfig, build_env
+    from puppeteer.envs.rollout import run_lockstep
     from puppeteer.jobs.builder import env_copies
     from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-    from puppeteer.pool import load_pool
-    from puppeteer.rollout import run_lockstep
     from puppeteer.train.reinforce import ReinforceConfig, train
 
     cents = lams / 100.0  # the env prices cost in US cents
@@ -317,7 +317,7 @@ def run_bench(cfg: BenchConfig) -> dict[str, Any]:
 
 def _warm_encoder(name: str, texts: Sequence[str], x: np.ndarray) -> Any:
     """A cached encoder that already holds these texts' embeddings (the policy encodes nothing again)."""
-    from puppeteer.encoders import CachedEncoder, make_encoder
+    from puppeteer.envs.encoders import CachedEncoder, make_encoder
 
     known = {t: x[i] for i, t in enumerate(texts)}
     fallback: list[CachedEncoder] = []  # made once, on the first text not embedded yet (agent cards)

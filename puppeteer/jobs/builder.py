@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import BackendSpec, EnvConfig, build_env
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.envs.build import BackendSpec, EnvConfig, build_env
+from puppeteer.envs.env import ConductorEnv
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import Pool, load_pool
 from puppeteer.train.reinforce import ReinforceConfig, evaluate
 from puppeteer.types import Task
 

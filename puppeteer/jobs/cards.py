@@ -1,4 +1,4 @@
-"""Measure a pool's agent cards (:mod:`puppeteer.cards`), the job behind ``puppeteer pool cards``.
+"""Measure a pool's agent cards (:mod:`puppeteer.agents.cards`), the job behind ``puppeteer pool cards``.
 
 Each agent is called once on each item of a small calibration split, through the env as an
 evaluation runs it (one call, then the Terminator; cost model ``usd``): the first ``per_domain``
@@ -16,11 +16,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from types import MappingProxyType
 
-from puppeteer.cards import AgentCard, PoolCards
-from puppeteer.envbuild import EnvConfig, build_env
+from puppeteer.agents.cards import AgentCard, PoolCards
+from puppeteer.agents.pool import Pool
+from puppeteer.envs.build import EnvConfig, build_env
+from puppeteer.envs.rollout import run_actions
 from puppeteer.errors import UserError
-from puppeteer.pool import Pool
-from puppeteer.rollout import run_actions
 from puppeteer.tasks.suites import load_suite
 from puppeteer.types import Task
 

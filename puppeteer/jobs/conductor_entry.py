@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from puppeteer.resources import data_dir
+from puppeteer.utils.resources import data_dir
 
 TRACK_OVERRIDE = "track=conductor"
 
@@ -23,11 +23,11 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
-    from puppeteer.consoles import output_console
     from puppeteer.jobs.hydra_entry import secrets_to_environment
-    from puppeteer.rundir import claim
     from puppeteer.train.config_schema import file_overrides, register_configs
     from puppeteer.train.grpo import run_conductor_training
+    from puppeteer.utils.consoles import output_console
+    from puppeteer.utils.rundir import claim
 
     register_configs()  # the suite/ and pool/ groups come from envs/ and agents/
 

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from puppeteer.errors import UserError
-from puppeteer.redaction import split_secret_overrides
-from puppeteer.resources import data_dir
+from puppeteer.utils.redaction import split_secret_overrides
+from puppeteer.utils.resources import data_dir
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,11 @@ def hydra_main(overrides: Sequence[str] | None = None) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
-    from puppeteer.consoles import output_console
     from puppeteer.jobs.train import run_training
-    from puppeteer.redaction import redact
     from puppeteer.train.config_schema import check_overrides, file_overrides, register_configs
     from puppeteer.train.reinforce import TrainingStopped
+    from puppeteer.utils.consoles import output_console
+    from puppeteer.utils.redaction import redact
 
     register_configs()
     args = file_overrides(secrets_to_environment(sys.argv[1:] if overrides is None else overrides))

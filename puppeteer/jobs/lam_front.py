@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.analytics.lam_front import write_front_report
-from puppeteer.lam_range import LamRange
+from puppeteer.envs.lam_range import LamRange
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def optimum_front(cfg: Mapping[str, Any], grid: Sequence[float], out: Path) -> l
         if [round(r["lam"], 10) for r in kept] == [round(x, 10) for x in grid]:
             return kept
     from puppeteer.analytics.optimum import visible_optimum
-    from puppeteer.envbuild import build_env
+    from puppeteer.envs.build import build_env
     from puppeteer.jobs.train import heldout_env, job_of
 
     job = job_of(cfg)

@@ -1,8 +1,8 @@
-"""Build a pool's shipped outcome table (:mod:`puppeteer.replay`) by running every agent alone.
+"""Build a pool's shipped outcome table (:mod:`puppeteer.backends.replay`) by running every agent alone.
 
 One *shard* is the first ``n`` items of one split of a suite. For each agent (the cheapest first, so
 that a stopped shard leaves whole agents behind), every item runs as a single-agent episode through
-:func:`puppeteer.evaluation.evaluate_policy` (items in parallel, so the local backend batches their
+:func:`puppeteer.evaluation.evaluate.evaluate_policy` (items in parallel, so the local backend batches their
 calls), with the real models behind a SQLite response cache of the table's own. When an agent
 finishes, its outcomes and every call of the cache are merged into the table. A killed build resumes
 where it stopped: finished agents are skipped and the calls of a half-done one replay from the cache.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from puppeteer.evaluation import evaluate_policy
-from puppeteer.pool import Pool, load_pool
-from puppeteer.replay import Outcome, export_responses, read_outcomes, write_outcomes
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.backends.replay import Outcome, export_responses, read_outcomes, write_outcomes
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.tasks.suites import load_suite
 
 log = logging.getLogger(__name__)

@@ -22,23 +22,23 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, agent_usage, learning_curve
 from puppeteer.backends import REPLAY_ENV
 from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.envbuild import BackendSpec, EnvConfig, build_env
-from puppeteer.evaluation import EvalResult, evaluate_policy
+from puppeteer.backends.replay import load_table
+from puppeteer.envs.build import BackendSpec, EnvConfig, build_env
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.evaluation.evaluate import EvalResult, evaluate_policy
 from puppeteer.jobs.builder import StepJob
 from puppeteer.jobs.quickstart_report import ONE_CALL, TRAINED, UNITS, cost_axis, headline, trained_rows
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import Pool, load_pool
-from puppeteer.progress import ProgressReporter
-from puppeteer.replay import load_table
-from puppeteer.rundir import claim
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ROUNDED_UP, Episode, ReinforceConfig, TrainState, train
-from puppeteer.trajectories import read_trajectories
 from puppeteer.types import Task
+from puppeteer.utils.progress import ProgressReporter
+from puppeteer.utils.rundir import claim
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ def _run_quickstart(
     from rich.markup import escape
     from rich.table import Table
 
-    from puppeteer.consoles import output_console
+    from puppeteer.utils.consoles import output_console
 
     console = console or output_console()
     run = Path(out)

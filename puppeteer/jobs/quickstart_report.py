@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from puppeteer.stats import McNemar, mcnemar_exact
+from puppeteer.evaluation.stats import McNemar, mcnemar_exact
 
 TRAINED = "puppeteer (trained)"
 ONE_CALL = "puppeteer (one call: the first stage)"

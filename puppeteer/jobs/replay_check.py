@@ -43,14 +43,14 @@ def needs_of(cfg: Mapping[str, Any]) -> tuple[SplitNeed, ...]:
 
 def check_replay_coverage(cfg: Mapping[str, Any]) -> None:
     """Raise :class:`ReplayCoverageError` if the pool replays a table that lacks an item the run needs."""
+    from puppeteer.agents.pool import configured_pool
     from puppeteer.backends import REPLAY_ENV
-    from puppeteer.pool import configured_pool
 
     pool = configured_pool(cfg["pool"])
     mode = os.environ.get(REPLAY_ENV, "on").strip().lower() or "on"
     if pool.replay is None or mode == "off":
         return
-    from puppeteer.replay import read_outcomes
+    from puppeteer.backends.replay import read_outcomes
     from puppeteer.tasks import load_suite
 
     suite = str(cfg["suite"]["name"])

@@ -5,7 +5,7 @@ single-agent rows), then a second agent that reads earlier work (a verifier, a r
 answer and called for real. The second call's prompt is fixed by the item and the first response, so
 its response, merged into ``responses.jsonl.gz``, replays exactly whenever the chain runs again (as a
 ``chain:FIRST,SECOND`` workflow or as two steps of a step-wise policy). Each chain's row goes into
-``steps.jsonl.gz`` (:class:`puppeteer.replay.StepOutcome`).
+``steps.jsonl.gz`` (:class:`puppeteer.backends.replay.StepOutcome`).
 
 Which first agents: per kind of item, the best agents on the *training* items of the table
 (:func:`first_agents`), so nothing about the held-out items decides what is recorded on them.
@@ -25,10 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from puppeteer.evaluation import evaluate_policy
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.backends.replay import (
+    Outcome,
+    StepOutcome,
+    export_responses,
+    read_outcomes,
+    read_steps,
+    write_steps,
+)
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.jobs.outcomes import Shard, cost_order, trajectory_records
-from puppeteer.pool import Pool, load_pool
-from puppeteer.replay import Outcome, StepOutcome, export_responses, read_outcomes, read_steps, write_steps
 from puppeteer.tasks.suites import load_suite
 from puppeteer.types import Task, Workflow
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from puppeteer.analytics.plots import save
 from puppeteer.analytics.references import Reference, best_fixed_sequence, oracle_router
-from puppeteer.env import ConductorEnv
+from puppeteer.envs.env import ConductorEnv
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.train.reinforce import ReinforceConfig, train
 
@@ -113,7 +113,7 @@ def run_study(
     say = progress or (lambda _m: None)
     encoder = None
     if cfg.encoder != "hashing":
-        from puppeteer.encoders import make_encoder
+        from puppeteer.envs.encoders import make_encoder
 
         encoder = make_encoder(cfg.encoder)  # load once, share its cache across runs
 

@@ -10,23 +10,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import configured_pool
 from puppeteer.backends.cache import resolve_cache
-from puppeteer.checks import check_env_settings, integer
-from puppeteer.encoders import ENCODERS
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import BackendSpec, EnvConfig
+from puppeteer.envs.build import BackendSpec, EnvConfig
+from puppeteer.envs.encoders import ENCODERS
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.reward import AUTO, COST_MODELS, auto_cost_model
 from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.jobs.replay_check import check_replay_coverage
-from puppeteer.lam_range import LamRange
 from puppeteer.policies.puppeteer import STATE_ENCODERS, PolicyConfig, PuppeteerPolicy
-from puppeteer.pool import configured_pool
-from puppeteer.redaction import redact
-from puppeteer.reward import AUTO, COST_MODELS, auto_cost_model
-from puppeteer.rundir import check_owner, claim
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, check_resume, check_training, train
+from puppeteer.utils.checks import check_env_settings, integer
+from puppeteer.utils.redaction import redact
+from puppeteer.utils.rundir import check_owner, claim
 
 log = logging.getLogger(__name__)
 
@@ -339,7 +339,7 @@ def _train_and_report(
 
 
 def _progress(console: Any | None, total: int):
-    from puppeteer.progress import ProgressReporter
+    from puppeteer.utils.progress import ProgressReporter
 
     bar = ProgressReporter("train", total, console=console).start()
 

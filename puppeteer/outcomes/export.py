@@ -1,5 +1,5 @@
-"""A shipped outcome table (:mod:`puppeteer.replay`, built by ``puppeteer outcomes build``) in the long
-form that ``puppeteer outcomes import`` reads: one row per item and agent, the question as the prompt,
+"""A shipped outcome table (:mod:`puppeteer.backends.replay`, built by ``puppeteer outcomes build``) in the
+long form that ``puppeteer outcomes import`` reads: one row per item and agent, the question as the prompt,
 the item's domain as its task, the grade as the score, the logged tokens and a cost in USD from the
 agents' list prices (0 for local models)."""
 
@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from puppeteer.pool import Pool
-from puppeteer.replay import Outcome
+from puppeteer.agents.pool import Pool
+from puppeteer.backends.replay import Outcome
 
 
 def long_from_outcomes(outcomes: Sequence[Outcome], questions: Mapping[str, str], pool: Pool) -> pd.DataFrame:

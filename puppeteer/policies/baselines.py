@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from puppeteer.lam_range import LamRange
+from puppeteer.agents.pool import Pool
+from puppeteer.envs.lam_range import LamRange
 from puppeteer.policies.base import StepPolicy
 from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
-from puppeteer.pool import Pool
-from puppeteer.signals import LAST_ANSWERED
+from puppeteer.tasks.signals import LAST_ANSWERED
 from puppeteer.types import Task, Workflow
 
 if TYPE_CHECKING:
@@ -308,7 +308,7 @@ class OracleRouter:
 
     def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
         from puppeteer.backends.sim import oracle_agent
-        from puppeteer.envbuild import sim_answer_key
+        from puppeteer.envs.build import sim_answer_key
 
         kind = sim_answer_key([task])[task.id].kind
         agent_id = oracle_agent(pool.agents, self.column(task), self.params, kind=kind)
@@ -348,7 +348,7 @@ class Cascade:
 
     The fixed rule a learned cascade is measured by: call the cheap agent first, escalate only when
     it gave no answer (a crashed program, an unparsable reply). It reads ``obs["signals"]``
-    (:mod:`puppeteer.signals`); after the last agent it stops whatever the answer. Each agent sees
+    (:mod:`puppeteer.tasks.signals`); after the last agent it stops whatever the answer. Each agent sees
     the earlier steps unless the pool has ``independent_solvers`` (then each member answers alone,
     as when it runs as a single agent).
     """

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING, Any
 from puppeteer.backends import make_router
 from puppeteer.backends.base import Backend
 from puppeteer.backends.models import EMBEDDED_MODELS
-from puppeteer.conductor_grammar import plan_grammar
-from puppeteer.conductor_prompt import ConductorPrompt
-from puppeteer.envbuild import EnvConfig
+from puppeteer.envs.build import EnvConfig
+from puppeteer.envs.conductor_grammar import plan_grammar
+from puppeteer.envs.conductor_prompt import ConductorPrompt
+from puppeteer.envs.rollout import run_conductor_episode
+from puppeteer.envs.workflow import PlanSpace
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
-from puppeteer.rollout import run_conductor_episode
 from puppeteer.types import CompletionRequest, Message, ModelSpec, Task
-from puppeteer.workflow import PlanSpace
 
 if TYPE_CHECKING:
-    from puppeteer.env import ConductorEnv
-    from puppeteer.pool import Pool
+    from puppeteer.agents.pool import Pool
+    from puppeteer.envs.env import ConductorEnv
 
 DEFAULT_CONDUCTOR_MODEL = "qwen2.5-coder-1.5b"
 DEFAULT_MAX_TOKENS = 256

@@ -17,10 +17,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from puppeteer.encoders import make_encoder
-from puppeteer.lam_range import LamRange
-from puppeteer.pool import Pool
-from puppeteer.wrappers import ObservationEncoder
+from puppeteer.agents.pool import Pool
+from puppeteer.envs.encoders import make_encoder
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.wrappers import ObservationEncoder
 
 META_FILE = "puppeteer.json"
 MODEL_FILE = "model.zip"

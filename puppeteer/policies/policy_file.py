@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from puppeteer.encoders import ENCODERS, check_options
+from puppeteer.envs.encoders import ENCODERS, check_options
 
 
 def read_policy_file(path: Path, config_cls: type[Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The one policy contract: what evaluation, the Orchestrator (``run``, ``serve``) and Ray rollouts run.
 
-A :class:`Policy` knows how to run its own episode on a :class:`~puppeteer.env.ConductorEnv` and how
+A :class:`Policy` knows how to run its own episode on a :class:`~puppeteer.envs.env.ConductorEnv` and how
 to fork itself for concurrent items. The callers never ask what kind of policy they hold::
 
     config = policy.configure(settings, tasks, seeds, pool)   # the env this policy acts in
@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from puppeteer.envbuild import EnvConfig
+from puppeteer.envs.build import EnvConfig
+from puppeteer.envs.rollout import run_step_episode, run_workflow_episode
 from puppeteer.errors import RunStopped
-from puppeteer.rollout import run_step_episode, run_workflow_episode
 from puppeteer.types import Task, Trajectory, Workflow
 
 if TYPE_CHECKING:
+    from puppeteer.agents.pool import Pool
     from puppeteer.backends.base import Backend
-    from puppeteer.env import ConductorEnv
-    from puppeteer.pool import Pool
+    from puppeteer.envs.env import ConductorEnv
 
 EpisodeRecord = tuple[Trajectory, dict[str, Any]]
 """One finished item: its trajectory and what its eval line adds (a conductor's calls and rounds)."""

@@ -5,16 +5,16 @@ transcript so far, the step number, who has acted and who is on offer (the avail
 whether to stop or call again can depend on it), and e_a is a trainable embedding of agent a
 initialised from its description. Unavailable agents are also masked out of the logits.
 With ``PolicyConfig.surface``, h(s) also reads the question's length and number count
-(:mod:`puppeteer.surface`). With ``PolicyConfig.signals``, h(s) also reads the answer signals
-z(s) of the steps so far (:mod:`puppeteer.signals`), and the logit gains a linear term
+(:mod:`puppeteer.envs.surface`). With ``PolicyConfig.signals``, h(s) also reads the answer signals
+z(s) of the steps so far (:mod:`puppeteer.tasks.signals`), and the logit gains a linear term
 w_a . z(s): what a cascade needs. With ``PolicyConfig.lam_range`` (a policy for every price of
-cost), h(s) also reads the episode's lambda ``obs["lam"]`` (:mod:`puppeteer.lam_range`:
+cost), h(s) also reads the episode's lambda ``obs["lam"]`` (:mod:`puppeteer.envs.lam_range`:
 clamped into the trained range, two features, through first-layer weights of their own), and the
 logit gains a bilinear term
 (W l) . g(e_a): how far each agent's score moves with the price, read through the agent's own
 representation.
 With ``PolicyConfig.cards`` (agents it has never seen), e_a is the agent's text
-embedding, frozen, beside its measured card (:mod:`puppeteer.cards`: price, speed, accuracy per
+embedding, frozen, beside its measured card (:mod:`puppeteer.agents.cards`: price, speed, accuracy per
 domain, standardised by the training pool's statistics), and no parameter belongs to an agent id:
 the counts of who has acted move each action's logit through one shared weight, the state does not
 read the availability mask (unavailable agents are still masked out of the logits), the signals move
@@ -44,14 +44,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from puppeteer.cards import PRICE_LINEAR, card_scale
-from puppeteer.encoders import CachedEncoder, hashing_encoder, make_encoder
-from puppeteer.lam_range import N_LAM_FEATURES, LamRange
+from puppeteer.agents.cards import PRICE_LINEAR, card_scale
+from puppeteer.agents.pool import Pool
+from puppeteer.envs.encoders import CachedEncoder, hashing_encoder, make_encoder
+from puppeteer.envs.lam_range import N_LAM_FEATURES, LamRange
+from puppeteer.envs.surface import N_SURFACE, surface_features
 from puppeteer.policies.policy_file import read_policy_file
-from puppeteer.pool import Pool
-from puppeteer.safeload import atomic_torch_save, safe_torch_load
-from puppeteer.signals import N_SIGNALS
-from puppeteer.surface import N_SURFACE, surface_features
+from puppeteer.tasks.signals import N_SIGNALS
+from puppeteer.utils.safeload import atomic_torch_save, safe_torch_load
 
 log = logging.getLogger(__name__)
 
@@ -87,20 +87,24 @@ class PolicyConfig:
     max_steps: int = 5
     min_steps: int = 0  # the Terminator is never chosen before this many agents acted
     greedy: bool = False
-    signals: bool = False  # also read obs["signals"] (puppeteer.signals: answered, whole number, agreement,
+    signals: bool = (
+        False  # also read obs["signals"] (puppeteer.tasks.signals: answered, whole number, agreement,
+    )
     # the visible checks' verdicts: the env runs them for a policy that reads the signals)
-    surface: bool = False  # also read the question's surface features (puppeteer.surface: length, numbers)
+    surface: bool = (
+        False  # also read the question's surface features (puppeteer.envs.surface: length, numbers)
+    )
     # the scorer's layers: "norm" (LayerNorm + GELU) or "tanh" (the first design; its head saturates
     # under REINFORCE's steps and then scores every task alike: experiments/sim-routing/README.md)
     layers: str = "norm"
     # [low, high]: the policy reads the episode's lambda (obs["lam"]) and is used at any lambda in this
-    # range (puppeteer.lam_range); None: a policy for the one lambda it was trained at
+    # range (puppeteer.envs.lam_range); None: a policy for the one lambda it was trained at
     lam_range: tuple[float, float] | None = None
     # k: the scorer reads the (standardised) question embedding projected onto its k principal
     # directions among the training tasks (fit_inputs): a low-rank view that cannot tell apart the
     # items of one kind, a prior towards routes that generalise; None: every direction ("norm" only)
     task_dims: int | None = None
-    # read each agent's measured card (Pool.cards, puppeteer.cards) and keep no parameter per agent id:
+    # read each agent's measured card (Pool.cards, puppeteer.agents.cards) and keep no parameter per agent id:
     # a policy that scores agents it has never seen ("norm" only)
     cards: bool = False
     # with cards: an agent enters the score only through its card's price per call and its accuracy on
@@ -215,8 +219,8 @@ class Features:
     step: int
     counts: np.ndarray
     mask: np.ndarray
-    signals: np.ndarray  # puppeteer.signals.answer_signals of the steps so far (zeros if not read)
-    surface: np.ndarray  # puppeteer.surface.surface_features of the question (empty if not read)
+    signals: np.ndarray  # puppeteer.tasks.signals.answer_signals of the steps so far (zeros if not read)
+    surface: np.ndarray  # puppeteer.envs.surface.surface_features of the question (empty if not read)
     lam: np.ndarray  # LamRange.features of the episode's lambda (empty if not read)
 
 
@@ -244,7 +248,7 @@ class Scorer(nn.Module):
         stop_prior: float = 0.0,
     ) -> None:
         """``cards``: the agents' raw card features (agents x features, the Terminator excluded) and
-        the shift and scale that standardise them (:func:`puppeteer.cards.card_scale`); its last
+        the shift and scale that standardise them (:func:`puppeteer.agents.cards.card_scale`); its last
         ``n_domains`` features are the accuracies per domain. ``cards_text``: the agent's text beside
         its card; ``card_noise``: the spread of the noise on the standardised card in gradient steps;
         ``cost_features``: the card features a return charges per call (read linearly);
@@ -865,7 +869,7 @@ class PuppeteerPolicy:
 
 
 def pool_cards(pool: Pool) -> np.ndarray:
-    """The raw card features of ``pool``'s agents (:meth:`puppeteer.cards.PoolCards.features`)."""
+    """The raw card features of ``pool``'s agents (:meth:`puppeteer.agents.cards.PoolCards.features`)."""
     if pool.cards is None:
         raise ValueError(
             f"pool {pool.name!r} has no agent cards (policy.cards reads them); measure them: "

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import Pool
 from puppeteer.policies.baselines import PARSERS, SPEC_FORMS, SpecError
 from puppeteer.policies.protocol import Policy, as_policy
 from puppeteer.policies.rules import RULE_KINDS, RULE_SPEC_FORMS
-from puppeteer.pool import Pool
 
 Factory = Callable[[str, Pool, int], Any]
 

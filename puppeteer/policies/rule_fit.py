@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from puppeteer.aggregate import majority_vote
+from puppeteer.agents.pool import Pool
+from puppeteer.backends.replay import read_steps
+from puppeteer.envs.aggregate import majority_vote
+from puppeteer.envs.reward import COST_MODELS
 from puppeteer.policies.protocol import EpisodeSettings
 from puppeteer.policies.rules import TRIGGERS, KindRules, Rule, RulePolicy, kind_rules
-from puppeteer.pool import Pool
-from puppeteer.replay import read_steps
-from puppeteer.reward import COST_MODELS
-from puppeteer.signals import answer_signals
+from puppeteer.tasks.signals import answer_signals
 from puppeteer.tasks.visible import VISIBLE_CHECKS
 from puppeteer.types import Completion, Task
 
@@ -133,8 +133,8 @@ def training_answers(
 ) -> dict[str, dict[str, Answer]]:
     """Every solver's answer alone on every item, run through the ordinary evaluation (replayed from
     the pool's table where it holds the calls), with the visible checks' verdicts where a kind has one."""
-    from puppeteer.evaluation import evaluate_policy
-    from puppeteer.trajectories import read_trajectories
+    from puppeteer.envs.trajectories import read_trajectories
+    from puppeteer.evaluation.evaluate import evaluate_policy
 
     by_id = {t.id: t for t in tasks}
     answers: dict[str, dict[str, Answer]] = {t.id: {} for t in tasks}

@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from puppeteer.envbuild import EnvConfig
+from puppeteer.agents.pool import Pool
+from puppeteer.envs.build import EnvConfig
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings, StepRunner
-from puppeteer.pool import Pool
-from puppeteer.signals import SIGNAL_NAMES
+from puppeteer.tasks.signals import SIGNAL_NAMES
 from puppeteer.types import Task
 
 if TYPE_CHECKING:
     from puppeteer.backends.base import Backend
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
 
 _SILENT, _INTEGER, _FAILED = (
     SIGNAL_NAMES.index(n) for n in ("last_silent", "last_integer", "last_failed_check")
@@ -51,7 +51,7 @@ TRIGGERS: Mapping[str, Callable[[np.ndarray], bool]] = MappingProxyType(
         "failed-check": lambda s: s[_FAILED] > 0.5,
     }
 )
-"""Escalation conditions on the answer signals after the first call (:mod:`puppeteer.signals`)."""
+"""Escalation conditions on the answer signals after the first call (:mod:`puppeteer.tasks.signals`)."""
 
 _VOTE = re.compile(r"^vote\((.+)\)$")
 

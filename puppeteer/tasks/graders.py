@@ -221,13 +221,13 @@ class CodeGrader:
     def grade(self, answer: str | None, task: Task) -> bool:
         if not answer or not answer.strip() or "test" not in task.meta:
             return False
-        from puppeteer.sandbox import run_python
+        from puppeteer.tools.sandbox import run_python
 
         result = run_python(humaneval_program(answer, task), limits=self._limits())
         return result.status == "ok"
 
     def _limits(self) -> Any:
-        from puppeteer.sandbox import SandboxLimits
+        from puppeteer.tools.sandbox import SandboxLimits
 
         return SandboxLimits(
             timeout_s=self.timeout_s,

@@ -17,13 +17,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from puppeteer.seeding import shuffle_seed
 from puppeteer.tasks.arith import arith_problem
 from puppeteer.tasks.extract import normalize_math
 from puppeteer.tasks.graders import LETTERS
 from puppeteer.tasks.packages import import_rg
 from puppeteer.tasks.spec import SuiteSpec
 from puppeteer.types import Task
+from puppeteer.utils.seeding import shuffle_seed
 
 
 @dataclass(frozen=True)

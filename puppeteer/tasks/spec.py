@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from puppeteer.resources import available, find_yaml
 from puppeteer.tasks.packages import DataPackage
+from puppeteer.utils.resources import available, find_yaml
 
 _KEYS = frozenset(
     {

@@ -9,7 +9,7 @@ programmer runs the examples of a docstring before shipping (CodeT, AlphaCode's 
 A :class:`VisibleCheck` maps (answer, task) to True (passes what the question shows), False (fails
 it, or no answer) or None (the question shows nothing to check). :data:`VISIBLE_CHECKS` keys them
 by grader name; the env runs the one of a task's grader on each step's answer and puts the verdict
-in the step-mode observation (:mod:`puppeteer.signals`).
+in the step-mode observation (:mod:`puppeteer.tasks.signals`).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class CodeExamplesCheck:
             return None
         if not answer or not answer.strip():
             return False
-        from puppeteer.sandbox import SandboxLimits, run_python
+        from puppeteer.tools.sandbox import SandboxLimits, run_python
 
         limits = SandboxLimits(
             timeout_s=self.timeout_s, cpu_s=max(1, int(self.timeout_s)), site_packages=False

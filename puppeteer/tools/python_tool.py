@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from puppeteer.sandbox import DEFAULT_LIMITS, SandboxLimits, run_python
 from puppeteer.tools.base import ToolResult, clip
+from puppeteer.tools.sandbox import DEFAULT_LIMITS, SandboxLimits, run_python
 
 _BLOCK = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 

@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.listscan import match_lists
-from puppeteer.workflow import MAX_LIST_CHARS
+from puppeteer.envs.listscan import match_lists
+from puppeteer.envs.workflow import MAX_LIST_CHARS
 
 if TYPE_CHECKING:
     import torch

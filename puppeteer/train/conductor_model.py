@@ -78,7 +78,7 @@ def tiny_tokenizer(corpus: tuple[str, ...] = ()) -> PreTrainedTokenizerBase:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from puppeteer.conductor_prompt import EXAMPLES
+    from puppeteer.envs.conductor_prompt import EXAMPLES
 
     text = corpus or tuple(f"{e.question} {e.thought} model_id subtasks access_list" for e in EXAMPLES)
     tok = Tokenizer(models.BPE())

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from puppeteer.env import EnvConfig
+from puppeteer.envs.env import EnvConfig
 from puppeteer.errors import UserError
-from puppeteer.resources import available
 from puppeteer.train.reinforce import ReinforceConfig
+from puppeteer.utils.resources import available
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class PolicyNode:
     state_encoder: str = "hashing"  # the transcript's encoder: hashing (fast: new text every step) | same
     hidden: int = 128
     signals: bool = False  # read obs["signals"] (answered / whole number / agreement): learns cascades
-    surface: bool = False  # read the question's length and number count (puppeteer.surface)
+    surface: bool = False  # read the question's length and number count (puppeteer.envs.surface)
     task_dims: int | None = 8  # read the question on its k principal directions among training tasks
     cards: bool = False  # read each agent's measured card (agents/<pool>.cards.json): scores unseen agents
     cards_linear: bool = False  # with cards: the agent only through its card's price and domain accuracy
@@ -146,7 +146,7 @@ ENV_KEYS = (
     "cost_model",
     "temperature",
     "samples_per_item",
-    "lam_range",  # [low, high]: one policy for every lambda in the range (puppeteer.lam_range)
+    "lam_range",  # [low, high]: one policy for every lambda in the range (puppeteer.envs.lam_range)
 )
 EnvNode = mutable_schema(EnvConfig, "EnvNode", only=ENV_KEYS)
 

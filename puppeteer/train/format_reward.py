@@ -15,8 +15,8 @@ import ast
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from puppeteer.envs.workflow import NAMES, _candidates
 from puppeteer.integrations.trl import completion_text
-from puppeteer.workflow import NAMES, _candidates
 
 
 def _length(src: str) -> int | None:

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import EnvConfig
+from puppeteer.envs.build import EnvConfig
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.integrations.trl import (
     ConductorReward,
     WorkflowOutcome,
@@ -30,8 +32,6 @@ from puppeteer.integrations.trl import (
     prefixed_rows,
     summarize,
 )
-from puppeteer.lam_range import LamRange
-from puppeteer.stats import wilson_interval
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import ModelSpec, load_conductor_model
 from puppeteer.train.extras import require
@@ -216,7 +216,7 @@ class GRPOJob:
         self, split: str, n: int | None, pool: Any = None, tasks: Any = None, training: bool = True
     ) -> ConductorEnv:
         """The workflow-mode env of this run on ``split`` (first ``n`` items), or on given ``tasks``."""
-        from puppeteer.pool import Pool, load_pool
+        from puppeteer.agents.pool import Pool, load_pool
 
         pool = pool if isinstance(pool, Pool) else load_pool(self.pool)
         return ConductorEnv(
@@ -459,7 +459,7 @@ def paired_heldout(before: Path, after: Path) -> dict[str, Any] | None:
     ``before`` and ``after`` are the ``heldout_{before,after}.jsonl`` records (one line per item, with
     ``task_id``, ``correct`` and ``parsed``); None when either is missing or they name other items.
     """
-    from puppeteer.stats import mcnemar_exact
+    from puppeteer.evaluation.stats import mcnemar_exact
 
     if not (before.is_file() and after.is_file()):
         return None

@@ -9,7 +9,7 @@ in ``puppeteer eval``'s format (each line with the conductor's text and its plan
     puppeteer eval --policy conductor:grpo:runs/grpo --pool sim-paper --suite arith --n 400 --out runs/ab/g
     puppeteer ab runs/ab/g runs/ab/puppeteer-arith --pool sim-paper --suite arith
 
-Items and reset seeds are :func:`puppeteer.evaluation.evaluate_policy`'s (the first ``n`` of the
+Items and reset seeds are :func:`puppeteer.evaluation.evaluate.evaluate_policy`'s (the first ``n`` of the
 split in the ``seed`` order, ``item_seed(seed, task id)``), so the episodes pair item for item with
 any other policy evaluated on the same pool, suite, split and seed.
 """
@@ -23,13 +23,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.rollout import conductor_record, run_episode
 from puppeteer.errors import UserError
-from puppeteer.evaluation import EvalResult, EvalSettings, evaluate
+from puppeteer.evaluation.evaluate import EvalResult, EvalSettings, evaluate
 from puppeteer.integrations.trl import conductor_rows, prefixed_rows
-from puppeteer.lam_range import LamRange
 from puppeteer.policies.conductor import GRPO_RUN_PREFIX
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
-from puppeteer.rollout import conductor_record, run_episode
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.extras import require
@@ -39,10 +39,10 @@ from puppeteer.train.plan_constraint import install_plan_constraint
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from puppeteer.agents.pool import Pool
     from puppeteer.backends.base import Backend
-    from puppeteer.env import ConductorEnv
-    from puppeteer.envbuild import EnvConfig
-    from puppeteer.pool import Pool
+    from puppeteer.envs.build import EnvConfig
+    from puppeteer.envs.env import ConductorEnv
     from puppeteer.types import Task
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from puppeteer.redaction import redact as _redact
+from puppeteer.utils.redaction import redact as _redact
 
 
 class MetricLogger(Protocol):

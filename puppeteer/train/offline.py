@@ -1,7 +1,7 @@
 """Offline training of the step-wise puppeteer from stored trajectories (no new model calls).
 
 Logged episodes (any run's ``trajectories.jsonl``: production logs, a random policy's eval run,
-an earlier training run) are replayed through :class:`~puppeteer.env.ConductorEnv` with a
+an earlier training run) are replayed through :class:`~puppeteer.envs.env.ConductorEnv` with a
 :class:`ReplayBackend` that answers each call with the logged completion. The environment so
 rebuilds exactly the observations the policy sees online and recomputes the rewards under the
 current cost weight, without calling any model. The policy is then fitted by reward-weighted
@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from puppeteer.backends.base import SyncBackend
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import build_env
+from puppeteer.envs.build import build_env
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.rollout import run_actions
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
-from puppeteer.rollout import run_actions
 from puppeteer.types import Completion, CompletionRequest, Task
 
 log = logging.getLogger(__name__)

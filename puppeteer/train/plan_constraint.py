@@ -1,6 +1,6 @@
 """Every sampled plan parses: grammar-constrained generation for a ``transformers`` conductor.
 
-The llama.cpp conductor decodes under the GBNF grammar of :mod:`puppeteer.conductor_grammar`; this
+The llama.cpp conductor decodes under the GBNF grammar of :mod:`puppeteer.envs.conductor_grammar`; this
 is the same grammar for ``model.generate`` (GRPO sampling and the held-out evaluation), enforced with
 llguidance (Microsoft's grammar engine, also used by llama.cpp and vLLM; a 3 MB wheel with no
 dependencies): at every step each row's matcher gives the bitmask of the tokens its grammar allows,
@@ -26,14 +26,14 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.conductor_grammar import plan_grammar
+from puppeteer.envs.conductor_grammar import plan_grammar
 from puppeteer.train.extras import require
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
 
 log = logging.getLogger(__name__)
 

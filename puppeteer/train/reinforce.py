@@ -10,7 +10,7 @@ atomically (policy, optimiser, RNG, counters, baseline, best-so-far, trajectory-
 offset), so a killed run resumes losing at most the batch in flight.
 
 One policy for every price: when the training env has ``lam_range``, each group draws one
-lambda (:meth:`~puppeteer.lam_range.LamRange.sample`) that all its episodes share, passed to the env
+lambda (:meth:`~puppeteer.envs.lam_range.LamRange.sample`) that all its episodes share, passed to the env
 (reset ``options["lam"]``, so the returns are priced at it) and read by the policy from
 ``obs["lam"]``. A group's episodes share their task and their lambda, so the ``group`` and
 ``prefix`` baselines (and ``first_step=all``'s exact expectation) are conditioned on both; the
@@ -33,17 +33,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from puppeteer.availability import draw_subset
-from puppeteer.checks import integer, number
-from puppeteer.env import ConductorEnv
-from puppeteer.envgroup import EnvGroup
-from puppeteer.lam_range import LamRange
+from puppeteer.agents.availability import draw_subset
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.group import EnvGroup
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.reward import step_cost
+from puppeteer.envs.rollout import Episode, run_lockstep, summarize
 from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
-from puppeteer.reward import step_cost
-from puppeteer.rollout import Episode, run_lockstep, summarize
-from puppeteer.safeload import CheckpointError, atomic_torch_save, safe_torch_load
 from puppeteer.train.collapse import CollapseWatch
 from puppeteer.train.logging import MetricLogger, Rewindable
+from puppeteer.utils.checks import integer, number
+from puppeteer.utils.safeload import CheckpointError, atomic_torch_save, safe_torch_load
 
 log = logging.getLogger(__name__)
 
@@ -853,7 +853,7 @@ def train(
     baseline_fn = BASELINES[config.baseline]
     envs: list[ConductorEnv] | EnvGroup
     if config.rollout_workers > 0:
-        from puppeteer.distributed import RayEnvGroup
+        from puppeteer.envs.distributed import RayEnvGroup
 
         envs = RayEnvGroup(env, config.parallel_envs, config.rollout_workers, address=config.ray_address)
     else:

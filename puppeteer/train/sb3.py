@@ -1,8 +1,8 @@
 """Train sb3-contrib's MaskablePPO on step-mode ``Conductor-v0`` and compare it with random routing.
 
-The env is wrapped by :class:`puppeteer.wrappers.EncodedObservation`; the trained model is
+The env is wrapped by :class:`puppeteer.envs.wrappers.EncodedObservation`; the trained model is
 saved as an ``sb3:DIR`` policy and evaluated on held-out items with the project's own
-:func:`puppeteer.evaluation.evaluate_policy` (same seeds, same metrics as every baseline).
+:func:`puppeteer.evaluation.evaluate.evaluate_policy` (same seeds, same metrics as every baseline).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from puppeteer.evaluation import EvalResult, evaluate_policy
-from puppeteer.lam_range import LamRange
+from puppeteer.agents.pool import load_pool
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.wrappers import make_encoded_env
+from puppeteer.evaluation.evaluate import EvalResult, evaluate_policy
 from puppeteer.policies.external import MaskableModelPolicy, save_sb3
-from puppeteer.pool import load_pool
 from puppeteer.tasks import load_suite
-from puppeteer.wrappers import make_encoded_env
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class MaskablePPOConfig:
     learning_rate: float = 3e-4
     ent_coef: float = 0.01
     encoder: str = "hashing"
-    signals: bool = False  # append the answer signals (puppeteer.signals) to the observation
+    signals: bool = False  # append the answer signals (puppeteer.tasks.signals) to the observation
     max_steps: int = 5
     min_steps: int = 1  # agents that act before the Terminator is offered (0: it may stop at once)
     lam: float = 0.1
@@ -43,7 +43,7 @@ class MaskablePPOConfig:
     # the order the train and test items are taken in (their first n_train / n_eval); None: ``seed``, so
     # each seed sees other items. 0 keeps every seed on the items a shipped outcome table holds
     item_seed: int | None = None
-    # [low, high]: each training episode draws its lambda (log-uniform, puppeteer.lam_range) and the
+    # [low, high]: each training episode draws its lambda (log-uniform, puppeteer.envs.lam_range) and the
     # observation carries it, so one model routes at any price in the range; ``lam`` is then
     # only the held-out evaluation's price
     lam_range: tuple[float, float] | None = None

@@ -3,7 +3,7 @@
 Every item runs once. Workflow policies plan a workflow per item and the environment runs it
 in ``mode="workflow"``; step policies run the step loop until the Terminator or ``max_steps``.
 Each episode is appended to ``DIR/trajectories.jsonl`` as soon as it ends (readable by
-:func:`puppeteer.trajectories.read_trajectories`; extra keys ``index``, ``policy``, ``error``,
+:func:`puppeteer.envs.trajectories.read_trajectories`; extra keys ``index``, ``policy``, ``error``,
 ``gold``, ``wall_s``); an item that raises is recorded with its ``error`` and counts as wrong,
 and the evaluation goes on. ``DIR/results.json`` holds the :class:`EvalResult`; it is written
 also when the run is interrupted (``"completed": false``).
@@ -32,18 +32,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from puppeteer.env import ConductorEnv
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.parallel import default_concurrency, map_as_completed
+from puppeteer.envs.trajectories import trajectory_from_dict, trajectory_to_dict
 from puppeteer.errors import RunStopped, UserError
-from puppeteer.parallel import default_concurrency, map_as_completed
+from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
 from puppeteer.policies.registry import make_policy
-from puppeteer.pool import Pool, load_pool
-from puppeteer.rundir import check_owner, claim
-from puppeteer.seeding import item_seed
-from puppeteer.stats import wilson_interval
 from puppeteer.tasks import load_suite
-from puppeteer.trajectories import trajectory_from_dict, trajectory_to_dict
 from puppeteer.types import Task, Trajectory
+from puppeteer.utils.rundir import check_owner, claim
+from puppeteer.utils.seeding import item_seed
 
 if TYPE_CHECKING:
     from puppeteer.backends.base import Backend
@@ -207,7 +207,7 @@ def _record_line(
 def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
     from puppeteer.backends.base import Router
     from puppeteer.backends.cache import CachedBackend
-    from puppeteer.replay import ReplayBackend
+    from puppeteer.backends.replay import ReplayBackend
 
     counted = (CachedBackend, ReplayBackend)  # a replay layer counts the cache behind it too
     backend = env.executor.backend
@@ -254,8 +254,8 @@ def _sort_lines(path: Path) -> None:
 
 @contextmanager
 def _progress(enabled: bool, total: int, label: str) -> Iterator[Any]:
-    """Yields ``advance(correct_so_far, done)`` for :class:`~puppeteer.progress.ProgressReporter`."""
-    from puppeteer.progress import ProgressReporter
+    """Yields ``advance(correct_so_far, done)`` for :class:`~puppeteer.utils.progress.ProgressReporter`."""
+    from puppeteer.utils.progress import ProgressReporter
 
     with ProgressReporter(label, total, enabled=enabled) as bar:
 
@@ -345,7 +345,7 @@ class RayExecutor:
     instance with ``num_cpus`` CPUs; ``"auto"`` joins this machine's cluster; ``"ray://HEAD:10001"``
     connects a client. ``worker_cpus`` is each shard's CPU request (below 1 for API-bound work).
     Every item's reset seed depends only on ``(seed, task id)``, so the gathered files equal the
-    single-process run's (up to the wall-clock fields, :data:`puppeteer.distributed.WALL_FIELDS`).
+    single-process run's (up to the wall-clock fields, :data:`puppeteer.envs.distributed.WALL_FIELDS`).
     """
 
     address: str | None = None
@@ -391,7 +391,7 @@ def evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
 
     ``policy_or_spec``: a spec (see ``puppeteer eval --help``), a
     :class:`~puppeteer.policies.protocol.Policy`, or a step / workflow policy object.
-    ``settings.out_dir`` is held by this run alone while it runs (:func:`puppeteer.rundir.claim`) and
+    ``settings.out_dir`` is held by this run alone while it runs (:func:`puppeteer.utils.rundir.claim`) and
     is refused when a training run wrote it.
     """
     if settings.out_dir is None:
@@ -410,7 +410,7 @@ def _evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
     pool = settings.pool if isinstance(settings.pool, Pool) else load_pool(settings.pool)
     settings = replace(settings, pool=pool)
     if settings.available:
-        from puppeteer.availability import resolve_available
+        from puppeteer.agents.availability import resolve_available
 
         resolve_available(pool, settings.available)  # an unknown agent fails here, not on every item
     items = _items(settings)
@@ -632,7 +632,7 @@ def _line_record(line: Mapping[str, Any]) -> _Record:
 def _evaluate_on_ray(
     spec: str, items: Sequence[Task], settings: EvalSettings, ray_exec: RayExecutor
 ) -> EvalResult:
-    from puppeteer.distributed import init_ray
+    from puppeteer.envs.distributed import init_ray
 
     pool = settings.pool
     assert isinstance(pool, Pool)

@@ -2,7 +2,7 @@
 
 ::
 
-    from puppeteer.orchestrator import Orchestrator
+    from puppeteer.serving.orchestrator import Orchestrator
 
     orch = Orchestrator.load("puppeteer:runs/train/x/best", pool="local")   # or "vote:3", "conductor:..."
     result = orch.answer("What is 17 * 23?")
@@ -32,18 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.backends.base import Backend
-from puppeteer.env import ConductorEnv
-from puppeteer.envbuild import BackendSpec, build_backend
+from puppeteer.envs.build import BackendSpec, build_backend
+from puppeteer.envs.env import ConductorEnv
+from puppeteer.envs.lam_range import LamRange
 from puppeteer.errors import UserError
-from puppeteer.lam_range import LamRange
 from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
 from puppeteer.policies.registry import make_policy
-from puppeteer.pool import Pool, load_pool
-from puppeteer.seeding import item_seed
 from puppeteer.tasks import load_suite
-from puppeteer.textsafe import encodable
 from puppeteer.types import Step, Task, Trajectory
+from puppeteer.utils.seeding import item_seed
+from puppeteer.utils.textsafe import encodable
 
 FREE_SUITE = "free"
 

@@ -61,7 +61,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from puppeteer import sandbox_child
+from puppeteer.tools import sandbox_child
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ class SandboxResult:
         return self.status == "ok"
 
 
-# The child program (puppeteer/sandbox_child.py) runs by path as
+# The child program (puppeteer/tools/sandbox_child.py) runs by path as
 # ``python -I -S -B sandbox_child.py <marshalled config, hex>`` before any user code: it applies
 # the OS-level layers, reports them on a pipe, installs the audit hook and then executes
 # scratch/main.py as ``__main__``. Isolated mode keeps the package directory off its sys.path.

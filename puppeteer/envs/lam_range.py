@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from puppeteer.checks import number
+from puppeteer.utils.checks import number
 
 log = logging.getLogger(__name__)
 

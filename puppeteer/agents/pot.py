@@ -2,7 +2,7 @@
 
 The model writes one Python program (``reasoning.PATTERNS["pot"]``); ``run_program`` takes
 the last fenced code block of the completion (``python``/``py`` or an unlabelled fence),
-runs it in the sandbox (``puppeteer.sandbox.run_python``) and appends the output and an
+runs it in the sandbox (``puppeteer.tools.sandbox.run_python``) and appends the output and an
 ``Answer: <last printed line>`` line to the completion text, so every grader's extractor
 reads the program's result. A completion without a code block, or a program that fails
 or prints nothing, gets no ``Answer:`` line (the failure is appended instead).
@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from puppeteer.memo import BoundedMemo
-from puppeteer.sandbox import DEFAULT_LIMITS, SandboxLimits, SandboxResult, run_python
 from puppeteer.tools.base import clip
+from puppeteer.tools.sandbox import DEFAULT_LIMITS, SandboxLimits, SandboxResult, run_python
 from puppeteer.types import Completion
+from puppeteer.utils.memo import BoundedMemo
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from puppeteer.listscan import match_lists
+from puppeteer.envs.listscan import match_lists
 from puppeteer.types import Workflow
 
 NAMES = ("model_id", "subtasks", "access_list")

@@ -16,7 +16,7 @@ def data_dir(kind: str) -> Path:
     """
     if kind not in KINDS:
         raise ValueError(f"unknown data kind {kind!r}; expected one of {', '.join(KINDS)}")
-    package_dir = Path(__file__).resolve().parent
+    package_dir = Path(__file__).resolve().parents[1]  # puppeteer/ (this file is puppeteer/utils/)
     installed = package_dir / "_data" / kind
     if installed.is_dir():
         return installed

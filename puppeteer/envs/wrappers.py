@@ -6,7 +6,7 @@ libraries want one numeric array. :class:`EncodedObservation` turns it into a fi
 ``minilm``: the packaged all-MiniLM-L6-v2), laid out as
 
     [ enc(task) | enc(last part of the transcript) | mask | one-hot(step) | counts / max_steps
-      | signals (with ``signals=True``: the answer signals of :mod:`puppeteer.signals`)
+      | signals (with ``signals=True``: the answer signals of :mod:`puppeteer.tasks.signals`)
       | lambda (with ``lam_range=(low, high)``: ``obs["lam"]`` as :meth:`LamRange.features` reads it) ]
 
 With ``lam_range``, :func:`make_encoded_env` also gives the env that range, so each episode draws its
@@ -35,9 +35,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from puppeteer.encoders import TextEncoder, make_encoder
-from puppeteer.lam_range import N_LAM_FEATURES, LamRange
-from puppeteer.signals import N_SIGNALS
+from puppeteer.envs.encoders import TextEncoder, make_encoder
+from puppeteer.envs.lam_range import N_LAM_FEATURES, LamRange
+from puppeteer.tasks.signals import N_SIGNALS
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class ObservationEncoder:
 
 
 def _step_env(env: gym.Env[Any, Any]) -> Any:
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
 
     base = env.unwrapped
     if not isinstance(base, ConductorEnv):

@@ -2,7 +2,7 @@
 
 An agent's id is its position. The Terminator is a distinguished member of every
 pool with id ``len(agents)``: in step mode choosing it ends the episode. Measured agent cards
-(``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.cards`) are loaded with the pool.
+(``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.agents.cards`) are loaded with the pool.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from puppeteer.cards import CardError, PoolCards, cards_path
-from puppeteer.reasoning import CONTEXT_LAYOUTS, PATTERNS
-from puppeteer.resources import find_yaml
+from puppeteer.agents.cards import CardError, PoolCards, cards_path
+from puppeteer.agents.reasoning import CONTEXT_LAYOUTS, PATTERNS
 from puppeteer.types import EMPTY, Agent, ModelSpec, Step
-from puppeteer.yamlsafe import YamlLimitError, load_yaml
+from puppeteer.utils.resources import find_yaml
+from puppeteer.utils.yamlsafe import YamlLimitError, load_yaml
 
 TERMINATOR_NAME = "terminator"
 MAX_TOKENS_LIMIT = 1_000_000  # an agent's completion budget (the largest context windows)
@@ -42,9 +42,9 @@ class Pool:
     # independently (a cascade's or a vote's members; their calls replay a single agent's cache);
     # reviewers (verify, refine, ...) still see every earlier step
     independent_solvers: bool = False
-    # a shipped outcome table (``puppeteer.replay``): its calls are served without loading a model
+    # a shipped outcome table (``puppeteer.backends.replay``): its calls are served without loading a model
     replay: Path | None = None
-    # measured agent cards (``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.cards`); None: none
+    # measured agent cards (``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.agents.cards`); None: none
     cards: PoolCards | None = None
     # agent name -> the model that answers live traffic for it (an agent's ``live:`` model in the YAML),
     # where the agent's own model replays logged outcomes (:meth:`live_pool`)

@@ -1,4 +1,4 @@
-"""The parts a :class:`~puppeteer.env.ConductorEnv` is made of: the typed settings, the tasks and pool,
+"""The parts a :class:`~puppeteer.envs.env.ConductorEnv` is made of: the typed settings, the tasks and pool,
 and the built backend.
 
 :class:`EnvConfig` holds every setting of an episode (checked when it is made). An env is made of
@@ -7,8 +7,8 @@ that config, a pool, its tasks and a built backend (:class:`EnvParts`, resolved 
 options merged with the caller's, the simulator's answer key for simulated pools, and the response
 cache around model-calling backends.
 
-This module sits below :mod:`puppeteer.env`, which imports it (not :mod:`puppeteer.envbuild`);
-:func:`puppeteer.envbuild.build_env` puts the parts and the env together:
+This module sits below :mod:`puppeteer.envs.env`, which imports it (not :mod:`puppeteer.envs.build`);
+:func:`puppeteer.envs.build.build_env` puts the parts and the env together:
 
     env = build_env(EnvConfig(mode="step", lam=0.2), pool="sim-paper", suite="arith")
     twin = env.clone()  # same config, pool, tasks and backend
@@ -27,17 +27,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.agents.pot import ProgramMemo
 from puppeteer.backends import REPLAY_ENV, make_router
 from puppeteer.backends.base import Backend
-from puppeteer.checks import check_env_settings
-from puppeteer.conductor_prompt import DEFAULT_PROMPT
-from puppeteer.lam_range import LamRange
-from puppeteer.memo import BoundedMemo
-from puppeteer.pool import Pool, load_pool
-from puppeteer.pot import ProgramMemo
+from puppeteer.envs.conductor_prompt import DEFAULT_PROMPT
+from puppeteer.envs.lam_range import LamRange
 from puppeteer.tasks import load_suite
 from puppeteer.tasks.visible import VISIBLE_CHECKS
 from puppeteer.types import Task
+from puppeteer.utils.checks import check_env_settings
+from puppeteer.utils.memo import BoundedMemo
 
 if TYPE_CHECKING:
     from puppeteer.backends.sim import SimItem
@@ -54,7 +54,7 @@ DEFAULT_SUITE = "arith"
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Every setting of a :class:`~puppeteer.env.ConductorEnv` episode (see its docstring)."""
+    """Every setting of a :class:`~puppeteer.envs.env.ConductorEnv` episode (see its docstring)."""
 
     mode: str = "step"
     lam: float = 0.1
@@ -78,7 +78,7 @@ class EnvConfig:
     # step mode, an in-range action that the mask forbids: "raise" (InvalidAction), or "remap" it to the
     # next allowed action (cyclically) so RL algorithms that ignore masks (PPO, DQN, SB3's check_env) run
     invalid_action: str = "raise"
-    # [low, high]: each episode draws its lambda from this range (puppeteer.lam_range: log-uniform)
+    # [low, high]: each episode draws its lambda from this range (puppeteer.envs.lam_range: log-uniform)
     # unless ``reset(options={"lam": x})`` gives one; None: every episode prices cost at ``lam``
     lam_range: tuple[float, float] | None = None
     # workflow mode: the conductor's prompt states the episode's price of cost (the prompt config's

@@ -1,6 +1,6 @@
 """The sandbox's child program: confine this process, then run ``main.py`` as ``__main__``.
 
-The parent (:func:`puppeteer.sandbox.run_python`) starts it by path as
+The parent (:func:`puppeteer.tools.sandbox.run_python`) starts it by path as
 ``python -I -S -B sandbox_child.py <marshalled config, hex>`` in a fresh scratch directory.
 Before any user code runs it applies the OS-level layers (namespaces, read-only mounts,
 rlimits, uid drop, no-new-privs), reports the ones that took effect on the pipe
@@ -9,7 +9,7 @@ rlimits, uid drop, no-new-privs), reports the ones that took effect on the pipe
 It runs in an isolated interpreter without site-packages, so it imports only the standard
 library and nothing from ``puppeteer``. Importing this module has no side effects; the
 work happens only when it runs as ``__main__``. The config keys are written by
-``puppeteer.sandbox._execute``.
+``puppeteer.tools.sandbox._execute``.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def _prepare(cfg: Config) -> list[str]:
 
 
 def _guard(scratch: str, readable: list[str]) -> None:
-    """Install the audit-hook guard (a mitigation, see ``puppeteer.sandbox``)."""
+    """Install the audit-hook guard (a mitigation, see ``puppeteer.tools.sandbox``)."""
     realpath, fsdecode, fspath, readlink = os.path.realpath, os.fsdecode, os.fspath, os.readlink
     dirname, basename, join, isdir = os.path.dirname, os.path.basename, os.path.join, os.path.isdir
     me = os.getpid()

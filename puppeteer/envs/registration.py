@@ -10,4 +10,4 @@ ENV_ID = "Conductor-v0"
 def register_envs() -> None:
     """Register ``Conductor-v0``; idempotent."""
     if ENV_ID not in gym.registry:
-        gym.register(id=ENV_ID, entry_point="puppeteer.env:ConductorEnv", disable_env_checker=False)
+        gym.register(id=ENV_ID, entry_point="puppeteer.envs.env:ConductorEnv", disable_env_checker=False)

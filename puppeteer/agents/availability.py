@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from puppeteer.pool import Pool
+from puppeteer.agents.pool import Pool
 
 
 def resolve_available(pool: Pool, refs: Sequence[str | int]) -> np.ndarray:

@@ -4,7 +4,7 @@ A card says what a router needs to weigh an agent it has never seen: the agent's
 cents per call), its single-stream speed (completion tokens per second of its calls) and its
 accuracy per domain on a small calibration split of a suite (never its test items).
 ``puppeteer pool cards NAME`` measures them through the env (:mod:`puppeteer.jobs.cards`) and
-writes ``<pool>.cards.json`` beside the pool's YAML, where :func:`puppeteer.pool.load_pool` finds
+writes ``<pool>.cards.json`` beside the pool's YAML, where :func:`puppeteer.agents.pool.load_pool` finds
 it (``Pool.cards``). A policy with ``PolicyConfig.cards`` reads each agent's card as numbers
 (:meth:`PoolCards.features`, standardised by the training pool's statistics, :func:`card_scale`)
 beside its text, so that an agent's score depends on what it is, not on its position in the pool.

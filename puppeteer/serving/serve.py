@@ -1,4 +1,4 @@
-"""An OpenAI-compatible chat endpoint in front of an :class:`~puppeteer.orchestrator.Orchestrator`.
+"""An OpenAI-compatible chat endpoint in front of an :class:`~puppeteer.serving.orchestrator.Orchestrator`.
 
 ``puppeteer serve --policy SPEC --pool NAME --port N`` serves ``POST /v1/chat/completions``
 (FastAPI + uvicorn, the ``serve`` extra). An application points its OpenAI client at it::
@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from puppeteer.orchestrator import Orchestrator, OrchestratorResult
-from puppeteer.textsafe import encodable
+from puppeteer.serving.orchestrator import Orchestrator, OrchestratorResult
+from puppeteer.utils.textsafe import encodable
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

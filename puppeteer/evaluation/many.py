@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from puppeteer.evaluation import EvalResult, EvalSettings, evaluate
-from puppeteer.parallel import map_as_completed
-from puppeteer.progress import ProgressReporter
+from puppeteer.envs.parallel import map_as_completed
+from puppeteer.evaluation.evaluate import EvalResult, EvalSettings, evaluate
+from puppeteer.utils.progress import ProgressReporter
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ class ProgressReporter:
     def start(self) -> ProgressReporter:
         if not self.enabled or self._running:
             return self
-        from puppeteer.consoles import output_console
+        from puppeteer.utils.consoles import output_console
 
         console = self._console if self._console is not None else output_console()
         self._console = console

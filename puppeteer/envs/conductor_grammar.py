@@ -1,7 +1,7 @@
 """A GBNF grammar under which every conductor completion is a valid workflow (llama.cpp's format).
 
 The grammar accepts a little free reasoning first (text without ``[``, so a list can only start
-the plan), then exactly the three lists :func:`puppeteer.workflow.parse_workflow` reads::
+the plan), then exactly the three lists :func:`puppeteer.envs.workflow.parse_workflow` reads::
 
     # thoughts, on a few lines
     model_id = [2, 0]

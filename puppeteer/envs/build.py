@@ -1,8 +1,8 @@
-"""Environment assembly in one place: :func:`build_env` makes a :class:`~puppeteer.env.ConductorEnv`
+"""Environment assembly in one place: :func:`build_env` makes a :class:`~puppeteer.envs.env.ConductorEnv`
 from a typed config and its sources; the parts it is made of are importable from here too.
 
 The parts (:class:`EnvConfig`, :class:`BackendSpec`, :class:`EnvParts`, :func:`env_parts`,
-:func:`build_backend`, ...) live in :mod:`puppeteer.envparts`, below :mod:`puppeteer.env`, which
+:func:`build_backend`, ...) live in :mod:`puppeteer.envs.parts`, below :mod:`puppeteer.envs.env`, which
 imports them from there: the env never imports this module, so the two form no cycle. Importing this
 module does not import the env (policies take their settings type from here); :func:`build_env`
 imports it when called.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.envparts import (
+from puppeteer.envs.parts import (
     BackendSpec,
     EnvConfig,
     EnvParts,
@@ -27,15 +27,15 @@ from puppeteer.envparts import (
 )
 
 if TYPE_CHECKING:
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
 
 
 def build_env(
     config: EnvConfig, *, render_mode: str | None = None, seed: int | None = None, **sources: Any
 ) -> ConductorEnv:
-    """A :class:`~puppeteer.env.ConductorEnv` from a typed config; ``sources`` as :func:`env_parts`
+    """A :class:`~puppeteer.envs.env.ConductorEnv` from a typed config; ``sources`` as :func:`env_parts`
     takes them (pool, suite, split, tasks, n_tasks, backend, backend_options, cache)."""
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
 
     return ConductorEnv.from_parts(env_parts(config, **sources), render_mode=render_mode, seed=seed)
 

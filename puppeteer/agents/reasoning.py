@@ -5,7 +5,7 @@ that react to earlier work (critique, reflect, refine, verify, summarize) say so
 in their text; which earlier work a worker sees is the executor's business.
 
 ``pot`` (program of thought) asks for one Python program that prints the answer;
-``runs_program`` tells the executor to run it in the sandbox (``puppeteer.pot``).
+``runs_program`` tells the executor to run it in the sandbox (``puppeteer.agents.pot``).
 
 Earlier work reaches a worker in one of the ``CONTEXT_LAYOUTS``: ``turns`` (as past
 user/assistant turns, as if the worker had written them) or ``inline`` (quoted inside
@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from puppeteer.fastinit import fast_init
 from puppeteer.types import Agent, Message
+from puppeteer.utils.fastinit import fast_init
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def pattern(name: str) -> Pattern:
         raise KeyError(f"unknown reasoning pattern {name!r}; known: {', '.join(PATTERNS)}") from None
 
 
-@fast_init  # built at every env step (puppeteer/fastinit.py)
+@fast_init  # built at every env step (puppeteer/utils/fastinit.py)
 @dataclass(frozen=True)
 class Turn:
     """An earlier (subtask, response) pair that a worker is allowed to see."""

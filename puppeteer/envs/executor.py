@@ -12,15 +12,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from puppeteer.agents.pool import Pool
+from puppeteer.agents.pot import ProgramMemo, run_program
+from puppeteer.agents.reasoning import DEFAULT_FORMAT, Turn, pattern, worker_messages
 from puppeteer.backends.base import Backend
-from puppeteer.pool import Pool
-from puppeteer.pot import ProgramMemo, run_program
-from puppeteer.reasoning import DEFAULT_FORMAT, Turn, pattern, worker_messages
-from puppeteer.sandbox import DEFAULT_LIMITS
+from puppeteer.envs.workflow import visible_steps
 from puppeteer.tools import PythonTool, Tool, tool_prompt
 from puppeteer.tools.loop import arun_with_tools, run_with_tools
+from puppeteer.tools.sandbox import DEFAULT_LIMITS
 from puppeteer.types import Agent, CallContext, Completion, CompletionRequest, Step, Workflow
-from puppeteer.workflow import visible_steps
 
 T = TypeVar("T")
 Extractor = Callable[[str, bool], str | None]  # (text, truncated) -> answer

@@ -10,13 +10,13 @@
 
 The price of cost (lambda): ``reset(options={"lam": x})`` prices one episode's cost at ``x`` (the
 step reward's lambda in step mode, ``workflow_lam`` in workflow mode); with ``lam_range=[low, high]``
-an episode given none draws its own (:class:`~puppeteer.lam_range.LamRange`: log-uniform).
+an episode given none draws its own (:class:`~puppeteer.envs.lam_range.LamRange`: log-uniform).
 ``obs["lam"]`` is the episode's lambda, so a policy conditioned on it can read it.
 
 Worker subsets (k of n): ``reset(options={"available": [names or ids]})`` fixes the agents of one
 episode; ``k_available=k`` draws a random k-of-n subset each episode (from the agents not listed in
 ``unavailable``), never one of ``holdout_subsets`` (kept out of training to evaluate on;
-:func:`~puppeteer.availability.holdout_subsets` picks them). The observation's ``mask``,
+:func:`~puppeteer.agents.availability.holdout_subsets` picks them). The observation's ``mask``,
 :meth:`action_masks`, the conductor prompt and the workflow parser all follow it: a workflow naming
 an unavailable agent is a parse error (reward 0).
 
@@ -29,10 +29,10 @@ With ``recursion="always"`` the conductor is not offered as a worker: every roun
 ``max_depth`` is followed by such a review round (test-time scaling, measured per depth).
 ``info["rounds"]`` lists every planning round (depth, text, parse error, steps, answer).
 
-Construction: the settings are an :class:`~puppeteer.envparts.EnvConfig`; the pool, the tasks and
-the built backend come from :mod:`puppeteer.envbuild` (``build_env(config, pool=..., suite=...)``,
+Construction: the settings are an :class:`~puppeteer.envs.parts.EnvConfig`; the pool, the tasks and
+the built backend come from :mod:`puppeteer.envs.build` (``build_env(config, pool=..., suite=...)``,
 or the keyword form ``ConductorEnv(mode=..., pool=..., lam=...)`` that gym.make uses). Episodes are
-rolled out by :mod:`puppeteer.rollout`.
+rolled out by :mod:`puppeteer.envs.rollout`.
 """
 
 from __future__ import annotations
@@ -47,21 +47,20 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.error import InvalidAction, ResetNeeded
 
-from puppeteer.aggregate import aggregator
-from puppeteer.availability import draw_subset, resolve_available
-from puppeteer.checks import number
-from puppeteer.conductor_prompt import (
+from puppeteer.agents.availability import draw_subset, resolve_available
+from puppeteer.agents.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
+from puppeteer.envs.aggregate import aggregator
+from puppeteer.envs.conductor_prompt import (
     ConductorPrompt,
     Followup,
     Price,
     build_prompt,
     load_prompt_config,
 )
-from puppeteer.envparts import BackendSpec, EnvConfig, EnvParts, env_parts
-from puppeteer.executor import EpisodeContext, Executor, Extractor
-from puppeteer.lam_range import LamRange
-from puppeteer.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
-from puppeteer.reward import (
+from puppeteer.envs.executor import EpisodeContext, Executor, Extractor
+from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.parts import BackendSpec, EnvConfig, EnvParts, env_parts
+from puppeteer.envs.reward import (
     COST_UNITS,
     PuppeteerReward,
     check_cost_model,
@@ -69,13 +68,8 @@ from puppeteer.reward import (
     discounted_return,
     discounted_returns,
 )
-from puppeteer.signals import N_SIGNALS, AnswerTally
-from puppeteer.spaces import UnicodeText
-from puppeteer.tasks import Grader, default_graders
-from puppeteer.textsafe import encodable
-from puppeteer.tools import default_tools
-from puppeteer.types import Step, Task, Trajectory, Workflow
-from puppeteer.workflow import (
+from puppeteer.envs.spaces import UnicodeText
+from puppeteer.envs.workflow import (
     MAX_TEXT_CHARS,
     PlanSpace,
     WorkflowError,
@@ -84,6 +78,12 @@ from puppeteer.workflow import (
     format_workflow,
     parse_workflow,
 )
+from puppeteer.tasks import Grader, default_graders
+from puppeteer.tasks.signals import N_SIGNALS, AnswerTally
+from puppeteer.tools import default_tools
+from puppeteer.types import Step, Task, Trajectory, Workflow
+from puppeteer.utils.checks import number
+from puppeteer.utils.textsafe import encodable
 
 MAX_OBS_CHARS = 200_000
 RESPONSE_CHARS_IN_STATE = 1_500
@@ -120,10 +120,10 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         **sources: Any,
     ) -> None:
         """``ConductorEnv(mode="step", pool="sim-paper", suite="arith", lam=0.1, ...)``: every
-        :class:`~puppeteer.envbuild.EnvConfig` field and every source that
-        :func:`~puppeteer.envparts.env_parts` takes (``pool``, ``suite``, ``split``, ``tasks``,
+        :class:`~puppeteer.envs.build.EnvConfig` field and every source that
+        :func:`~puppeteer.envs.parts.env_parts` takes (``pool``, ``suite``, ``split``, ``tasks``,
         ``n_tasks``, ``backend``, ``backend_options``, ``cache``) as keywords; or a typed
-        ``config`` with the sources; or built ``parts`` (:func:`~puppeteer.envbuild.build_env`)."""
+        ``config`` with the sources; or built ``parts`` (:func:`~puppeteer.envs.build.build_env`)."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
         if parts is None:
@@ -228,7 +228,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
     def from_parts(
         cls, parts: EnvParts, *, render_mode: str | None = None, seed: int | None = None
     ) -> ConductorEnv:
-        """An env of built parts (:func:`puppeteer.envbuild.build_env` makes them from a config)."""
+        """An env of built parts (:func:`puppeteer.envs.build.build_env` makes them from a config)."""
         return cls(parts=parts, render_mode=render_mode, seed=seed)
 
     @property

@@ -9,11 +9,11 @@ from types import MappingProxyType
 
 import yaml
 
-from puppeteer.cards import AgentCard
-from puppeteer.pool import Pool
-from puppeteer.resources import find_yaml
+from puppeteer.agents.cards import AgentCard
+from puppeteer.agents.pool import Pool
+from puppeteer.envs.workflow import format_workflow
 from puppeteer.types import Message, Workflow
-from puppeteer.workflow import format_workflow
+from puppeteer.utils.resources import find_yaml
 
 DEFAULT_PROMPT = "prompt-v1"
 
@@ -131,7 +131,7 @@ class Valued:
     cost_model: str
 
 
-# a card's cost per call in each cost model's unit (see puppeteer.reward.COST_UNITS)
+# a card's cost per call in each cost model's unit (see puppeteer.envs.reward.COST_UNITS)
 _CARD_COST: Mapping[str, Callable[[AgentCard], float | None]] = MappingProxyType(
     {
         "usd": lambda c: c.cents_per_call,
@@ -170,7 +170,7 @@ def pool_table(
     order: Sequence[int] | None = None,
 ) -> str:
     """The agents table; with ``available`` only the available agents (ids stay the pool's ids). With
-    ``cards`` and a pool that has them (:mod:`puppeteer.cards`), each agent's measured card too: US
+    ``cards`` and a pool that has them (:mod:`puppeteer.agents.cards`), each agent's measured card too: US
     cents per call and the share right per domain on the calibration items (``-`` for an agent
     without a card). With ``valued`` (and cards), a last column: each agent's :func:`card_value` for
     this question's domain at this price. ``order``: the rows' order (agent ids; default the pool's)."""
@@ -249,7 +249,7 @@ class PromptConfig:
 
 
 def load_prompt_config(name: str = DEFAULT_PROMPT) -> PromptConfig:
-    """Load ``configs/conductor/<name>.yaml`` (or a YAML path) through :mod:`puppeteer.resources`."""
+    """Load ``configs/conductor/<name>.yaml`` (or a YAML path) through :mod:`puppeteer.utils.resources`."""
     path = find_yaml("configs", name if name.endswith((".yaml", ".yml")) else f"conductor/{name}")
     raw = yaml.safe_load(path.read_text())
     fields = {f.name for f in dataclasses.fields(PromptConfig)}

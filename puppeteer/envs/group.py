@@ -1,9 +1,9 @@
 """A group of step-mode environments stepped together: in this process, or spread over Ray workers.
 
-The trainer's lockstep loop (:func:`puppeteer.rollout.run_lockstep`) keeps the policy,
+The trainer's lockstep loop (:func:`puppeteer.envs.rollout.run_lockstep`) keeps the policy,
 the encoder and the random generator in the driver and hands the group one batch of actions
 at a time. :class:`LocalEnvGroup` steps the envs here, one after another;
-:class:`puppeteer.distributed.RayEnvGroup` sends each env's action to the Ray worker that
+:class:`puppeteer.envs.distributed.RayEnvGroup` sends each env's action to the Ray worker that
 holds that env (with its own backends) and steps the workers in parallel. Either way the
 driver sees the same observations in the same order, so the results are identical.
 """
@@ -64,7 +64,7 @@ class LocalEnvGroup:
 
     def step_many(self, calls: Sequence[StepCall]) -> list[StepResult]:
         """Each env's step; in threads when the pool calls models, so that their calls batch."""
-        from puppeteer.parallel import default_concurrency
+        from puppeteer.envs.parallel import default_concurrency
 
         if len(calls) < 2 or default_concurrency(self.envs[0].pool.backends()) < 2:
             return [step_or_abort(self.envs[k], action) for k, action in calls]

@@ -1,12 +1,12 @@
 """Rollouts on a Ray cluster (the ``ray`` extra): evaluation shards and the trainer's envs.
 
 * Evaluation on Ray is an executor choice of the one evaluation
-  (:class:`puppeteer.evaluation.RayExecutor`): contiguous shards, each run by a Ray task with its
+  (:class:`puppeteer.evaluation.evaluate.RayExecutor`): contiguous shards, each run by a Ray task with its
   own env and backends. Every item's reset seed depends only on ``(seed, task id)``, so the
   gathered ``results.json`` and ``trajectories.jsonl`` equal the single-process run's (up to the
   wall-clock fields, :data:`WALL_FIELDS`).
 * :class:`RayEnvGroup` puts the trainer's lockstep envs on Ray actors; the policy, encoder
-  and random generator stay in the driver (see :mod:`puppeteer.envgroup`), so training
+  and random generator stay in the driver (see :mod:`puppeteer.envs.group`), so training
   with ``rollout_workers=N`` gives the same checkpoints as without.
 
 ``address=None`` (or ``"local"``) starts a local Ray instance with ``num_cpus`` CPUs;
@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from puppeteer.envgroup import ResetCall, StepCall, StepResult, step_or_abort
+from puppeteer.envs.group import ResetCall, StepCall, StepResult, step_or_abort
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class _EnvWorker:
     """A Ray actor holding some of the trainer's envs (and their backends)."""
 
     def __init__(self, parts: dict[str, Any], slots: Sequence[int]) -> None:
-        from puppeteer.envbuild import build_env
+        from puppeteer.envs.build import build_env
 
         first = build_env(**parts)
         self.envs = {slot: first if i == 0 else first.clone() for i, slot in enumerate(slots)}

@@ -1,4 +1,4 @@
-"""Episode rollouts: the one place that steps a :class:`~puppeteer.env.ConductorEnv` until it ends.
+"""Episode rollouts: the one place that steps a :class:`~puppeteer.envs.env.ConductorEnv` until it ends.
 
 * :func:`run_episode` drives one env with any ``act(obs, info) -> action`` function until the env
   ends the episode; every other single-env rollout is a thin adapter of it:
@@ -6,7 +6,7 @@
   :func:`run_conductor_episode` (a text-writing conductor that may recurse) and
   :func:`run_actions` (a fixed list of actions: the reference plans, ``puppeteer run --chain``).
 * :func:`run_lockstep` runs many step-mode episodes side by side over an
-  :class:`~puppeteer.envgroup.EnvGroup` (in this process or on Ray workers), so a puppeteer policy
+  :class:`~puppeteer.envs.group.EnvGroup` (in this process or on Ray workers), so a puppeteer policy
   encodes all current observations in one batch; it is the trainer's rollout.
 * :func:`summarize` is the one metrics summary of finished episodes (accuracy, the env's
   discounted return ``info["returns"][0]``, cost F, calls, tokens, USD).
@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from puppeteer.envgroup import EnvGroup, as_env_group
-from puppeteer.trajectories import trajectory_to_dict
+from puppeteer.envs.group import EnvGroup, as_env_group
+from puppeteer.envs.trajectories import trajectory_to_dict
+from puppeteer.envs.workflow import format_workflow
 from puppeteer.types import Task, Trajectory, Workflow
-from puppeteer.workflow import format_workflow
 
 if TYPE_CHECKING:
     import torch
 
-    from puppeteer.env import ConductorEnv
+    from puppeteer.envs.env import ConductorEnv
     from puppeteer.policies.conductor import ConductorPolicy
     from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
 
@@ -61,7 +61,8 @@ class EpisodeEnd:
 
     @property
     def ret(self) -> float:
-        """The env's discounted return of the episode (``info["returns"][0]``, :mod:`puppeteer.reward`)."""
+        """The env's discounted return of the episode (``info["returns"][0]``,
+        :mod:`puppeteer.envs.reward`)."""
         return float(self.info["returns"][0])
 
     @property
@@ -270,9 +271,9 @@ def run_lockstep(
     draw) offers an episode these agent ids (reset ``options["available"]``).
 
     Lockstep lets the policy encode all current observations in one batch. ``envs`` may be an
-    :class:`~puppeteer.envgroup.EnvGroup` (e.g. envs on Ray workers): the results are the same.
+    :class:`~puppeteer.envs.group.EnvGroup` (e.g. envs on Ray workers): the results are the same.
     A step whose call raises ends its episode, graded as wrong, with ``Episode.error`` set
-    (:func:`puppeteer.envgroup.step_or_abort`).
+    (:func:`puppeteer.envs.group.step_or_abort`).
     """
     group = as_env_group(envs)
     out: list[Episode] = []
@@ -311,7 +312,7 @@ def run_lockstep(
                 ep.rewards.append(float(r))
                 ep.cost += float(info.get("cost", 0.0))
                 if terminated or truncated:
-                    ep.returns = list(info["returns"])  # discounted by the env (puppeteer.reward)
+                    ep.returns = list(info["returns"])  # discounted by the env (puppeteer.envs.reward)
                     ep.correct = bool(info["correct"])
                     ep.trajectory = trajectory_to_dict(info["trajectory"])
                     if info.get("error"):

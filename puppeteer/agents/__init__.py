@@ -1,0 +1,1 @@
+"""Agents and pools: pool files, agent cards, reasoning patterns and program-of-thought, availability."""

@@ -1,0 +1,1 @@
+"""Evaluation: the evaluator (evaluate.py), several evaluations at once, paired statistics."""

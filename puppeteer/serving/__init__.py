@@ -1,0 +1,1 @@
+"""Answering live questions: the orchestrator behind `puppeteer run` and the OpenAI-compatible endpoint."""
