@@ -28,6 +28,7 @@ from puppeteer.integrations.trl import (
     conductor_dataset,
     conductor_rows,
     prefixed_rows,
+    prompt_token_counter,
     summarize,
 )
 from puppeteer.lam_range import LamRange
@@ -39,6 +40,7 @@ from puppeteer.train.format_reward import FormatReward
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.plan_constraint import PlanGrammars, install_plan_constraint, plan_grammars
 from puppeteer.train.shared_prefix import install_shared_prefix
+from puppeteer.types import Completion
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
@@ -425,6 +427,7 @@ def evaluate_conductor(
     rows = conductor_rows(env, chat=chat, seed=seed)
     if answer_prefix:
         rows = prefixed_rows(rows, tokenizer, answer_prefix)
+    t0 = time.perf_counter()
     completions = generate(
         model,
         tokenizer,
@@ -434,11 +437,13 @@ def evaluate_conductor(
         spec.repetition_penalty,
         bool(spec.autocast_bf16),
     )
+    per_item = (time.perf_counter() - t0) / max(len(rows), 1)
     outcomes = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=answer_prefix).score(
         [r["task_id"] for r in rows],
         completions,
         [r["available"] for r in rows],
         [r["lam"] for r in rows],
+        conductor_completions(tokenizer, [r["prompt"] for r in rows], completions, per_item),
     )
     if records is not None:
         with records.open("w") as f:
@@ -451,6 +456,19 @@ def evaluate_conductor(
                 }
                 f.write(json.dumps(line) + "\n")
     return heldout_summary(outcomes)
+
+
+def conductor_completions(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Any], texts: Sequence[str], latency_s: float
+) -> list[Completion]:
+    """The conductor's generations as completions (prompt and completion tokens, the batch's time
+    shared out per item), for the reward env to count in each workflow's cost."""
+    count = prompt_token_counter(tokenizer)
+    out = []
+    for prompt, text in zip(prompts, texts, strict=True):
+        tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        out.append(Completion(text, count(prompt), tokens, None, 0.0, latency_s, "conductor"))
+    return out
 
 
 def paired_heldout(before: Path, after: Path) -> dict[str, Any] | None:
@@ -582,6 +600,7 @@ def run_conductor_training(
                 seed=job.seed,
                 answer_prefix=job.answer_prefix,
                 record=run / "samples.jsonl",
+                prompt_tokens=prompt_token_counter(tokenizer),  # the conductor's tokens are in the cost
             ),
             *shaping,
             *extra_reward_funcs,

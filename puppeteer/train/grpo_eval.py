@@ -35,6 +35,7 @@ from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.extras import require
 from puppeteer.train.grpo import GRPOJob, generate
 from puppeteer.train.plan_constraint import install_plan_constraint
+from puppeteer.types import Completion, ConductorAction
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -152,7 +153,12 @@ class TrainedConductor:
         if self.job.k_available is not None:  # each item's own subset, the one its prompt listed
             options["available"] = offered
         plan = self.job.answer_prefix + text
-        end = run_episode(env, lambda _obs, _info: plan, seed=seed, options={"task_index": index, **options})
+        generation = Completion(
+            plan, call["prompt_tokens"], call["completion_tokens"], None, 0.0, call["latency_s"], "conductor"
+        )
+        action = ConductorAction(plan, generation)  # the conductor's tokens are in the episode's cost
+        options = {"task_index": index, **options}
+        end = run_episode(env, lambda _obs, _info: action, seed=seed, options=options)
         return end.trajectory, conductor_record(env, end.info, [call])
 
     def fork(self) -> TrainedConductor:
