@@ -35,7 +35,7 @@ import numpy as np
 from puppeteer.env import ConductorEnv
 from puppeteer.errors import RunStopped, UserError
 from puppeteer.parallel import default_concurrency, map_as_completed
-from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
+from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy, train_items
 from puppeteer.policies.registry import make_policy
 from puppeteer.pool import Pool, load_pool
 from puppeteer.rundir import check_owner, claim
@@ -101,6 +101,13 @@ class EvalResult:
     # call (for program-of-thought agents: the program ran)
     truncated_rate: float = 0.0
     tool_call_rate: float = 0.0
+    # the terms of a fair A/B (``puppeteer ab`` warns where two arms differ in them): how the final
+    # answer was chosen (EnvConfig.aggregate: last, vote or plan); whether the conductor's own tokens
+    # are in each episode's cost ("counted"; "not counted"; "none": no conductor LM); the items the
+    # policy was trained or fitted on (TrainItems as a dict; None: untrained or not recorded)
+    final_answer: str | None = None
+    conductor_cost: str = "none"
+    train_items: dict[str, Any] | None = None
 
     @property
     def mean_tokens(self) -> float:
@@ -131,7 +138,10 @@ def _conductor_fields(records: Sequence[_Record], max_depth: int) -> dict[str, A
         return float(np.mean(values)) if values else 0.0
 
     calls = [r.extra["conductor"] for r in done]
+    generated = [r.trajectory for r in done if r.extra["conductor"]]  # type: ignore[misc]
+    counted = all(t.conductor_tokens is not None for t in generated)
     fields: dict[str, Any] = dict(
+        conductor_cost=("counted" if counted else "not counted") if generated else "none",
         mean_conductor_calls=mean([len(c) for c in calls]),
         mean_conductor_prompt_tokens=mean([sum(x["prompt_tokens"] for x in c) for c in calls]),
         mean_conductor_completion_tokens=mean([sum(x["completion_tokens"] for x in c) for c in calls]),
@@ -453,6 +463,8 @@ def _evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
         available=settings.available or _offered(env),
         max_depth=config.max_depth,
         recursion=config.recursion,
+        final_answer=config.final_answer,
+        train_items=_train_items(policy),
     )
 
     records: dict[int, _Record] = {}
@@ -543,6 +555,11 @@ def _items(settings: EvalSettings) -> tuple[Task, ...]:
     if not items:
         raise ValueError(f"no items to evaluate in {settings.suite}/{settings.split}")
     return items
+
+
+def _train_items(policy: Policy) -> dict[str, Any] | None:
+    items = train_items(policy)
+    return asdict(items) if items is not None else None
 
 
 def _offered(env: ConductorEnv) -> tuple[str, ...] | None:
@@ -657,7 +674,7 @@ def _evaluate_on_ray(
     hits = [p[0]["cache_hits"] for p in parts if p[0]["cache_hits"] is not None]
     misses = [p[0]["cache_misses"] for p in parts if p[0]["cache_misses"] is not None]
     out = Path(settings.out_dir) if settings.out_dir is not None else None
-    keep = ("policy_name", "mode", "lam", "max_depth", "recursion")
+    keep = ("policy_name", "mode", "lam", "max_depth", "recursion", "final_answer", "train_items")
     fields: dict[str, Any] = dict(
         {key: first[key] for key in keep},
         policy=spec,

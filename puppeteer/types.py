@@ -187,6 +187,19 @@ class Workflow:
 
 
 @dataclass(frozen=True)
+class TrainItems:
+    """The items a policy was trained (or fitted) on: the first ``n`` of ``suite``/``split`` (None: all).
+    Recorded in an evaluation's results so ``puppeteer ab`` can tell arms trained apart."""
+
+    suite: str
+    split: str
+    n: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.suite}/{self.split}" + (f" (first {self.n})" if self.n is not None else " (all)")
+
+
+@dataclass(frozen=True)
 class ConductorAction:
     """A workflow-mode action with the generation that wrote it: the conductor's ``text`` and its
     ``completion`` (tokens, seconds, USD), so the episode's cost counts the conductor's own call.

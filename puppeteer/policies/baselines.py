@@ -28,7 +28,7 @@ from puppeteer.policies.base import StepPolicy
 from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.pool import Pool
 from puppeteer.signals import LAST_ANSWERED
-from puppeteer.types import Task, Workflow
+from puppeteer.types import Task, TrainItems, Workflow
 
 if TYPE_CHECKING:
     from puppeteer.backends.sim import SimParams
@@ -384,6 +384,7 @@ class LearnedStep:
         self.policy = PuppeteerPolicy.load(self.path, pool)
         self.greedy = greedy
         self.name = f"puppeteer:{self.path}"
+        self.train_items = run_train_items(self.path)
 
     @property
     def lam_range(self) -> LamRange | None:
@@ -403,6 +404,28 @@ class LearnedStep:
 
         generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
         return self.policy.choose(self.policy.features(obs), generator, greedy=self.greedy)
+
+
+def run_train_items(policy_dir: Path) -> TrainItems | None:
+    """The training items of the run that saved ``policy_dir`` (its ``config.json`` and ``results.json``,
+    in the directory or the one above it: ``RUN/best``); None where no run says."""
+    import json
+
+    for d in (policy_dir, policy_dir.parent):
+        try:
+            cfg = json.loads((d / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        suite = cfg.get("suite") if isinstance(cfg, dict) else None
+        if not isinstance(suite, Mapping) or "name" not in suite:
+            continue
+        try:
+            n = json.loads((d / "results.json").read_text()).get("n_train")  # what the split held
+        except (OSError, ValueError, AttributeError):
+            n = None
+        n = n if isinstance(n, int) else suite.get("n_train")
+        return TrainItems(str(suite["name"]), str(suite.get("train_split", "train")), n)
+    return None
 
 
 # --------------------------------------------------------------------------- the spec registry

@@ -36,7 +36,7 @@ import numpy as np
 from puppeteer.envbuild import EnvConfig
 from puppeteer.errors import RunStopped
 from puppeteer.rollout import run_step_episode, run_workflow_episode
-from puppeteer.types import Task, Trajectory, Workflow
+from puppeteer.types import Task, TrainItems, Trajectory, Workflow
 
 if TYPE_CHECKING:
     from puppeteer.backends.base import Backend
@@ -221,6 +221,16 @@ class PlannedRunner:
         return PlannedRunner(self.planner, self._plans)
 
 
+def train_items(policy: Any) -> TrainItems | None:
+    """The items ``policy`` was trained or fitted on, where it says (its ``train_items``, or that of
+    the step policy or planner an adapter wraps); None: untrained, or not recorded."""
+    for obj in (policy, getattr(policy, "step", None), getattr(policy, "planner", None)):
+        items = getattr(obj, "train_items", None)
+        if isinstance(items, TrainItems):
+            return items
+    return None
+
+
 def as_policy(obj: Any) -> Policy:
     """The :class:`Policy` for any object the registry builds: itself when it runs its own episodes,
     else the adapter for what it can do (``plan`` a workflow, or ``act`` step by step)."""
@@ -243,4 +253,5 @@ __all__ = [
     "Policy",
     "StepRunner",
     "as_policy",
+    "train_items",
 ]

@@ -16,6 +16,7 @@ any other policy evaluated on the same pool, suite, split and seed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -35,7 +36,7 @@ from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.extras import require
 from puppeteer.train.grpo import GRPOJob, generate
 from puppeteer.train.plan_constraint import install_plan_constraint
-from puppeteer.types import Completion, ConductorAction
+from puppeteer.types import Completion, ConductorAction, TrainItems
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -160,6 +161,14 @@ class TrainedConductor:
         options = {"task_index": index, **options}
         end = run_episode(env, lambda _obs, _info: action, seed=seed, options=options)
         return end.trajectory, conductor_record(env, end.info, [call])
+
+    @property
+    def train_items(self) -> TrainItems:
+        """The run's training items (``n_train`` as its results recorded it, else as configured)."""
+        n = self.job.n_train
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            n = json.loads((self.run_dir / "results.json").read_text()).get("n_train", n)
+        return TrainItems(self.job.suite, self.job.train_split, n)
 
     def fork(self) -> TrainedConductor:
         return self  # the plans were written in start(); episodes only read them
