@@ -3,8 +3,11 @@ cost, on hand-built episodes whose answers and token counts are known (no model)
 
 from __future__ import annotations
 
+import json
+import logging
 import random
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -199,3 +202,113 @@ def test_the_grpo_reward_counts_prompt_and_completion_tokens() -> None:
     prompts: Sequence[str] = ["one two three", "one two three"]
     got = reward(prompts, [PLAN, PLAN], task_id=["t/1", "t/1"], completion_ids=[_completion_ids(7), []])
     assert got == pytest.approx([1.0 - (60 + 10) / 1000, 1.0 - (60 + 3) / 1000])
+
+
+# --------------------------------------------------------------------------- ab's fairness warnings
+
+TRAINED = {"train_items": {"suite": "arith", "split": "train", "n": 200}}
+
+
+def _runs(
+    tmp_path: Path, extra_a: dict, extra_b: dict, ids_b: Sequence[str] = ("x", "y")
+) -> tuple[Path, Path]:
+    from analytics_fixtures import trajectory, write_eval_run
+
+    a = write_eval_run(tmp_path / "a", [trajectory(i, ["A"], True) for i in ("x", "y")], extra=extra_a)
+    b = write_eval_run(tmp_path / "b", [trajectory(i, ["B"], False) for i in ids_b], extra=extra_b)
+    return a, b
+
+
+@pytest.mark.parametrize(
+    ("extra_a", "extra_b", "ids_b", "warning"),
+    [
+        (
+            {"final_answer": "vote"},
+            {"final_answer": "last"},
+            ("x", "y"),
+            "final answer differently: A vote, B last",
+        ),
+        (
+            {"conductor_cost": "not counted"},
+            {"conductor_cost": "counted"},
+            ("x", "y"),
+            "tokens are not counted in A, counted in B",
+        ),
+        # a run from before the field: its conductor's tokens were never counted
+        (
+            {"mean_conductor_calls": 1.0},
+            {"conductor_cost": "none"},
+            ("x", "y"),
+            "not counted in A, none in B",
+        ),
+        (
+            {},
+            TRAINED,
+            ("x", "y"),
+            "trained on different items: A none (untrained, or not recorded), B arith/train (first 200)",
+        ),
+        ({}, {}, ("x", "z"), "evaluated on different items: 1 only in A, 1 only in B; the 1 shared"),
+    ],
+)
+def test_ab_warns_where_the_arms_differ_and_records_it(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    extra_a: dict,
+    extra_b: dict,
+    ids_b: Sequence[str],
+    warning: str,
+) -> None:
+    from puppeteer.analytics.ab import compare_runs, markdown, write_report
+
+    a, b = _runs(tmp_path, extra_a, extra_b, ids_b)
+    with caplog.at_level(logging.WARNING, logger="puppeteer.analytics.ab"):
+        result = compare_runs(a, b)
+    assert len(result.fairness) == 1 and warning in result.fairness[0]
+    assert any("unfair A/B" in r.message and warning in r.message for r in caplog.records)
+    write_report(result, tmp_path)
+    assert json.loads((tmp_path / "ab.json").read_text())["fairness"] == list(result.fairness)
+    assert warning in markdown(result)
+
+
+def test_ab_is_quiet_where_the_terms_agree(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from puppeteer.analytics.ab import compare_runs
+
+    same = {"final_answer": "vote", **TRAINED}
+    # a counted conductor against a policy without one: both costs are whole
+    a, b = _runs(tmp_path, {**same, "conductor_cost": "counted"}, {**same, "conductor_cost": "none"})
+    with caplog.at_level(logging.WARNING, logger="puppeteer.analytics.ab"):
+        assert compare_runs(a, b).fairness == ()
+    assert not any("unfair" in r.message for r in caplog.records)
+
+
+def test_evaluations_record_their_terms_and_ab_reads_them(tmp_path: Path) -> None:
+    """A one-agent plan keeps the last answer, a vote of three votes: the simulator's runs say so."""
+    from puppeteer.analytics.ab import run_ab
+
+    result = run_ab("single:gpt5-cot", "vote:3", "sim-paper", "arith", tmp_path, n=8)
+    saved = [
+        json.loads((tmp_path / d / "results.json").read_text()) for d in ("A_single_gpt5-cot", "B_vote_3")
+    ]
+    assert [(s["final_answer"], s["conductor_cost"], s["train_items"]) for s in saved] == [
+        ("last", "none", None),
+        ("vote", "none", None),
+    ]
+    assert result.fairness == ("the arms choose the final answer differently: A last, B vote",)
+
+
+def test_fitted_and_trained_policies_record_their_training_items(tmp_path: Path) -> None:
+    from puppeteer.evaluation import evaluate_policy
+    from puppeteer.policies.baselines import run_train_items
+    from puppeteer.types import TrainItems
+
+    fitted = evaluate_policy("best-single:12", "sim-paper", "arith", n=4, progress=False)
+    assert fitted.train_items == {"suite": "arith", "split": "train", "n": 12}
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    (run / "config.json").write_text(
+        json.dumps({"suite": {"name": "arith", "train_split": "train", "n_train": 500}})
+    )
+    assert run_train_items(run / "best") == TrainItems("arith", "train", 500)  # as configured
+    (run / "results.json").write_text(json.dumps({"n_train": 300}))
+    assert run_train_items(run / "best") == TrainItems("arith", "train", 300)  # as the split held
+    assert run_train_items(tmp_path) is None
