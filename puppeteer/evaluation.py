@@ -594,6 +594,7 @@ def evaluate_policy(
     price_in_prompt: bool = False,
     prompt: str | None = None,
     cost_model: str | None = None,
+    final_answer: str | None = None,
 ) -> EvalResult:
     """:func:`evaluate` with its settings as keywords (see :class:`EvalSettings`)."""
     return evaluate(
@@ -615,6 +616,7 @@ def evaluate_policy(
                 price_in_prompt=price_in_prompt,
                 prompt=prompt,
                 cost_model=cost_model,
+                final_answer=final_answer,
             ),
             available=tuple(available) if available else None,
             progress=progress,

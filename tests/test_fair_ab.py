@@ -312,3 +312,12 @@ def test_fitted_and_trained_policies_record_their_training_items(tmp_path: Path)
     (run / "results.json").write_text(json.dumps({"n_train": 300}))
     assert run_train_items(run / "best") == TrainItems("arith", "train", 300)  # as the split held
     assert run_train_items(tmp_path) is None
+
+
+def test_ab_can_run_every_arm_under_one_final_answer_choice(tmp_path: Path) -> None:
+    from puppeteer.analytics.ab import run_ab
+
+    result = run_ab("single:gpt5-cot", "vote:3", "sim-paper", "arith", tmp_path, n=8, final_answer="vote")
+    assert result.fairness == ()
+    saved = json.loads((tmp_path / "A_single_gpt5-cot" / "results.json").read_text())
+    assert saved["final_answer"] == "vote"

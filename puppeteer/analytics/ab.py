@@ -201,11 +201,14 @@ def run_ab(
     max_steps: int = 5,
     lam: float = 0.1,
     cache: str | Path | None = None,
+    final_answer: str | None = None,
 ) -> ABResult:
-    """Run (or read) both arms on the same items and write ``ab.md``, ``ab.json`` and ``ab.png``."""
+    """Run (or read) both arms on the same items and write ``ab.md``, ``ab.json`` and ``ab.png``
+    (``final_answer``: every arm run here chooses its final answer so; None: each policy's own)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(n=n, split=split, seed=seed, max_steps=max_steps, lam=lam, cache=cache)
+    kw["final_answer"] = final_answer
     run_a = run_arm(a, "A", out, pool, suite, **kw)
     run_b = run_arm(b, "B", out, pool, suite, **kw)
     result = compare_runs(run_a, run_b, a, b, speeds=load_pool(pool))

@@ -59,6 +59,9 @@ class EpisodeSettings:
     price_in_prompt: bool = False  # conductors: the prompt states the price of cost (``lam`` per unit)
     prompt: str | None = None  # conductors: configs/conductor/<prompt>.yaml (None: the default prompt)
     cost_model: str | None = None  # conductors: what ``lam`` prices (tokens, usd, ...; None: tokens)
+    # every arm's final answer (last | vote | plan, EnvConfig.aggregate) in place of the policy's own,
+    # so two arms choose it alike (None: each policy's own; "plan" needs a workflow policy)
+    final_answer: str | None = None
 
     def step_config(self, aggregate: str | None = None, *, visible_checks: bool = False) -> EnvConfig:
         """Step mode: one agent per action, the Terminator ends the episode (``visible_checks``: the
@@ -67,7 +70,7 @@ class EpisodeSettings:
             mode="step",
             lam=self.lam,
             max_steps=self.max_steps,
-            aggregate=aggregate,
+            aggregate=self.final_answer or aggregate,
             k_available=self.k_available,
             visible_checks=visible_checks,
         )
@@ -79,7 +82,7 @@ class EpisodeSettings:
             workflow_lam=self.lam,
             lam=self.lam,
             max_steps=max_steps or self.max_steps,
-            aggregate=aggregate,
+            aggregate=self.final_answer or aggregate,
             k_available=self.k_available,
             **{
                 "price_in_prompt": self.price_in_prompt,

@@ -101,6 +101,8 @@ class GRPOJob:
     # and its reward uses it; ``conductor:grpo:RUN --lam X`` then plans at X
     workflow_lam_range: tuple[float, float] | None = None
     cost_model: str = "tokens"
+    # the final answer of a plan (EnvConfig.aggregate): last | vote | plan (the plan's own final line)
+    final_answer: str = "last"
     reward_workers: int = 16
     stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
     share_prompt_prefix: bool = True  # run a group's repeated prompt once, in generation and training
@@ -164,6 +166,7 @@ class GRPOJob:
             workflow_lam=workflow_lam,
             workflow_lam_range=lam_range,
             cost_model=str(cfg.get("cost_model", "tokens")),
+            final_answer=str(cfg.get("final_answer") or "last"),
             reward_workers=int(cfg.get("reward_workers", 16)),
             stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
             share_prompt_prefix=bool(cfg.get("share_prompt_prefix", True)),
@@ -201,6 +204,7 @@ class GRPOJob:
             workflow_lam=self.workflow_lam,
             lam_range=self.workflow_lam_range,
             cost_model=self.cost_model,
+            aggregate=self.final_answer,
             k_available=self.k_available,
             holdout_subsets=self.holdout_subsets if training else (),
         )
@@ -211,7 +215,15 @@ class GRPOJob:
         """The grammar of each of ``envs``' conductor prompts, sized to the shorter completion budget."""
         budget = min(int(self.grpo.get("max_completion_length", 256)), self.eval.max_new_tokens)
         return plan_grammars(
-            tokenizer, model, envs, self.chat, self.seed, self.workflow_max_steps, budget, self.answer_prefix
+            tokenizer,
+            model,
+            envs,
+            self.chat,
+            self.seed,
+            self.workflow_max_steps,
+            budget,
+            self.answer_prefix,
+            final=self.final_answer == "plan",
         )
 
     def env(
