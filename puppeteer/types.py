@@ -168,16 +168,47 @@ class Step:
     tool_calls: int = 0
 
 
+FinalChoice = str | int
+"""How a workflow's final answer is chosen: ``"last"``, ``"vote"`` or a step index (the plan's ``final``)."""
+
+
 @dataclass(frozen=True)
 class Workflow:
-    """The conductor's action: three aligned lists."""
+    """The conductor's action: three aligned lists, and optionally the plan's ``final`` (which answer
+    is final: ``"last"``, ``"vote"`` or a step index; None: the env's configured choice)."""
 
     model_id: tuple[int, ...]
     subtasks: tuple[str, ...]
     access_list: tuple[str | tuple[int, ...], ...]
+    final: FinalChoice | None = None
 
     def __len__(self) -> int:
         return len(self.model_id)
+
+
+@dataclass(frozen=True)
+class TrainItems:
+    """The items a policy was trained (or fitted) on: the first ``n`` of ``suite``/``split`` (None: all).
+    Recorded in an evaluation's results so ``puppeteer ab`` can tell arms trained apart."""
+
+    suite: str
+    split: str
+    n: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.suite}/{self.split}" + (f" (first {self.n})" if self.n is not None else " (all)")
+
+
+@dataclass(frozen=True)
+class ConductorAction:
+    """A workflow-mode action with the generation that wrote it: the conductor's ``text`` and its
+    ``completion`` (tokens, seconds, USD), so the episode's cost counts the conductor's own call.
+    ``model``: the conductor's model, for cost models that price by it (FLOPs, declared speeds).
+    A plain string action carries no generation: its episode's cost has no conductor part."""
+
+    text: str
+    completion: Completion | None = None
+    model: ModelSpec | None = None
 
 
 @fast_init  # built at every env step (puppeteer/utils/fastinit.py)
@@ -192,6 +223,11 @@ class Trajectory:
     reward: float
     parse_error: str | None = None
     workflow: Workflow | None = None
+    # how the final answer was chosen: "last", "vote" or "step k" (a step the plan named, 0-based)
+    final_choice: str | None = None
+    # the conductor's own tokens counted in the episode's cost (workflow mode; None: no generation came
+    # with the action, e.g. a fixed plan). The token properties below are the workers' alone.
+    conductor_tokens: int | None = None
 
     @property
     def prompt_tokens(self) -> int:

@@ -7,6 +7,10 @@ discordant pairs; cost, tokens, calls and reward: paired bootstrap 95% intervals
 the pool declares its models' single-stream speeds (local llama.cpp pools), also the workers'
 model seconds per item at those speeds (:meth:`puppeteer.agents.pool.Pool.model_seconds`): what the calls
 cost alone, whatever the batching or the machine's load. USD is left out where neither arm spent any.
+
+Where the arms differ in how the final answer is chosen, in whether a conductor's own tokens are in
+the cost, in their training items or in their evaluation items (:mod:`puppeteer.analytics.fairness`),
+each difference is logged as a warning and listed under "Fairness" in ``ab.md`` and ``ab.json``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.analytics.fairness import fairness_warnings, run_terms
 from puppeteer.analytics.store import TrajectoryStore, find_runs, run_metadata
 from puppeteer.evaluation.stats import McNemar, PairedDiff, mcnemar_exact, paired_bootstrap, wilson_interval
 
@@ -58,6 +63,8 @@ class ABResult:
     n_pairs: int
     accuracy: McNemar
     metrics: dict[str, PairedDiff]
+    # where the arms differ in the terms of a fair A/B (puppeteer.analytics.fairness), one line each
+    fairness: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -166,9 +173,9 @@ def compare_episodes(
     both = da.merge(db, on="task_id", suffixes=("_a", "_b"))
     if both.empty:
         raise ValueError(f"{run_a} and {run_b} share no items")
-    dropped = len(da) + len(db) - 2 * len(both)
-    if dropped:
-        log.warning("%d items are in only one of the runs and are left out", dropped)
+    fairness = fairness_warnings(run_terms(run_a), run_terms(run_b), da["task_id"], db["task_id"])
+    for line in fairness:
+        log.warning("unfair A/B (%s vs %s): %s", spec_a or run_a, spec_b or run_b, line)
     mc = mcnemar_exact(both["correct_a"].to_numpy(), both["correct_b"].to_numpy())
     cols = shown_metrics(da, db)
     if "reward" in cols and not same_price(ma, mb):  # quality - lambda * cost at two lambdas: two scales
@@ -179,7 +186,7 @@ def compare_episodes(
     }
     a = make_arm("A", spec_a or str(run_a), Path(run_a), da[da["task_id"].isin(both["task_id"])])
     b = make_arm("B", spec_b or str(run_b), Path(run_b), db[db["task_id"].isin(both["task_id"])])
-    return ABResult(a, b, str(ma.get("pool")), str(ma.get("suite")), len(both), mc, metrics)
+    return ABResult(a, b, str(ma.get("pool")), str(ma.get("suite")), len(both), mc, metrics, fairness)
 
 
 def run_ab(
@@ -194,11 +201,14 @@ def run_ab(
     max_steps: int = 5,
     lam: float = 0.1,
     cache: str | Path | None = None,
+    final_answer: str | None = None,
 ) -> ABResult:
-    """Run (or read) both arms on the same items and write ``ab.md``, ``ab.json`` and ``ab.png``."""
+    """Run (or read) both arms on the same items and write ``ab.md``, ``ab.json`` and ``ab.png``
+    (``final_answer``: every arm run here chooses its final answer so; None: each policy's own)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(n=n, split=split, seed=seed, max_steps=max_steps, lam=lam, cache=cache)
+    kw["final_answer"] = final_answer
     run_a = run_arm(a, "A", out, pool, suite, **kw)
     run_b = run_arm(b, "B", out, pool, suite, **kw)
     result = compare_runs(run_a, run_b, a, b, speeds=load_pool(pool))
@@ -232,6 +242,9 @@ def markdown(result: ABResult) -> str:
             f"| {METRIC_LABELS[col]} | {_fmt(d.mean_a)} | {_fmt(d.mean_b)} | {d.diff:+.3g} | "
             f"[{d.ci_low:+.3g}, {d.ci_high:+.3g}] paired bootstrap |"
         )
+    if result.fairness:
+        lines += ["", "Fairness: the arms differ in the terms of a fair A/B:"]
+        lines += [f"- {w}" for w in result.fairness]
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from puppeteer.cli.command import Command
+from puppeteer.envs.aggregate import FINAL_CHOICES
 from puppeteer.errors import UserError
 
 if TYPE_CHECKING:
@@ -52,6 +53,13 @@ def configure_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--out", default=None, help="output directory (default runs/ab/<A>_vs_<B>)")
     p.add_argument(
+        "--final-answer",
+        choices=FINAL_CHOICES,
+        default=None,
+        help="how every arm chooses its final answer (default: each policy's own): last (the last step's), "
+        "vote (majority over the steps' answers) or plan (workflow policies: the plan's own final line)",
+    )
+    p.add_argument(
         "--rules",
         action="store_true",
         help="also run the best rule and the best single agent (best-rule, best-single: chosen on the "
@@ -92,7 +100,15 @@ def ab_command(args: argparse.Namespace, console: Console) -> int:
         )
     cache = resolve_cache(load_pool(args.pool), args.cache, args.no_cache)
     out = Path(args.out) if args.out else Path("runs") / "ab" / slug("_vs_".join(args.arms))
-    kw = dict(n=args.n, split=args.split, seed=args.seed, max_steps=args.max_steps, lam=args.lam, cache=cache)
+    kw = dict(
+        n=args.n,
+        split=args.split,
+        seed=args.seed,
+        max_steps=args.max_steps,
+        lam=args.lam,
+        cache=cache,
+        final_answer=args.final_answer,
+    )
     if len(args.arms) == 2:
         result = run_ab(args.arms[0], args.arms[1], args.pool, args.suite, out, **kw)
         console.print(markdown(result), markup=False, soft_wrap=True)

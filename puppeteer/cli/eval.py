@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from puppeteer.agents.pool import load_pool
 from puppeteer.backends.cache import RESPONSE_CACHE_ENV, resolve_cache
 from puppeteer.cli.command import Command, positive_int
+from puppeteer.envs.aggregate import FINAL_CHOICES
 from puppeteer.errors import UserError
 from puppeteer.evaluation.evaluate import evaluate_policy, slug
 
@@ -132,6 +133,13 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         help="conductor policies: what --lam prices (tokens, usd, calls, minutes, flops); default tokens",
     )
     p.add_argument(
+        "--final-answer",
+        choices=FINAL_CHOICES,
+        default=None,
+        help="how the final answer is chosen, in place of each policy's own: last (the last step's), "
+        "vote (majority over the steps' answers) or plan (workflow policies: the plan's own final line)",
+    )
+    p.add_argument(
         "--concurrency",
         type=positive_int,
         default=None,
@@ -173,6 +181,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         max_steps=args.max_steps,
         lam=args.lam,
         overwrite=args.overwrite,
+        final_answer=args.final_answer,
     )
     ray = None
     if getattr(args, "ray", None) is not None:  # an executor choice: the same evaluation on Ray workers

@@ -1,4 +1,10 @@
-"""Turning the answers of several steps into one final answer."""
+"""Turning the answers of several steps into one final answer.
+
+One notion for both modes: the final answer is the ``last`` step's answer, the majority ``vote``
+over the steps' answers, or (workflow mode) a step the plan names. ``FINAL_CHOICES`` are the env's
+settings (``EnvConfig.aggregate``): ``plan`` lets the conductor's plan say (its optional ``final``
+line), the last step's answer where it says nothing.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +42,25 @@ def last_answer(answers: Sequence[str | None]) -> str | None:
 
 
 AGGREGATORS: Mapping[str, Aggregator] = MappingProxyType({"vote": majority_vote, "last": last_answer})
+
+
+FINAL_CHOICES = ("last", "vote", "plan")
+PLAN_DEFAULT = "last"  # the final answer of a plan that names none under ``aggregate="plan"``
+
+
+def final_answer(answers: Sequence[str | None], choice: str | int) -> str | None:
+    """The final answer of steps whose answers are ``answers``: ``"last"``, ``"vote"``, or the answer
+    of step ``choice`` (an index into ``answers``; None when that step extracted none)."""
+    if isinstance(choice, int):
+        if not 0 <= choice < len(answers):
+            raise IndexError(f"final step {choice} is not one of the {len(answers)} steps")
+        return answers[choice]
+    return aggregator(choice)(answers)
+
+
+def choice_label(choice: str | int) -> str:
+    """How a final answer was chosen, as recorded: ``last``, ``vote`` or ``step k``."""
+    return f"step {choice}" if isinstance(choice, int) else choice
 
 
 def aggregator(name: str) -> Aggregator:

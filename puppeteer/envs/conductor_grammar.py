@@ -11,7 +11,9 @@ the plan), then exactly the three lists :func:`puppeteer.envs.workflow.parse_wor
 By construction: the three lists have one entry per step and at most ``max_steps`` steps; ids are
 only those of available agents (the conductor's own id, when it may recurse, only as the last
 step); access entries are ``[]``, ``'all'`` or earlier step indices; subtasks are non-empty one-line
-strings. After the last list the grammar is complete, so generation ends there.
+strings. After the last list the grammar is complete, so generation ends there. With ``final=True``
+(the env's ``aggregate="plan"``) a plan may end with one more line, ``final = k`` (a step index),
+``final = 'vote'`` or ``final = 'last'``.
 
 And the plan always fits: every free-text character is printable ASCII, so each token of a
 completion adds at least one character, and the longest text the grammar allows (its skeleton, the
@@ -55,7 +57,16 @@ def _alternatives(values: Sequence[int]) -> str:
     return " | ".join(f'"{v}"' for v in values)
 
 
-def _skeleton_chars(ids: Sequence[int], last_ids: Sequence[int], n: int) -> int:
+FINAL_LINE_CHARS = len("\nfinal = 'vote'")  # the longest final line (a step index is shorter)
+FINAL_WORDS = ("'vote'", "'last'")  # what a final line may name besides a step index
+
+
+def _literal_alternatives(values: Sequence[str]) -> list[str]:
+    """GBNF string literals of ``values`` (no double quotes or backslashes in them)."""
+    return [f'"{v}"' for v in values]
+
+
+def _skeleton_chars(ids: Sequence[int], last_ids: Sequence[int], n: int, final: bool = False) -> int:
     """Characters of the longest ``n``-step plan apart from its subtasks' contents."""
     width = max(len(str(i)) for i in ids)
     last = max(len(str(i)) for i in last_ids)
@@ -65,7 +76,7 @@ def _skeleton_chars(ids: Sequence[int], last_ids: Sequence[int], n: int) -> int:
     for j in range(n):  # the longest entry of step j: 'all', or j earlier indices
         listed = 2 + j * len(str(j - 1)) + 2 * (j - 1) if j else 2  # repeats allowed
         access += max(len("'all'"), listed)
-    return model_id + subtasks + access
+    return model_id + subtasks + access + (FINAL_LINE_CHARS if final else 0)
 
 
 def plan_grammar(
@@ -76,12 +87,15 @@ def plan_grammar(
     self_id: int | None = None,
     allow_empty: bool = False,
     reasoning: bool = True,
+    final: bool = False,
 ) -> PlanGrammar:
     """The GBNF grammar of one planning round, sized to fit in ``max_tokens`` tokens.
 
     ``available``: the agent ids the plan may use; ``self_id``: the conductor's own id, allowed only
     as the last step (recursion); ``allow_empty``: the three empty lists are a valid answer (an inner
-    planning round keeping the last answer); ``reasoning``: a few lines of free text before the lists.
+    planning round keeping the last answer); ``reasoning``: a few lines of free text before the lists;
+    ``final``: an optional last line naming the final answer (a step index, 'vote' or 'last'; with
+    ``self_id``, not the last step, which may be the conductor's own).
     Raises ValueError when ``max_tokens`` cannot hold a ``max_steps``-step plan with subtasks of at
     least :data:`MIN_SUBTASK_CHARS` characters.
     """
@@ -92,7 +106,7 @@ def plan_grammar(
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     last_ids = [*ids, int(self_id)] if self_id is not None else ids
     budget = max_tokens - 1  # one token for the end of generation
-    room = budget - _skeleton_chars(ids, last_ids, max_steps)
+    room = budget - _skeleton_chars(ids, last_ids, max_steps, final)
     share = 1.0 - REASONING_SHARE if reasoning else 1.0
     subtask = min(SUBTASK_CHARS, int(room * share) // max_steps)
     if subtask < MIN_SUBTASK_CHARS:
@@ -126,12 +140,17 @@ def plan_grammar(
         model_ids = " ".join(['id ", "'] * (n - 1) + ["last"])
         subtasks = ' ", " '.join(["str"] * n)
         access = ' ", " '.join(f"acc{j}" for j in range(n))
+        tail = f" fin{n}?" if final else ""
+        if final:
+            named = [str(k) for k in range(n - 1 if self_id is not None else n)]
+            choices = " | ".join(_literal_alternatives([*named, *FINAL_WORDS]))
+            rules.append(f'fin{n} ::= "\\nfinal = " ({choices})')
         rules.append(
             f'plan{n} ::= "model_id = [" {model_ids} "]\\nsubtasks = [" {subtasks} '
-            f'"]\\naccess_list = [" {access} "]"'
+            f'"]\\naccess_list = [" {access} "]"{tail}'
         )
     text = "\n".join(rules) + "\n" + _CHARS.strip() + "\n"
-    longest = _skeleton_chars(ids, last_ids, max_steps) + subtask * max_steps
+    longest = _skeleton_chars(ids, last_ids, max_steps, final) + subtask * max_steps
     longest += lines * (per_line + 1) if thinks else 0
     return PlanGrammar(text, max_steps, subtask, lines * per_line if thinks else 0, longest)
 

@@ -17,6 +17,17 @@ from puppeteer.utils.resources import find_yaml
 
 DEFAULT_PROMPT = "prompt-v1"
 
+# What the prompt adds after the output format about how the final answer is chosen (the env's
+# ``aggregate``); the format's own line says the last step's answer is final, so "last" adds nothing.
+FINAL_LINES: Mapping[str, str] = MappingProxyType(
+    {
+        "vote": "The final answer is the majority vote of the steps' answers (a tie goes to the later step).",
+        "plan": "You may add a fourth line to choose the final answer: final = k (step k's answer, counting "
+        "from 0), final = 'vote' (the majority vote of the steps' answers) or final = 'last'. Without it "
+        "the last step's answer is final.",
+    }
+)
+
 
 @dataclass(frozen=True)
 class Example:
@@ -312,12 +323,14 @@ def build_prompt(
     config: PromptConfig | None = None,
     n_examples: int | None = None,
     price: Price | None = None,
+    final: str = "last",
 ) -> ConductorPrompt:
     """The conductor prompt: only ``available`` agents, examples from other domains than ``domain``.
 
     ``self_id`` offers the conductor itself as a worker (recursion); ``followup`` makes this an
     inner planning round that sees its parent's workflow and last answer; ``price`` adds the
-    config's price line (the episode's lambda per unit of cost) after the output format.
+    config's price line (the episode's lambda per unit of cost) after the output format; ``final``
+    (the env's final-answer choice) adds its line of :data:`FINAL_LINES` after the format.
     """
     cfg = config or load_prompt_config()
     valued = Valued(domain, price.lam, price.cost_model) if cfg.priced_cards and price is not None else None
@@ -330,6 +343,8 @@ def build_prompt(
         f"Agents:\n{pool_table(pool, available, self_id, cards=cfg.cards, valued=valued, order=order)}",
         cfg.format,
     ]
+    if final in FINAL_LINES:
+        system.append(FINAL_LINES[final])
     if self_id is not None:
         system.append(cfg.recursion.format(self_id=self_id))
     if price is not None:

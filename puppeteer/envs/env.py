@@ -8,6 +8,16 @@
   holding ``model_id``, ``subtasks`` and ``access_list``; one step runs the whole
   workflow; the last step's answer is graded.
 
+The final answer (``aggregate``, :mod:`puppeteer.envs.aggregate`): ``"last"``, ``"vote"`` or, in workflow
+mode, ``"plan"``: the plan's own ``final = k | 'vote' | 'last'`` line says (absent: the last step's
+answer). The trajectory's ``final_choice`` records what was used (``last``, ``vote`` or ``step k``).
+
+The conductor's cost (workflow mode): an action given as a
+:class:`~puppeteer.types.ConductorAction` carries the completion that wrote the plan; its tokens
+(seconds under ``cost_model="minutes"`` without declared speeds) are priced like a worker's call and
+added to the episode's cost, so the reward pays for them too. ``info["conductor_cost"]`` and the
+trajectory's ``conductor_tokens`` report that part apart. A plain string action has no conductor part.
+
 The price of cost (lambda): ``reset(options={"lam": x})`` prices one episode's cost at ``x`` (the
 step reward's lambda in step mode, ``workflow_lam`` in workflow mode); with ``lam_range=[low, high]``
 an episode given none draws its own (:class:`~puppeteer.envs.lam_range.LamRange`: log-uniform).
@@ -49,7 +59,7 @@ from gymnasium.error import InvalidAction, ResetNeeded
 
 from puppeteer.agents.availability import draw_subset, resolve_available
 from puppeteer.agents.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
-from puppeteer.envs.aggregate import aggregator
+from puppeteer.envs.aggregate import PLAN_DEFAULT, aggregator, choice_label, final_answer
 from puppeteer.envs.conductor_prompt import (
     ConductorPrompt,
     Followup,
@@ -64,6 +74,7 @@ from puppeteer.envs.reward import (
     COST_UNITS,
     PuppeteerReward,
     check_cost_model,
+    conductor_cost,
     conductor_reward,
     discounted_return,
     discounted_returns,
@@ -81,7 +92,7 @@ from puppeteer.envs.workflow import (
 from puppeteer.tasks import Grader, default_graders
 from puppeteer.tasks.signals import N_SIGNALS, AnswerTally
 from puppeteer.tools import default_tools
-from puppeteer.types import Step, Task, Trajectory, Workflow
+from puppeteer.types import Completion, ConductorAction, ModelSpec, Step, Task, Trajectory, Workflow
 from puppeteer.utils.checks import number
 from puppeteer.utils.textsafe import encodable
 
@@ -165,7 +176,8 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._reward = self._base_reward  # this episode's (its lambda: reset's options["lam"])
         self._lam_range = LamRange.of(config.lam_range)
         self._lam = self._default_lam()
-        self._aggregate = aggregator(config.aggregate or ("vote" if mode == "step" else "last"))
+        self._final_default = PLAN_DEFAULT if config.final_answer == "plan" else config.final_answer
+        self._aggregate = aggregator(self._final_default)
         self._owns_backend = parts.backend_spec is not None  # close() releases only what this env built
         self.executor = Executor(
             backend=parts.backend,
@@ -212,6 +224,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._rounds: list[dict[str, Any]] = []
         self._followup: Followup | None = None
         self._workflow: Workflow | None = None
+        # the final answer's choice of the latest planning round and the index of its first step
+        self._final: tuple[str | int, int] = (self._final_default, 0)
+        self._conductor: list[tuple[Completion, ModelSpec | None]] = []  # this episode's plans' calls
         self._ctx: EpisodeContext | None = None  # this episode's (built on its first call)
         self._state_parts: list[str] = []  # obs["state"], a line per step so far
         self._agent_counts = np.zeros(self._n_actions, dtype=np.int64)  # obs["counts"], steps it counted
@@ -385,6 +400,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             max_steps=self.config.max_steps,
             self_id=self.self_id,
             allow_empty=self._depth > 0,
+            final=self.config.final_answer == "plan",
         )
 
     def prompt(self) -> ConductorPrompt:
@@ -398,6 +414,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             self_id=self.self_id,
             followup=self._followup,
             config=self._prompt_config,
+            final=self.config.final_answer,
             price=(
                 Price(self._lam, COST_UNITS[self.config.cost_model], self.config.cost_model)
                 if self.config.states_price
@@ -412,10 +429,26 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         reward: float,
         parse_error: str | None = None,
         workflow: Workflow | None = None,
+        final_choice: str | None = None,
     ) -> Trajectory:
         task = self.task  # positional: made at every step, and keywords cost a third of the call
         mode, steps = self.config.mode, tuple(self._steps)
-        return Trajectory(task.id, task.suite, mode, steps, answer, correct, reward, parse_error, workflow)
+        tokens = self._conductor_tokens()
+        return Trajectory(
+            task.id, task.suite, mode, steps, answer, correct, reward, parse_error, workflow,
+            final_choice or self._final_default, tokens,
+        )  # fmt: skip
+
+    def _conductor_tokens(self) -> int | None:
+        """The conductor's tokens this episode (None: no generation came with its actions)."""
+        if not self._conductor:
+            return None
+        return sum(c.total_tokens for c, _ in self._conductor)
+
+    def _conductor_cost(self) -> float:
+        """F of the conductor's own generations this episode (0 without any)."""
+        name = self.config.cost_model
+        return sum(conductor_cost(name, c, model) for c, model in self._conductor)
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         info = {"task_id": self.task.id, "action_mask": self.action_masks(), **extra}
@@ -446,6 +479,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._tally = AnswerTally(self._signal_vectors)
         self._grades = {}
         self._depth, self._rounds, self._followup, self._workflow = 0, [], None, None
+        self._final, self._conductor = (self._final_default, 0), []
         self._mask = self._episode_mask(options)
         self._lam = self._episode_lam(options)
         self._lam_array = np.array([self._lam])
@@ -593,7 +627,16 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
     def _answer_so_far(self) -> str | None:
         """What grading would take if the episode ended now (the aggregate, not the last step's answer:
         a last step that extracted nothing leaves the earlier answer standing)."""
-        return self._aggregate([s.answer for s in self._steps])
+        return self._workflow_final()[0]
+
+    def _workflow_final(self) -> tuple[str | None, str]:
+        """The final answer under the latest round's choice, and that choice as recorded: the plan's
+        named step (counted from its round's first step), ``vote`` or ``last`` over all steps."""
+        choice, offset = self._final
+        answers = [s.answer for s in self._steps]
+        if isinstance(choice, int):
+            return final_answer(answers, offset + choice), choice_label(choice)
+        return final_answer(answers, choice), choice
 
     def _round(self, text: str | None, **fields: Any) -> dict[str, Any]:
         record = {
@@ -622,13 +665,23 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self_id = self.self_id
         available = self.available().tolist() + ([True] if self_id is not None else [])
         workflow = parse_workflow(
-            text, len(available), available, WorkflowLimits(max_steps=self.config.max_steps)
+            text,
+            len(available),
+            available,
+            WorkflowLimits(max_steps=self.config.max_steps),
+            final=self.config.final_answer == "plan",
         )
         if self_id is not None and self_id in workflow.model_id[:-1]:
             raise WorkflowError(f"the conductor (id {self_id}) may only be the last step")
+        if self_id is not None and workflow.model_id[-1] == self_id and workflow.final == len(workflow) - 1:
+            raise WorkflowError("final names the conductor's own step, which gives no answer")
         return workflow
 
     def _step_workflow(self, action: Any):
+        if isinstance(action, ConductorAction):  # the plan and the generation that wrote it
+            if action.completion is not None:
+                self._conductor.append((action.completion, action.model))
+            action = action.text
         text = encodable(action) if isinstance(action, str) else None  # no lone surrogates past here
         try:
             if text is None:
@@ -637,6 +690,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         except WorkflowError as e:
             self._round(text, parse_error=str(e))
             traj = self._trajectory(None, False, 0.0, parse_error=str(e))
+            spent = self._conductor_cost()  # the plan that failed to parse was paid for
             return self._finish(
                 0.0,
                 trajectory=traj,
@@ -645,11 +699,17 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
                 parse_error=str(e),
                 rounds=list(self._rounds),
                 depth=self._depth,
+                cost=sum(self._step_cost(s) for s in self._steps) + spent,
+                conductor_cost=spent,
             )
         if workflow is None:  # an inner round kept its parent's answer
             self._round(text, answer=self._answer_so_far())
             return self._end_workflow(self._workflow)
         self._workflow = workflow
+        self._final = (
+            workflow.final if workflow.final is not None else self._final_default,
+            len(self._steps),
+        )
         named = self.self_id is not None and workflow.model_id[-1] == self.self_id
         recurse = named or (self.config.recursion == "always" and self._depth < self.config.max_depth)
         run = workflow
@@ -692,11 +752,12 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         return self._cost(step.completion, self._models[step.agent_id])
 
     def _end_workflow(self, workflow: Workflow | None):
-        answer = self._aggregate([s.answer for s in self._steps])
+        answer, choice = self._workflow_final()
         correct = self._grade(answer)
-        cost = sum(self._step_cost(s) for s in self._steps)
+        spent = self._conductor_cost()
+        cost = sum(self._step_cost(s) for s in self._steps) + spent
         reward = conductor_reward(True, correct, cost, self._lam)
-        traj = self._trajectory(answer, correct, reward, workflow=workflow)
+        traj = self._trajectory(answer, correct, reward, workflow=workflow, final_choice=choice)
         return self._finish(
             reward,
             trajectory=traj,
@@ -704,6 +765,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             final_answer=answer,
             parse_error=None,
             cost=cost,
+            conductor_cost=spent,
             rounds=list(self._rounds),
             depth=self._depth,
         )
@@ -715,7 +777,7 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             raise ResetNeeded("the episode has ended (or never started): call reset()")
         t = len(self._steps)
         if self.config.mode == "workflow":
-            cost = sum(self._step_cost(s) for s in self._steps)
+            cost = sum(self._step_cost(s) for s in self._steps) + self._conductor_cost()
             reward = conductor_reward(True, False, cost, self._lam)
             returns = [reward]
         else:

@@ -31,6 +31,7 @@ from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.agents.pot import ProgramMemo
 from puppeteer.backends import REPLAY_ENV, make_router
 from puppeteer.backends.base import Backend
+from puppeteer.envs.aggregate import FINAL_CHOICES
 from puppeteer.envs.conductor_prompt import DEFAULT_PROMPT
 from puppeteer.envs.lam_range import LamRange
 from puppeteer.tasks import load_suite
@@ -63,6 +64,10 @@ class EnvConfig:
     max_steps: int = 5
     min_steps: int = 0
     cost_model: str = "tokens"
+    # how the final answer is chosen (puppeteer.envs.aggregate): "last" (the last step's answer), "vote"
+    # (majority vote over the steps' answers) or, in workflow mode, "plan" (the plan's own ``final``
+    # line names a step, 'vote' or 'last'; without one, the last step's answer). None: "vote" in step
+    # mode, "last" in workflow mode
     aggregate: str | None = None
     workflow_lam: float = 0.0
     temperature: float = 0.0
@@ -103,6 +108,12 @@ class EnvConfig:
             temperature=self.temperature,
             samples_per_item=self.samples_per_item,
         )
+        if self.aggregate is not None and self.aggregate not in FINAL_CHOICES:
+            raise ValueError(f"aggregate must be one of {', '.join(FINAL_CHOICES)}, got {self.aggregate!r}")
+        if self.aggregate == "plan" and self.mode != "workflow":
+            raise ValueError(
+                "aggregate='plan' lets the conductor's plan name its final answer: needs mode='workflow'"
+            )
         if self.price_in_prompt and self.mode != "workflow":
             raise ValueError(
                 "price_in_prompt states the price in the conductor's prompt: needs mode='workflow'"
@@ -128,6 +139,11 @@ class EnvConfig:
             )
         lam_range = LamRange.of(self.lam_range)
         object.__setattr__(self, "lam_range", lam_range.bounds if lam_range is not None else None)
+
+    @property
+    def final_answer(self) -> str:
+        """How this env chooses the final answer: ``aggregate``, or the mode's default."""
+        return self.aggregate or ("vote" if self.mode == "step" else "last")
 
     @property
     def states_price(self) -> bool:

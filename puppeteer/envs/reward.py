@@ -91,6 +91,19 @@ def cost_model(name: str) -> CostFn:
         raise KeyError(f"unknown cost model {name!r}; known: {', '.join(COST_MODELS)}") from None
 
 
+_UNDECLARED = ModelSpec(name="conductor", backend="", target="", params_b=0.0)
+
+
+def conductor_cost(name: str, completion: Completion, model: ModelSpec | None = None) -> float:
+    """F of the conductor's own generation under cost model ``name``: priced like a worker's call
+    (``model``: the conductor's, where given); under ``minutes`` without declared speeds, the seconds
+    the backend reported for it (``latency_s``)."""
+    spec = model if model is not None else _UNDECLARED
+    if name in NEEDS_SPEED and not spec.has_speed:
+        return completion.latency_s / 60.0
+    return cost_model(name)(completion, spec)
+
+
 def conductor_reward(parsed: bool, correct: bool, cost: float = 0.0, lam: float = 0.0) -> float:
     base = 0.0 if not parsed else (1.0 if correct else 0.5)
     return base - lam * cost if parsed else base

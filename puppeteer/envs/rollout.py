@@ -163,10 +163,11 @@ def run_conductor_episode(
 ) -> tuple[Trajectory, dict[str, Any]]:
     """One episode of a text-writing conductor: it acts until the env ends it (recursion acts again).
 
+    The conductor's completions come with its actions, so the episode's cost counts its tokens.
     Returns the trajectory and the conductor's record: its own calls, every planning round
     (graded as if the episode had stopped there) and the agents available in the episode.
     """
-    end = run_episode(env, policy.act, seed=seed, options=_options(index, options), start=policy.reset)
+    end = run_episode(env, policy.action, seed=seed, options=_options(index, options), start=policy.reset)
     return end.trajectory, conductor_record(env, end.info, [c.to_dict() for c in policy.calls])
 
 

@@ -35,6 +35,7 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
             model_id=tuple(wf["model_id"]),
             subtasks=tuple(wf["subtasks"]),
             access_list=tuple(a if a == "all" else tuple(a) for a in wf["access_list"]),
+            final=wf.get("final"),
         )
     return Trajectory(
         task_id=d["task_id"],
@@ -46,6 +47,8 @@ def trajectory_from_dict(d: dict[str, Any]) -> Trajectory:
         reward=d["reward"],
         parse_error=d.get("parse_error"),
         workflow=workflow,
+        final_choice=d.get("final_choice"),
+        conductor_tokens=d.get("conductor_tokens"),
     )
 
 

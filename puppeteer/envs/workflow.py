@@ -3,6 +3,11 @@
 Parsing is literal only (``ast.literal_eval`` on a bracket-matched span, never
 ``eval``), bounded in size, and the last well-formed triple in a completion wins,
 so a conductor may reason, draft, and then state its final workflow.
+
+Where the env lets the plan choose its final answer (``aggregate="plan"``), the triple may come with
+a line ``final = k`` (step k's answer is final, 0-based; ``-1`` is the last step), ``final = 'vote'``
+(majority vote over the steps' answers) or ``final = 'last'``, anywhere between its ``model_id`` and
+the next one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ MAX_SUBTASK_CHARS = 4_000
 MAX_TEXT_CHARS = 200_000
 MAX_GROUPS_TRIED = 16  # complete triples tried, last first (bounds literal_eval work)
 _ASSIGN = re.compile(r"\b(model_id|subtasks|access_list)\b\s*[:=]\s*(?=\[)")
+_FINAL = re.compile(r"^[ \t]*final[ \t]*=[ \t]*([^\n#]{1,40})", re.MULTILINE)  # a plan's own final answer
+FINAL_WORDS = ("last", "vote")
 # What may follow a list literal on its line: nothing, a separator, a comment or a closing fence.
 # (Only the start of a comment is matched, so the checks read each character at most once.)
 _AFTER = re.compile(r"[ \t]*(?:[,;]?[ \t]*(?:#|\n|$)|`{3}(?:\n|$))")
@@ -49,6 +56,7 @@ class PlanSpace:
     max_steps: int
     self_id: int | None = None
     allow_empty: bool = False
+    final: bool = False  # the plan may name its final answer (a ``final = ...`` line)
 
 
 def _list_span(text: str, start: int) -> int | None:
@@ -81,6 +89,25 @@ def extract_lists(text: str) -> tuple[object, object, object]:
     A triple is an occurrence of ``model_id`` followed by ``subtasks`` and ``access_list``
     before the next ``model_id``; the last one whose three literals parse wins.
     """
+    return _extract(text)[0]
+
+
+def extract_plan(text: str) -> tuple[tuple[object, object, object], object]:
+    """:func:`extract_lists` and the triple's ``final = ...`` value (None where it has none)."""
+    lists, (lo, hi), text = _extract(text)
+    found = list(_FINAL.finditer(text, lo, hi))
+    if not found:
+        return lists, None
+    value = found[-1].group(1).strip().removesuffix("```").strip().rstrip(",;").strip()
+    try:
+        final = ast.literal_eval(value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise WorkflowError(f"final = {value!r:.40} is not a step index, 'last' or 'vote'") from None
+    return lists, final
+
+
+def _extract(text: str) -> tuple[tuple[object, object, object], tuple[int, int], str]:
+    """The winning triple, the span of text its group covers, and the (bounded) text searched."""
     if len(text) > MAX_TEXT_CHARS:
         text = text[-MAX_TEXT_CHARS:]
     cands = _candidates(text)
@@ -103,9 +130,12 @@ def extract_lists(text: str) -> tuple[object, object, object]:
             break
         tried += 1
         try:
-            return tuple(_literal(group[n]) for n in NAMES)  # type: ignore[return-value]
+            lists = tuple(_literal(group[n]) for n in NAMES)
         except WorkflowError as e:
             last_error = e
+            continue
+        span = (cands[lo][0], cands[hi][0] if hi < len(cands) else len(text))
+        return lists, span, text  # type: ignore[return-value]
     assert last_error is not None
     raise last_error
 
@@ -117,8 +147,10 @@ def validate(
     n_agents: int,
     available: Sequence[bool] | None = None,
     limits: WorkflowLimits = WorkflowLimits(),
+    final: object = None,
 ) -> Workflow:
-    """Check types, lengths, ids and access entries; return a normalised :class:`Workflow`."""
+    """Check types, lengths, ids, access entries and ``final`` (None, ``'last'``, ``'vote'`` or a step
+    index; a negative one counts from the end); return a normalised :class:`Workflow`."""
     for name, value in zip(NAMES, (model_id, subtasks, access_list), strict=True):
         if not isinstance(value, list):
             raise WorkflowError(f"{name} must be a list, got {type(value).__name__}")
@@ -163,7 +195,20 @@ def validate(
             if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < i:
                 raise WorkflowError(f"access_list[{i}] names {j!r}, not an earlier step (0..{i - 1})")
         access.append(tuple(sorted(set(a))))
-    return Workflow(model_id=tuple(ids), subtasks=tuple(tasks), access_list=tuple(access))
+    return Workflow(
+        model_id=tuple(ids), subtasks=tuple(tasks), access_list=tuple(access), final=_final(final, n)
+    )
+
+
+def _final(final: object, n: int) -> str | int | None:
+    """A plan's ``final`` checked against its ``n`` steps (a negative index counts from the end)."""
+    if final is None or final in FINAL_WORDS:
+        return final  # type: ignore[return-value]
+    if isinstance(final, bool) or not isinstance(final, int):
+        raise WorkflowError(f"final must be a step index, 'last' or 'vote', got {final!r:.40}")
+    if not -n <= final < n:
+        raise WorkflowError(f"final = {final} is not a step (0..{n - 1})")
+    return final % n
 
 
 def parse_workflow(
@@ -171,11 +216,18 @@ def parse_workflow(
     n_agents: int,
     available: Sequence[bool] | None = None,
     limits: WorkflowLimits = WorkflowLimits(),
+    *,
+    final: bool = False,
 ) -> Workflow:
-    """Parse and validate a conductor completion. Raises :class:`WorkflowError` with the reason."""
+    """Parse and validate a conductor completion. Raises :class:`WorkflowError` with the reason.
+
+    ``final``: read the plan's ``final = ...`` line too (else a plan's ``final`` is not read)."""
     if not isinstance(text, str):
         raise WorkflowError(f"a workflow action is text, got {type(text).__name__}")
-    return validate(*extract_lists(text), n_agents=n_agents, available=available, limits=limits)
+    if not final:
+        return validate(*extract_lists(text), n_agents=n_agents, available=available, limits=limits)
+    lists, chosen = extract_plan(text)
+    return validate(*lists, n_agents=n_agents, available=available, limits=limits, final=chosen)
 
 
 def visible_steps(workflow: Workflow, index: int) -> tuple[int, ...]:
@@ -187,8 +239,9 @@ def visible_steps(workflow: Workflow, index: int) -> tuple[int, ...]:
 def format_workflow(workflow: Workflow) -> str:
     """The canonical text form, which :func:`parse_workflow` reads back to the same workflow."""
     access = [a if a == "all" else list(a) for a in workflow.access_list]
-    return (
+    text = (
         f"model_id = {list(workflow.model_id)!r}\n"
         f"subtasks = {list(workflow.subtasks)!r}\n"
         f"access_list = {access!r}"
     )
+    return text if workflow.final is None else f"{text}\nfinal = {workflow.final!r}"

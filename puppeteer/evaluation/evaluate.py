@@ -38,7 +38,7 @@ from puppeteer.envs.parallel import default_concurrency, map_as_completed
 from puppeteer.envs.trajectories import trajectory_from_dict, trajectory_to_dict
 from puppeteer.errors import RunStopped, UserError
 from puppeteer.evaluation.stats import wilson_interval
-from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy
+from puppeteer.policies.protocol import EpisodeSettings, Policy, as_policy, train_items
 from puppeteer.policies.registry import make_policy
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task, Trajectory
@@ -101,6 +101,13 @@ class EvalResult:
     # call (for program-of-thought agents: the program ran)
     truncated_rate: float = 0.0
     tool_call_rate: float = 0.0
+    # the terms of a fair A/B (``puppeteer ab`` warns where two arms differ in them): how the final
+    # answer was chosen (EnvConfig.aggregate: last, vote or plan); whether the conductor's own tokens
+    # are in each episode's cost ("counted"; "not counted"; "none": no conductor LM); the items the
+    # policy was trained or fitted on (TrainItems as a dict; None: untrained or not recorded)
+    final_answer: str | None = None
+    conductor_cost: str = "none"
+    train_items: dict[str, Any] | None = None
 
     @property
     def mean_tokens(self) -> float:
@@ -131,7 +138,10 @@ def _conductor_fields(records: Sequence[_Record], max_depth: int) -> dict[str, A
         return float(np.mean(values)) if values else 0.0
 
     calls = [r.extra["conductor"] for r in done]
+    generated = [r.trajectory for r in done if r.extra["conductor"]]  # type: ignore[misc]
+    counted = all(t.conductor_tokens is not None for t in generated)
     fields: dict[str, Any] = dict(
+        conductor_cost=("counted" if counted else "not counted") if generated else "none",
         mean_conductor_calls=mean([len(c) for c in calls]),
         mean_conductor_prompt_tokens=mean([sum(x["prompt_tokens"] for x in c) for c in calls]),
         mean_conductor_completion_tokens=mean([sum(x["completion_tokens"] for x in c) for c in calls]),
@@ -453,6 +463,8 @@ def _evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
         available=settings.available or _offered(env),
         max_depth=config.max_depth,
         recursion=config.recursion,
+        final_answer=config.final_answer,
+        train_items=_train_items(policy),
     )
 
     records: dict[int, _Record] = {}
@@ -545,6 +557,11 @@ def _items(settings: EvalSettings) -> tuple[Task, ...]:
     return items
 
 
+def _train_items(policy: Policy) -> dict[str, Any] | None:
+    items = train_items(policy)
+    return asdict(items) if items is not None else None
+
+
 def _offered(env: ConductorEnv) -> tuple[str, ...] | None:
     """The agents the env offers when its settings withhold some (None: all of the pool's)."""
     if not env.config.unavailable:
@@ -577,6 +594,7 @@ def evaluate_policy(
     price_in_prompt: bool = False,
     prompt: str | None = None,
     cost_model: str | None = None,
+    final_answer: str | None = None,
 ) -> EvalResult:
     """:func:`evaluate` with its settings as keywords (see :class:`EvalSettings`)."""
     return evaluate(
@@ -598,6 +616,7 @@ def evaluate_policy(
                 price_in_prompt=price_in_prompt,
                 prompt=prompt,
                 cost_model=cost_model,
+                final_answer=final_answer,
             ),
             available=tuple(available) if available else None,
             progress=progress,
@@ -657,7 +676,7 @@ def _evaluate_on_ray(
     hits = [p[0]["cache_hits"] for p in parts if p[0]["cache_hits"] is not None]
     misses = [p[0]["cache_misses"] for p in parts if p[0]["cache_misses"] is not None]
     out = Path(settings.out_dir) if settings.out_dir is not None else None
-    keep = ("policy_name", "mode", "lam", "max_depth", "recursion")
+    keep = ("policy_name", "mode", "lam", "max_depth", "recursion", "final_answer", "train_items")
     fields: dict[str, Any] = dict(
         {key: first[key] for key in keep},
         policy=spec,

@@ -2,9 +2,10 @@
 
 The reward function parses and executes every sampled workflow in a workflow-mode
 :class:`~puppeteer.envs.env.ConductorEnv` (0 unparsable, 0.5 parsed but wrong, 1 correct,
-minus ``workflow_lam`` x cost when the env sets it). The workflows of one batch run
-concurrently, each in its own clone of the env (clones share the backend, so models
-are loaded once)::
+minus ``workflow_lam`` x cost when the env sets it; the cost counts the conductor's own tokens:
+its completion's, trl's ``completion_ids``, and, given a ``prompt_tokens`` counter, its prompt's).
+The workflows of one batch run concurrently, each in its own clone of the env (clones share
+the backend, so models are loaded once)::
 
     from trl import GRPOConfig, GRPOTrainer
     from puppeteer.envs.env import ConductorEnv
@@ -32,7 +33,7 @@ import queue
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ import numpy as np
 from puppeteer.envs.conductor_prompt import ConductorPrompt
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.rollout import conductor_record
-from puppeteer.types import Task, Trajectory
+from puppeteer.types import Completion, ConductorAction, Task, Trajectory
 from puppeteer.utils.seeding import item_seed
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class WorkflowOutcome:
     parse_error: str | None = None
     tokens: int = 0  # the workers' prompt + completion tokens
     usd: float = 0.0  # the workers' price
+    conductor_tokens: int = 0  # the conductor's own tokens counted in ``cost`` (0: none came with it)
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
@@ -182,6 +184,7 @@ def outcome_from(task_id: str, reward: float, info: Mapping[str, Any]) -> Workfl
         parse_error=parse_error,
         tokens=traj.prompt_tokens + traj.completion_tokens,
         usd=traj.cost_usd,
+        conductor_tokens=traj.conductor_tokens or 0,
     )
 
 
@@ -198,6 +201,7 @@ def summarize(outcomes: Sequence[WorkflowOutcome]) -> dict[str, float]:
         "calls": sum(o.calls for o in outcomes) / n,
         "tokens": sum(o.tokens for o in outcomes) / n,
         "usd": sum(o.usd for o in outcomes) / n,
+        "conductor_tokens": sum(o.conductor_tokens for o in outcomes) / n,
         "steps_parsed": sum(o.steps for o in parsed) / max(len(parsed), 1),
     }
 
@@ -247,8 +251,9 @@ class WorkflowScorer:
         completion: str | Sequence[Mapping[str, Any]],
         available: Sequence[int] | None = None,
         lam: float | None = None,
+        conductor: Completion | None = None,
     ) -> WorkflowOutcome:
-        return self.episode(task_id, completion, available, lam)[0]
+        return self.episode(task_id, completion, available, lam, conductor)[0]
 
     def episode(
         self,
@@ -256,11 +261,13 @@ class WorkflowScorer:
         completion: str | Sequence[Mapping[str, Any]],
         available: Sequence[int] | None = None,
         lam: float | None = None,
+        conductor: Completion | None = None,
     ) -> tuple[WorkflowOutcome, Trajectory, dict[str, Any]]:
         """The outcome, the trajectory and the eval line's conductor record (rounds, available agents;
         no conductor calls: the caller generated the completion) of one completion. ``available``:
         the agent ids the completion's prompt offered (a dataset row's ``available``); ``lam``: the
-        price of cost its prompt stated (a row's ``lam``); None: the env's own draw for the item."""
+        price of cost its prompt stated (a row's ``lam``); None: the env's own draw for the item.
+        ``conductor``: the generation's tokens (and seconds), counted in the episode's cost."""
         task = self.task(task_id)
         options: dict[str, Any] = {"task": task}
         if available is not None:
@@ -269,7 +276,9 @@ class WorkflowScorer:
             options["lam"] = float(lam)
         with self._env() as env:
             env.reset(seed=item_seed(self.seed, task_id), options=options)
-            _, reward, _, _, info = env.step(self.answer_prefix + completion_text(completion))
+            text = self.answer_prefix + completion_text(completion)
+            action = ConductorAction(text, replace(conductor, text=text)) if conductor is not None else text
+            _, reward, _, _, info = env.step(action)
             record = conductor_record(env, info, [])
         return outcome_from(task_id, float(reward), info), info["trajectory"], record
 
@@ -279,9 +288,10 @@ class WorkflowScorer:
         completions: Sequence[str | Sequence[Mapping[str, Any]]],
         available: Sequence[Sequence[int] | None] | None = None,
         lam: Sequence[float | None] | None = None,
+        conductor: Sequence[Completion | None] | None = None,
     ) -> list[tuple[WorkflowOutcome, Trajectory, dict[str, Any]]]:
-        """:meth:`episode` of every (task id, completion[, available, lam]), in order; executed
-        concurrently."""
+        """:meth:`episode` of every (task id, completion[, available, lam, conductor]), in order;
+        executed concurrently."""
         if len(task_ids) != len(completions):
             raise ValueError(f"{len(task_ids)} task ids for {len(completions)} completions")
         offered = list(available) if available is not None else [None] * len(task_ids)
@@ -290,7 +300,10 @@ class WorkflowScorer:
         prices = list(lam) if lam is not None else [None] * len(task_ids)
         if len(prices) != len(task_ids):
             raise ValueError(f"{len(prices)} lam values for {len(task_ids)} task ids")
-        args = list(zip(task_ids, completions, offered, prices, strict=True))
+        calls = list(conductor) if conductor is not None else [None] * len(task_ids)
+        if len(calls) != len(task_ids):
+            raise ValueError(f"{len(calls)} conductor completions for {len(task_ids)} task ids")
+        args = list(zip(task_ids, completions, offered, prices, calls, strict=True))
         if len(task_ids) <= 1 or self.max_workers == 1:
             return [self.episode(*a) for a in args]
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(task_ids))) as pool:
@@ -302,9 +315,10 @@ class WorkflowScorer:
         completions: Sequence[str | Sequence[Mapping[str, Any]]],
         available: Sequence[Sequence[int] | None] | None = None,
         lam: Sequence[float | None] | None = None,
+        conductor: Sequence[Completion | None] | None = None,
     ) -> list[WorkflowOutcome]:
         """One outcome per (task id, completion), in order; executed concurrently."""
-        return [outcome for outcome, _, _ in self.episodes(task_ids, completions, available, lam)]
+        return [outcome for outcome, _, _ in self.episodes(task_ids, completions, available, lam, conductor)]
 
 
 class ConductorReward:
@@ -316,6 +330,10 @@ class ConductorReward:
     The last batch's outcomes stay in :attr:`last` for inspection. With ``record``, every sampled
     completion and its outcome is appended to that JSON-lines file, with the GRPO step it was
     sampled for (``trainer_state.global_step + 1``), so a run shows what the policy wrote.
+
+    The conductor's tokens are in each workflow's cost: the completion's (trl's ``completion_ids``)
+    and, with ``prompt_tokens`` (a prompt -> token count function, e.g. :func:`prompt_token_counter`),
+    the prompt's.
     """
 
     __name__ = "conductor"
@@ -327,7 +345,9 @@ class ConductorReward:
         seed: int = 0,
         answer_prefix: str = "",
         record: str | Path | None = None,
+        prompt_tokens: Callable[[Any], int] | None = None,
     ) -> None:
+        self.prompt_tokens = prompt_tokens
         self.scorer = (
             env if isinstance(env, WorkflowScorer) else WorkflowScorer(env, max_workers, seed, answer_prefix)
         )
@@ -357,7 +377,8 @@ class ConductorReward:
         if task_id is None:
             raise ValueError("the conductor reward needs a 'task_id' dataset column (see conductor_dataset)")
         # the row's agents (its prompt's subset) and price of cost: the reward env resets with them
-        outcomes = self.scorer.score(list(task_id), list(completions), available, lam)
+        calls = self._conductor_calls(prompts, kwargs.get("completion_ids"), len(completions))
+        outcomes = self.scorer.score(list(task_id), list(completions), available, lam, calls)
         self.last = tuple(outcomes)
         self._write(completions, outcomes, kwargs.get("trainer_state"))
         if log_metric is not None:
@@ -365,6 +386,41 @@ class ConductorReward:
                 if name != "reward":
                     log_metric(f"{METRIC_PREFIX}/{name}", value)
         return [o.reward for o in outcomes]
+
+    def _conductor_calls(
+        self, prompts: Sequence[Any], completion_ids: Sequence[Sequence[int]] | None, n: int
+    ) -> list[Completion | None] | None:
+        """Each completion's tokens (trl's ``completion_ids``; the prompt's counted once per distinct
+        prompt), for the reward env to count; None when trl gave no ids."""
+        if completion_ids is None:
+            return None
+        counted: dict[str, int] = {}
+
+        def prompt_tokens(prompt: Any) -> int:
+            if self.prompt_tokens is None:
+                return 0
+            key = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+            if key not in counted:
+                counted[key] = int(self.prompt_tokens(prompt))
+            return counted[key]
+
+        prompt_list = list(prompts) if prompts is not None else [""] * n
+        return [
+            Completion("", prompt_tokens(p), len(ids), None, 0.0, 0.0, "conductor")
+            for p, ids in zip(prompt_list, completion_ids, strict=True)
+        ]
+
+
+def prompt_token_counter(tokenizer: Any) -> Callable[[Any], int]:
+    """Tokens of a conductor prompt: flat text, or chat messages under the tokenizer's chat template
+    with the generation prompt (what the model was given)."""
+
+    def count(prompt: Any) -> int:
+        if not isinstance(prompt, str):
+            prompt = tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+    return count
 
 
 class ConductorToolEnv:
@@ -457,5 +513,6 @@ __all__ = [
     "conductor_prompts",
     "conductor_rows",
     "prefixed_rows",
+    "prompt_token_counter",
     "summarize",
 ]

@@ -123,6 +123,7 @@ def env_settings(cfg: Mapping[str, Any]) -> EnvConfig:
         cost_model=cost_model_of(cfg),
         temperature=float(_get(cfg, "temperature", 0.0)),
         samples_per_item=cfg.get("samples_per_item"),
+        aggregate=cfg.get("aggregate"),  # the final answer: None = vote
         k_available=cfg.get("k_available"),  # random k-of-n agent subsets while training only
         holdout_subsets=_holdout(cfg),  # never drawn in training
         lam_range=_bounds(cfg),  # lambda drawn per episode while training only

@@ -28,7 +28,7 @@ from puppeteer.envs.lam_range import LamRange
 from puppeteer.policies.base import StepPolicy
 from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.tasks.signals import LAST_ANSWERED
-from puppeteer.types import Task, Workflow
+from puppeteer.types import Task, TrainItems, Workflow
 
 if TYPE_CHECKING:
     from puppeteer.backends.sim import SimParams
@@ -384,6 +384,10 @@ class LearnedStep:
         self.policy = PuppeteerPolicy.load(self.path, pool)
         self.greedy = greedy
         self.name = f"puppeteer:{self.path}"
+        self.train_items = run_train_items(self.path)
+        # the final answer as in training (the run's ``aggregate``; None: the step-mode vote)
+        run = _training_run(self.path)
+        self.aggregate: str | None = run[1].get("aggregate") if run is not None else None
 
     @property
     def lam_range(self) -> LamRange | None:
@@ -403,6 +407,39 @@ class LearnedStep:
 
         generator = torch.Generator().manual_seed(int(rng.integers(2**31)))
         return self.policy.choose(self.policy.features(obs), generator, greedy=self.greedy)
+
+
+def _training_run(policy_dir: Path) -> tuple[Path, Mapping[str, Any]] | None:
+    """The training run that saved ``policy_dir`` (the directory or the one above it: ``RUN/best``)
+    and its ``config.json``; None where neither holds a training config."""
+    import json
+
+    for d in (policy_dir, policy_dir.parent):
+        try:
+            cfg = json.loads((d / "config.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(cfg, dict) and isinstance(cfg.get("suite"), Mapping) and "name" in cfg["suite"]:
+            return d, cfg
+    return None
+
+
+def run_train_items(policy_dir: Path) -> TrainItems | None:
+    """The training items of the run that saved ``policy_dir`` (its config's suite; the count its
+    ``results.json`` recorded, else the configured one); None where no run says."""
+    import json
+
+    run = _training_run(policy_dir)
+    if run is None:
+        return None
+    d, cfg = run
+    suite = cfg["suite"]
+    try:
+        n = json.loads((d / "results.json").read_text()).get("n_train")  # what the split held
+    except (OSError, ValueError, AttributeError):
+        n = None
+    n = n if isinstance(n, int) else suite.get("n_train")
+    return TrainItems(str(suite["name"]), str(suite.get("train_split", "train")), n)
 
 
 # --------------------------------------------------------------------------- the spec registry

@@ -25,7 +25,7 @@ from puppeteer.envs.conductor_prompt import ConductorPrompt
 from puppeteer.envs.rollout import run_conductor_episode
 from puppeteer.envs.workflow import PlanSpace
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
-from puppeteer.types import CompletionRequest, Message, ModelSpec, Task
+from puppeteer.types import Completion, CompletionRequest, ConductorAction, Message, ModelSpec, Task
 
 if TYPE_CHECKING:
     from puppeteer.agents.pool import Pool
@@ -186,6 +186,7 @@ class ConductorPolicy:
             self.token_budget,
             self_id=space.self_id,
             allow_empty=space.allow_empty,
+            final=space.final,
         ).text
 
     def request(
@@ -207,6 +208,16 @@ class ConductorPolicy:
         sample_index: int = 0,
         space: PlanSpace | None = None,
     ) -> str:
+        """The conductor's completion text for ``prompt`` (recorded in :attr:`calls`)."""
+        return self.generate(prompt, depth, sample_index, space).text
+
+    def generate(
+        self,
+        prompt: ConductorPrompt,
+        depth: int = 0,
+        sample_index: int = 0,
+        space: PlanSpace | None = None,
+    ) -> Completion:
         """The conductor's completion for ``prompt`` (recorded in :attr:`calls`)."""
         if self.backend is None:
             self.bind()
@@ -226,7 +237,7 @@ class ConductorPolicy:
                 queue_s=c.queue_s,
             )
         )
-        return c.text
+        return c
 
     def act(self, obs: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> str:
         """Gym-style: the text action for a workflow-mode observation.
@@ -234,12 +245,18 @@ class ConductorPolicy:
         Uses ``info["conductor_prompt"]`` (chat layout with few-shot turns) when present, else the
         flat ``obs["prompt"]`` as one user message.
         """
+        return self.action(obs, info).text
+
+    def action(self, obs: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> ConductorAction:
+        """:meth:`act` with the generation that wrote the text, so the env counts the conductor's
+        own tokens in the episode's cost (what :meth:`episode` steps the env with)."""
         prompt = (info or {}).get("conductor_prompt")
         if not isinstance(prompt, ConductorPrompt):
             prompt = ConductorPrompt((Message("user", str(obs["prompt"])),))
         space = (info or {}).get("plan_space")
         space = space if isinstance(space, PlanSpace) else None
-        return self.write(prompt, depth=int(obs.get("depth", 0)), space=space)
+        c = self.generate(prompt, depth=int(obs.get("depth", 0)), space=space)
+        return ConductorAction(c.text, c, self.model)
 
 
 def make_conductor(arg: str) -> ConductorPolicy:

@@ -36,7 +36,7 @@ import numpy as np
 from puppeteer.envs.build import EnvConfig
 from puppeteer.envs.rollout import run_step_episode, run_workflow_episode
 from puppeteer.errors import RunStopped
-from puppeteer.types import Task, Trajectory, Workflow
+from puppeteer.types import Task, TrainItems, Trajectory, Workflow
 
 if TYPE_CHECKING:
     from puppeteer.agents.pool import Pool
@@ -59,6 +59,9 @@ class EpisodeSettings:
     price_in_prompt: bool = False  # conductors: the prompt states the price of cost (``lam`` per unit)
     prompt: str | None = None  # conductors: configs/conductor/<prompt>.yaml (None: the default prompt)
     cost_model: str | None = None  # conductors: what ``lam`` prices (tokens, usd, ...; None: tokens)
+    # every arm's final answer (last | vote | plan, EnvConfig.aggregate) in place of the policy's own,
+    # so two arms choose it alike (None: each policy's own; "plan" needs a workflow policy)
+    final_answer: str | None = None
 
     def step_config(self, aggregate: str | None = None, *, visible_checks: bool = False) -> EnvConfig:
         """Step mode: one agent per action, the Terminator ends the episode (``visible_checks``: the
@@ -67,7 +70,7 @@ class EpisodeSettings:
             mode="step",
             lam=self.lam,
             max_steps=self.max_steps,
-            aggregate=aggregate,
+            aggregate=self.final_answer or aggregate,
             k_available=self.k_available,
             visible_checks=visible_checks,
         )
@@ -79,7 +82,7 @@ class EpisodeSettings:
             workflow_lam=self.lam,
             lam=self.lam,
             max_steps=max_steps or self.max_steps,
-            aggregate=aggregate,
+            aggregate=self.final_answer or aggregate,
             k_available=self.k_available,
             **{
                 "price_in_prompt": self.price_in_prompt,
@@ -221,6 +224,16 @@ class PlannedRunner:
         return PlannedRunner(self.planner, self._plans)
 
 
+def train_items(policy: Any) -> TrainItems | None:
+    """The items ``policy`` was trained or fitted on, where it says (its ``train_items``, or that of
+    the step policy or planner an adapter wraps); None: untrained, or not recorded."""
+    for obj in (policy, getattr(policy, "step", None), getattr(policy, "planner", None)):
+        items = getattr(obj, "train_items", None)
+        if isinstance(items, TrainItems):
+            return items
+    return None
+
+
 def as_policy(obj: Any) -> Policy:
     """The :class:`Policy` for any object the registry builds: itself when it runs its own episodes,
     else the adapter for what it can do (``plan`` a workflow, or ``act`` step by step)."""
@@ -243,4 +256,5 @@ __all__ = [
     "Policy",
     "StepRunner",
     "as_policy",
+    "train_items",
 ]

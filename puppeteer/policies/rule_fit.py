@@ -242,7 +242,7 @@ def _fitted(forms: str) -> Callable[[str, Pool, int], RulePolicy]:
             routes = fit_rules(pool, train, settings.lam, forms, cost)
             return kind_rules(routes, pool)
 
-        return RulePolicy(kind + (f":{arg}" if arg else ""), fit=fit)
+        return RulePolicy(kind + (f":{arg}" if arg else ""), fit=fit, fit_items=n)
 
     return parse
 

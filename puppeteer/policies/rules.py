@@ -33,7 +33,7 @@ from puppeteer.agents.pool import Pool
 from puppeteer.envs.build import EnvConfig
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings, StepRunner
 from puppeteer.tasks.signals import SIGNAL_NAMES
-from puppeteer.types import Task
+from puppeteer.types import Task, TrainItems
 
 if TYPE_CHECKING:
     from puppeteer.backends.base import Backend
@@ -177,6 +177,7 @@ class RulePolicy:
         name: str,
         rules: KindRules | None = None,
         fit: Callable[[EpisodeSettings, Sequence[Task], Pool], KindRules] | None = None,
+        fit_items: int | None = None,
     ) -> None:
         if (rules is None) == (fit is None):
             raise ValueError("give rules or a fit, not both")
@@ -184,12 +185,16 @@ class RulePolicy:
         self.rules = rules
         self._fit = fit
         self._runner: StepRunner | None = None
+        self.fit_items = fit_items  # how many of the suite's training items a fit chooses on
+        self.train_items: TrainItems | None = None  # set when a fit has chosen the rules
 
     def configure(
         self, settings: EpisodeSettings, tasks: Sequence[Task], seeds: Sequence[int], pool: Pool
     ) -> EnvConfig:
         if self._fit is not None:
             self.rules = self._fit(settings, tasks, pool)
+            if tasks:
+                self.train_items = TrainItems(tasks[0].suite, "train", self.fit_items)
         assert self.rules is not None
         for kind in {t.domain for t in tasks}:
             self.rules.rule(kind)  # a kind without a rule fails the run now, not item by item

@@ -146,6 +146,7 @@ ENV_KEYS = (
     "cost_model",
     "temperature",
     "samples_per_item",
+    "aggregate",  # the final answer: vote (default) | last (puppeteer.envs.aggregate)
     "lam_range",  # [low, high]: one policy for every lambda in the range (puppeteer.envs.lam_range)
 )
 EnvNode = mutable_schema(EnvConfig, "EnvNode", only=ENV_KEYS)

@@ -30,6 +30,7 @@ from puppeteer.integrations.trl import (
     conductor_dataset,
     conductor_rows,
     prefixed_rows,
+    prompt_token_counter,
     summarize,
 )
 from puppeteer.train.conductor_generation import install_access_list_stop
@@ -39,6 +40,7 @@ from puppeteer.train.format_reward import FormatReward
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.plan_constraint import PlanGrammars, install_plan_constraint, plan_grammars
 from puppeteer.train.shared_prefix import install_shared_prefix
+from puppeteer.types import Completion
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
@@ -99,6 +101,8 @@ class GRPOJob:
     # and its reward uses it; ``conductor:grpo:RUN --lam X`` then plans at X
     workflow_lam_range: tuple[float, float] | None = None
     cost_model: str = "tokens"
+    # the final answer of a plan (EnvConfig.aggregate): last | vote | plan (the plan's own final line)
+    final_answer: str = "last"
     reward_workers: int = 16
     stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
     share_prompt_prefix: bool = True  # run a group's repeated prompt once, in generation and training
@@ -162,6 +166,7 @@ class GRPOJob:
             workflow_lam=workflow_lam,
             workflow_lam_range=lam_range,
             cost_model=str(cfg.get("cost_model", "tokens")),
+            final_answer=str(cfg.get("final_answer") or "last"),
             reward_workers=int(cfg.get("reward_workers", 16)),
             stop_after_access_list=bool(cfg.get("stop_after_access_list", False)),
             share_prompt_prefix=bool(cfg.get("share_prompt_prefix", True)),
@@ -199,6 +204,7 @@ class GRPOJob:
             workflow_lam=self.workflow_lam,
             lam_range=self.workflow_lam_range,
             cost_model=self.cost_model,
+            aggregate=self.final_answer,
             k_available=self.k_available,
             holdout_subsets=self.holdout_subsets if training else (),
         )
@@ -209,7 +215,15 @@ class GRPOJob:
         """The grammar of each of ``envs``' conductor prompts, sized to the shorter completion budget."""
         budget = min(int(self.grpo.get("max_completion_length", 256)), self.eval.max_new_tokens)
         return plan_grammars(
-            tokenizer, model, envs, self.chat, self.seed, self.workflow_max_steps, budget, self.answer_prefix
+            tokenizer,
+            model,
+            envs,
+            self.chat,
+            self.seed,
+            self.workflow_max_steps,
+            budget,
+            self.answer_prefix,
+            final=self.final_answer == "plan",
         )
 
     def env(
@@ -425,6 +439,7 @@ def evaluate_conductor(
     rows = conductor_rows(env, chat=chat, seed=seed)
     if answer_prefix:
         rows = prefixed_rows(rows, tokenizer, answer_prefix)
+    t0 = time.perf_counter()
     completions = generate(
         model,
         tokenizer,
@@ -434,11 +449,13 @@ def evaluate_conductor(
         spec.repetition_penalty,
         bool(spec.autocast_bf16),
     )
+    per_item = (time.perf_counter() - t0) / max(len(rows), 1)
     outcomes = WorkflowScorer(env, max_workers=workers, seed=seed, answer_prefix=answer_prefix).score(
         [r["task_id"] for r in rows],
         completions,
         [r["available"] for r in rows],
         [r["lam"] for r in rows],
+        conductor_completions(tokenizer, [r["prompt"] for r in rows], completions, per_item),
     )
     if records is not None:
         with records.open("w") as f:
@@ -451,6 +468,19 @@ def evaluate_conductor(
                 }
                 f.write(json.dumps(line) + "\n")
     return heldout_summary(outcomes)
+
+
+def conductor_completions(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[Any], texts: Sequence[str], latency_s: float
+) -> list[Completion]:
+    """The conductor's generations as completions (prompt and completion tokens, the batch's time
+    shared out per item), for the reward env to count in each workflow's cost."""
+    count = prompt_token_counter(tokenizer)
+    out = []
+    for prompt, text in zip(prompts, texts, strict=True):
+        tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        out.append(Completion(text, count(prompt), tokens, None, 0.0, latency_s, "conductor"))
+    return out
 
 
 def paired_heldout(before: Path, after: Path) -> dict[str, Any] | None:
@@ -582,6 +612,7 @@ def run_conductor_training(
                 seed=job.seed,
                 answer_prefix=job.answer_prefix,
                 record=run / "samples.jsonl",
+                prompt_tokens=prompt_token_counter(tokenizer),  # the conductor's tokens are in the cost
             ),
             *shaping,
             *extra_reward_funcs,

@@ -16,6 +16,7 @@ any other policy evaluated on the same pool, suite, split and seed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -35,6 +36,7 @@ from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.extras import require
 from puppeteer.train.grpo import GRPOJob, generate
 from puppeteer.train.plan_constraint import install_plan_constraint
+from puppeteer.types import Completion, ConductorAction, TrainItems
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -152,8 +154,21 @@ class TrainedConductor:
         if self.job.k_available is not None:  # each item's own subset, the one its prompt listed
             options["available"] = offered
         plan = self.job.answer_prefix + text
-        end = run_episode(env, lambda _obs, _info: plan, seed=seed, options={"task_index": index, **options})
+        generation = Completion(
+            plan, call["prompt_tokens"], call["completion_tokens"], None, 0.0, call["latency_s"], "conductor"
+        )
+        action = ConductorAction(plan, generation)  # the conductor's tokens are in the episode's cost
+        options = {"task_index": index, **options}
+        end = run_episode(env, lambda _obs, _info: action, seed=seed, options=options)
         return end.trajectory, conductor_record(env, end.info, [call])
+
+    @property
+    def train_items(self) -> TrainItems:
+        """The run's training items (``n_train`` as its results recorded it, else as configured)."""
+        n = self.job.n_train
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            n = json.loads((self.run_dir / "results.json").read_text()).get("n_train", n)
+        return TrainItems(self.job.suite, self.job.train_split, n)
 
     def fork(self) -> TrainedConductor:
         return self  # the plans were written in start(); episodes only read them

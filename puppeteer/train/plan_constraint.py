@@ -150,9 +150,12 @@ class PlanGrammars:
         return PlanConstraint(matchers, int(input_ids.shape[1]), int(eos), self.vocab)
 
 
-def row_grammar(available: Sequence[int], max_steps: int, max_tokens: int, prefix: str) -> str:
-    """The GBNF of a conductor completion that may use ``available`` (no free reasoning after a prefix)."""
-    return plan_grammar(available, max_steps, max_tokens, reasoning=not prefix).text
+def row_grammar(
+    available: Sequence[int], max_steps: int, max_tokens: int, prefix: str, final: bool = False
+) -> str:
+    """The GBNF of a conductor completion that may use ``available`` (no free reasoning after a prefix;
+    ``final``: the plan may name its final answer)."""
+    return plan_grammar(available, max_steps, max_tokens, reasoning=not prefix, final=final).text
 
 
 def plan_grammars(
@@ -164,6 +167,7 @@ def plan_grammars(
     max_steps: int,
     budget: int,
     prefix: str = "",
+    final: bool = False,
 ) -> PlanGrammars:
     """Each conductor prompt of ``envs`` (the text the trainer and the held-out generation tokenize)
     with the grammar of its item's agents (the row's ``available``), sized to ``budget`` tokens; any
@@ -174,7 +178,7 @@ def plan_grammars(
 
     vocab = int(model.get_output_embeddings().weight.shape[0])
     offered = sorted({int(i) for env in envs for i in np.flatnonzero(env.available())})
-    default = row_grammar(offered, max_steps, budget, prefix)
+    default = row_grammar(offered, max_steps, budget, prefix, final)
     grammars = PlanGrammars(tokenizer, vocab, default=default, prefix=prefix)
     for env in envs:
         rows = conductor_rows(env, chat=chat, seed=seed)
@@ -185,7 +189,7 @@ def plan_grammars(
             if not isinstance(prompt, str):
                 messages = list(prompt)
                 prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            grammars.add(prompt, row_grammar(row["available"], max_steps, budget, prefix))
+            grammars.add(prompt, row_grammar(row["available"], max_steps, budget, prefix, final))
     return grammars
 
 
