@@ -55,7 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("envs", ("puppeteer.envs",)),
     ("policies", ("puppeteer.policies",)),
-    ("evaluation", ("puppeteer.evaluation.evaluate", "puppeteer.serving", "puppeteer.integrations")),
+    ("evaluation", ("puppeteer.evaluation", "puppeteer.serving", "puppeteer.integrations")),
     ("analytics", ("puppeteer.analytics",)),
     ("train", ("puppeteer.train",)),
     ("jobs", ("puppeteer.jobs",)),
