@@ -138,3 +138,16 @@ def test_ab_with_rules_compares_the_first_arm_with_the_best_rule_and_the_best_si
     report = (out / "arms.md").read_text()
     assert "best-rule:20" in report and "best-single:20" in report
     assert {p.name for p in out.glob("A_vs_*")} == {"A_vs_B", "A_vs_C"}
+
+
+def test_a_pool_sharing_a_table_fits_only_its_own_agents_chains() -> None:
+    """`local-mix` and `local-mix-steps` share one table; its two-step chains end on verifiers that only
+    `local-mix-steps` has, so `local-mix`'s rules see none of them (it had raised a KeyError)."""
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.policies.rule_fit import recorded_chains
+    from puppeteer.tasks import load_suite
+
+    train = load_suite("mix-local", "train", n=40)
+    steps = recorded_chains(load_pool("local-mix-steps"), train, "train", "minutes")
+    assert steps and all(second.endswith("-verify") for _, second in steps)
+    assert recorded_chains(load_pool("local-mix"), train, "train", "minutes") == {}

@@ -161,9 +161,12 @@ def recorded_chains(
         return {}
     ids = {t.id for t in tasks}
     suite = tasks[0].suite if tasks else ""
+    agents = {a.name for a in pool.agents}  # a table may serve several pools: this pool's chains only
     out: dict[tuple[str, str], dict[str, Answer]] = {}
     for o in read_steps(pool.replay):
         if o.split != split or o.suite != suite or o.task_id not in ids or o.error is not None:
+            continue
+        if o.first not in agents or o.agent not in agents:
             continue
         completion = Completion("", o.prompt_tokens, o.completion_tokens, 0.0, 0.0, 0.0, "")
         cost = _cost_of(pool, o.agent, completion, cost_model)
