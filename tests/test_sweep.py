@@ -81,6 +81,32 @@ def test_gather_summarize_and_pareto(tmp_path: Path) -> None:
     assert plot_sweep(df, tmp_path / "s.png", "test [backend: sim]").stat().st_size > 5000
 
 
+def test_a_fitted_rule_is_one_point_per_swept_lambda_chosen_at_that_lambda(tmp_path: Path) -> None:
+    """best-rule is chosen on training items at a lambda: the sweep evaluates it at every swept value
+    (0 and 0.5 here), each labelled with its lambda; a fixed baseline stays one point."""
+    _fake_runs(tmp_path)
+    seen: list[tuple[str, float]] = []
+
+    def evaluate(spec: str, **kw: Any) -> SimpleNamespace:
+        if spec == "best-rule":
+            seen.append((spec, kw["lam"]))
+            acc = {0.0: 0.93, 0.5: 0.75}[kw["lam"]]
+            return replace_ns(_fake_evaluate("single:big", **kw), policy=spec, accuracy=acc)
+        return _fake_evaluate(spec, **kw)
+
+    df = gather(tmp_path, PuppeteerTrack(), ["best-rule", "single:small"], evaluate=evaluate, reevaluate=True)
+    rules = df[df["policy"].str.startswith("best-rule")]
+    assert seen == [("best-rule", 0.0), ("best-rule", 0.5)]
+    assert list(rules["policy"]) == ["best-rule (lam 0)", "best-rule (lam 0.5)"]
+    assert list(rules["accuracy"]) == [0.93, 0.75] and list(rules["lam"]) == [0.0, 0.5]
+    assert len(df[df["policy"] == "single:small"]) == 1
+    assert "`best-rule (lam 0.5)`" in markdown(df)
+
+
+def replace_ns(ns: SimpleNamespace, **changes: Any) -> SimpleNamespace:
+    return SimpleNamespace(**{**vars(ns), **changes})
+
+
 def test_model_seconds_axis(tmp_path: Path) -> None:
     _fake_runs(tmp_path)
     df = gather(tmp_path, PuppeteerTrack(), list(BASELINES), evaluate=_fake_evaluate, reevaluate=True)

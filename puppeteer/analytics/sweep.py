@@ -215,6 +215,9 @@ def _cache(settings: Mapping[str, Any], cfg: Mapping[str, Any]) -> Path | None:
     return resolve_cache(pool, given, no_cache=str(given).lower() == "off")
 
 
+FITTED_PREFIX = "best-"  # policy specs chosen on training items at the run's lambda (policies/rule_fit.py)
+
+
 def gather(
     out: Path,
     track: SweepTrack,
@@ -228,7 +231,8 @@ def gather(
     Trained runs: the held-out numbers the training job wrote (:meth:`SweepTrack.heldout_row`), or
     with ``reevaluate`` (tracks that are ``reevaluable``) a fresh
     :func:`~puppeteer.evaluation.evaluate.evaluate_policy` run of ``track.policy_spec`` (per-item
-    trajectories, the baselines' sample indices; slower). Baselines: ``evaluate_policy`` once each.
+    trajectories, the baselines' sample indices; slower). Baselines: ``evaluate_policy`` once each;
+    a fitted rule (``best-rule``, ``best-single``, ...) once per swept value, chosen at that lambda.
     """
     if evaluate is None:
         from puppeteer.evaluation.evaluate import evaluate_policy as evaluate
@@ -257,17 +261,19 @@ def gather(
             rows.append(_eval_row(res, **extra))
         else:
             rows.append(heldout_row(r, track, **extra))
-    for spec in baselines:
-        from puppeteer.evaluation.evaluate import slug
+    from puppeteer.evaluation.evaluate import slug
 
-        res = evaluate(
-            spec,
-            out_dir=out / "baselines" / slug(spec),
-            lam=float(cfg[track.param]),
-            overwrite=True,
-            **common,
-        )
-        rows.append(_eval_row(res, kind="baseline", lam=np.nan, seed=np.nan, run_dir=""))
+    values = sorted({r.value for r in runs})
+    for spec in baselines:
+        # a fitted rule (best-rule, best-single, ...) is chosen at a lambda: one point per swept value
+        at = values if spec.startswith(FITTED_PREFIX) else [float(cfg[track.param])]
+        for lam in at:
+            folder = slug(spec) if len(at) == 1 else f"{slug(spec)}_lam{lam:g}"
+            res = evaluate(spec, out_dir=out / "baselines" / folder, lam=lam, overwrite=True, **common)
+            row = _eval_row(res, kind="baseline", lam=lam if len(at) > 1 else np.nan, seed=np.nan, run_dir="")
+            if len(at) > 1:
+                row["policy"] = f"{res.policy} (lam {lam:g})"
+            rows.append(row)
     df = pd.DataFrame(rows)
     df.to_csv(out / "sweep.csv", index=False)
     return df

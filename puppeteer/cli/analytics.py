@@ -178,6 +178,12 @@ def configure_sweep(p: argparse.ArgumentParser) -> None:
         "evaluated as points (e.g. 'oracle;vote:3;single:gpt-5')",
     )
     p.add_argument(
+        "--rules",
+        action="store_true",
+        help="also the best rule and the best single agent at every swept lambda (best-rule, "
+        "best-single: chosen on the suite's first 200 training items at that lambda, no learning)",
+    )
+    p.add_argument(
         "--cost",
         choices=("tokens", "usd", "calls", "model_s"),
         default="tokens",
@@ -211,6 +217,8 @@ def sweep_command(args: argparse.Namespace, console: Console) -> int:
     if args.lam_range is not None:
         raise UserError("--lam-range trains a conditioned policy: add --conditioned")
     baselines = [s.strip() for s in args.baselines.split(";") if s.strip()]
+    if args.rules:
+        baselines += [r for r in ("best-rule", "best-single") if r not in baselines]
     df = run_sweep(
         args.lam if args.lam is not None else DEFAULT_LAMS,
         args.seeds,
