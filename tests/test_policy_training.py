@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from puppeteer.envs.env import ConductorEnv
-from puppeteer.envs.rollout import run_lockstep
+from puppeteer.envs.rollout import Episode, run_lockstep
 from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
 from puppeteer.train.reinforce import (
     BASELINES,
-    Episode,
     ReinforceConfig,
     ResumeMismatch,
     evaluate,
