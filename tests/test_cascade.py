@@ -14,7 +14,8 @@ from puppeteer.agents.pool import Pool, PoolError, load_pool, pool_from_dict
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.baselines import Cascade, SpecError
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.policies.registry import make_policy
 from puppeteer.tasks.signals import SIGNAL_NAMES, answer_signals, is_integer
 from puppeteer.train.reinforce import ReinforceConfig, train

@@ -10,7 +10,8 @@ import torch
 
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.rollout import Episode, run_lockstep
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import (
     BASELINES,
     ReinforceConfig,

@@ -81,7 +81,8 @@ def test_cli_eval_with_ray(ray_local, tmp_path: Path) -> None:
 
 def test_training_with_ray_rollout_workers_equals_the_single_process_run(ray_local, tmp_path: Path) -> None:
     from puppeteer.envs.env import ConductorEnv
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
     from puppeteer.train.reinforce import ReinforceConfig, train
 
     def run(workers: int, out: Path):

@@ -34,7 +34,8 @@ from puppeteer.envs.trajectories import read_trajectories
 from puppeteer.evaluation.evaluate import EvalResult, evaluate_policy
 from puppeteer.jobs.builder import StepJob
 from puppeteer.jobs.quickstart_report import ONE_CALL, TRAINED, UNITS, cost_axis, headline, trained_rows
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ROUNDED_UP, ReinforceConfig, TrainState, train
 from puppeteer.types import Task

@@ -10,7 +10,8 @@ from dataclasses import replace
 import torch
 
 from puppeteer.envs.reward import step_cost
-from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_scorer import Features
 from puppeteer.train.reinforce.baselines import Groups, StepBaselines
 from puppeteer.train.reinforce.config import ReinforceConfig
 
