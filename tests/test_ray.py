@@ -41,7 +41,8 @@ def _result(path: Path) -> dict:
 
 @pytest.mark.parametrize("spec", ["vote:3", "random-step"])
 def test_eval_on_ray_equals_the_single_process_eval(ray_local, tmp_path: Path, spec: str) -> None:
-    from puppeteer.evaluation.evaluate import RayExecutor, evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
+    from puppeteer.evaluation.settings import RayExecutor
 
     one = evaluate_policy(spec, "sim-paper", "arith", n=30, seed=4, out_dir=tmp_path / "one", progress=False)
     ray = RayExecutor(workers=3)

@@ -31,7 +31,8 @@ from puppeteer.backends.replay import load_table
 from puppeteer.envs.build import BackendSpec, EnvConfig, build_env
 from puppeteer.envs.rollout import Episode
 from puppeteer.envs.trajectories import read_trajectories
-from puppeteer.evaluation.evaluate import EvalResult, evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.results import EvalResult
 from puppeteer.jobs.builder import StepJob
 from puppeteer.jobs.quickstart_report import ONE_CALL, TRAINED, UNITS, cost_axis, headline, trained_rows
 from puppeteer.policies.puppeteer import PuppeteerPolicy
