@@ -59,9 +59,6 @@ from puppeteer.evaluation.settings import EvalSettings, RayExecutor
 log = logging.getLogger(__name__)
 
 
-# --------------------------------------------------------------------------- running one item
-
-
 # --------------------------------------------------------------------------- cache statistics
 
 

@@ -29,7 +29,6 @@ from puppeteer.train.grpo.config import EvalSpec
 log = logging.getLogger(__name__)
 
 
-# ----------------------------------------------------------------------------- held-out evaluation
 def generate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,

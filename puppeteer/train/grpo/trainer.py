@@ -43,7 +43,6 @@ from puppeteer.train.grpo.heldout import evaluate_conductor, paired_heldout
 log = logging.getLogger(__name__)
 
 
-# ----------------------------------------------------------------------------- the job
 def train_dataset(job: GRPOJob, env: ConductorEnv, tokenizer: PreTrainedTokenizerBase) -> Any:
     """The env's conductor prompts; with ``answer_prefix``, as text whose assistant turn is opened."""
     if not job.answer_prefix:

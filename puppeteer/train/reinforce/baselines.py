@@ -13,7 +13,6 @@ if TYPE_CHECKING:  # config.py checks its baseline against BASELINES
     from puppeteer.train.reinforce.config import ReinforceConfig
 
 
-# --------------------------------------------------------------------------- baselines
 # A baseline gives, per group and episode, one value per step: the advantage of step t is
 # G_t - b_t. ``none``, ``ema`` and ``group`` give every step of an episode the same value;
 # ``prefix`` gives each step its own.

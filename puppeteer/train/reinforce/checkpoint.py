@@ -25,7 +25,6 @@ class TrainingStopped(RuntimeError):
     """Training stopped cleanly (too many failed calls, or a write failed); the checkpoint is intact."""
 
 
-# --------------------------------------------------------------------------- checkpointing
 @dataclass
 class TrainState:
     update: int = 0

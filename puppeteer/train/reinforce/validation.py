@@ -12,7 +12,6 @@ from puppeteer.envs.rollout import run_lockstep, summarize
 from puppeteer.policies.puppeteer import PuppeteerPolicy
 
 
-# --------------------------------------------------------------------------- evaluation
 def top_share(actions: Sequence[int]) -> float:
     """The share of the most common action (1.0: every episode made the same choice)."""
     return float(np.bincount(actions).max() / len(actions)) if len(actions) else 0.0
