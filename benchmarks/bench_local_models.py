@@ -141,7 +141,8 @@ def training_batch(batching: bool, args: argparse.Namespace) -> float:
 
     from puppeteer.envs.env import ConductorEnv
     from puppeteer.envs.rollout import run_lockstep
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
     from puppeteer.tasks import load_suite
 
     pool = capped_pool(args.cap)

@@ -17,7 +17,8 @@ from pathlib import Path
 import yaml
 
 from puppeteer.envs.distributed import init_ray
-from puppeteer.evaluation.evaluate import RayExecutor, evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.settings import RayExecutor
 from puppeteer.utils.resources import data_dir
 
 

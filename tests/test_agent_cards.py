@@ -20,7 +20,8 @@ from puppeteer.cli import main as cli_main
 from puppeteer.envs.build import EnvConfig, build_env
 from puppeteer.errors import UserError
 from puppeteer.jobs.cards import calibration_tasks, measure_cards
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import ReinforceConfig, run_fingerprint, train
 from tests.experiment_modules import experiment_module
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from puppeteer.evaluation.evaluate import wilson_interval as eval_wilson
 from puppeteer.evaluation.stats import mcnemar_exact, paired_bootstrap, wilson_interval
+from puppeteer.evaluation.stats import wilson_interval as eval_wilson
 
 
 def _pairs(both: int, only_a: int, only_b: int, neither: int) -> tuple[list[bool], list[bool]]:

@@ -208,7 +208,8 @@ def test_default_specs_cover_every_single_agent(pool: Pool) -> None:
 
 
 def test_learned_policy_runs_in_step_mode(tmp_path, pool: Pool, arith: tuple[Task, ...]) -> None:
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
 
     PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", max_steps=3), seed=1).save(tmp_path / "pol")
     policy = make_policy(f"puppeteer:{tmp_path / 'pol'}", pool)

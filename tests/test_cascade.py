@@ -14,7 +14,8 @@ from puppeteer.agents.pool import Pool, PoolError, load_pool, pool_from_dict
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.baselines import Cascade, SpecError
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.policies.registry import make_policy
 from puppeteer.tasks.signals import SIGNAL_NAMES, answer_signals, is_integer
 from puppeteer.train.reinforce import ReinforceConfig, train
@@ -310,7 +311,7 @@ def test_uniform_first_weights_still_pull_a_collapsed_policy_towards_a_better_ag
     """The first decision's exact loss: with the policy's weights a better agent the policy has turned
     from (logit 40 below) gets no gradient; with uniform weights its logit's gradient is its advantage
     over the number of agents."""
-    from puppeteer.train.reinforce import _exact_first
+    from puppeteer.train.reinforce.losses import _exact_first
 
     logits = torch.tensor([[40.0, 0.0, 0.0]], requires_grad=True)
     returns = torch.tensor([[0.5, 0.9, 0.1]])  # agent 1 is the best; the policy picks agent 0

@@ -15,7 +15,8 @@ from puppeteer.backends.base import Router
 from puppeteer.envs.build import BackendSpec, EnvConfig, backend_options, build_backend, build_env, env_parts
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.rollout import run_actions
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ReinforceConfig, run_fingerprint
 

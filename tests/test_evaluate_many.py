@@ -12,8 +12,9 @@ from _eval_lines import comparable_lines
 from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.backends.sim import SimBackend
 from puppeteer.envs.build import sim_answer_key
-from puppeteer.evaluation.evaluate import EvalSettings, evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.evaluation.many import EvalRun, evaluate_many
+from puppeteer.evaluation.settings import EvalSettings
 from puppeteer.jobs import baselines_table
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, Task

@@ -15,11 +15,9 @@ from puppeteer.backends.sim import SimBackend
 from puppeteer.cli import main
 from puppeteer.envs.build import sim_answer_key
 from puppeteer.envs.trajectories import read_trajectories
-from puppeteer.evaluation.evaluate import (
-    EvalResult,
-    evaluate_policy,
-    wilson_interval,
-)
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.results import EvalResult
+from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.tasks import load_suite
 from puppeteer.types import Agent, Completion, CompletionRequest, Task
 from puppeteer.utils.seeding import item_seed

@@ -12,7 +12,8 @@ import pytest
 from puppeteer.agents.availability import draw_subset, holdout_subsets
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.jobs.hydra_entry import check_values
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.config_schema import register_configs
 from puppeteer.train.reinforce import ReinforceConfig, train
 

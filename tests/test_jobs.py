@@ -9,7 +9,7 @@ from puppeteer.agents.pool import load_pool
 from puppeteer.envs.build import BackendSpec, EnvConfig
 from puppeteer.jobs.builder import StepJob, env_copies, heldout
 from puppeteer.jobs.train import build, job_of
-from puppeteer.policies.puppeteer import PolicyConfig
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import ReinforceConfig, evaluate
 
 

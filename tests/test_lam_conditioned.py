@@ -28,10 +28,12 @@ from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.lam_range import LamRange
 from puppeteer.envs.rollout import run_lockstep
 from puppeteer.envs.wrappers import make_encoded_env
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.serving.orchestrator import Orchestrator
 from puppeteer.tasks import load_suite
-from puppeteer.train.reinforce import ReinforceConfig, _relabelled, evaluate, run_fingerprint, train
+from puppeteer.train.reinforce import ReinforceConfig, evaluate, run_fingerprint, train
+from puppeteer.train.reinforce.losses import _relabelled
 
 # the mean return gap over the range's draws is about zero: no agent wins on average, so what the
 # router learns is where lambda changes the choice (a range mostly below the break-even first pulls the

@@ -9,7 +9,8 @@ import torch
 
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.evaluation.evaluate import evaluate_policy
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.tasks import load_suite
 from puppeteer.train.offline import (
     OfflineConfig,

@@ -13,7 +13,8 @@ import yaml
 from puppeteer.agents.pool import PoolError, load_pool
 from puppeteer.envs.build import build_env
 from puppeteer.outcomes.importer import import_table
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.serving.orchestrator import Orchestrator
 from puppeteer.train.reinforce import ReinforceConfig, train
 

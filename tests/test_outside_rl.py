@@ -367,10 +367,9 @@ def test_algorithms_that_ignore_masks_run_with_remapped_invalid_actions() -> Non
     Terminator is masked at step 0). ``make_encoded_env`` remaps a forbidden action to the next allowed
     one by default; ``invalid_action="raise"`` (the raw env's default) still raises."""
     pytest.importorskip("stable_baselines3")
+    from gymnasium.error import InvalidAction
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_checker import check_env
-
-    from puppeteer.envs.env import InvalidAction
 
     kw = dict(pool="sim-paper", suite="arith", max_steps=3, min_steps=1)
     strict = make_encoded_env("hashing", invalid_action="raise", **kw)

@@ -77,7 +77,8 @@ def test_a_puppeteer_policy_is_copied_per_worker_and_its_eval_equals_the_sequent
 ) -> None:
     import copy
 
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
 
     pool = load_pool("sim-paper")
     tasks = load_suite("arith", "test", n=24)

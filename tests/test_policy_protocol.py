@@ -13,7 +13,8 @@ from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.envs.build import EnvConfig
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.rollout import run_actions
-from puppeteer.evaluation.evaluate import EvalSettings, evaluate, evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate, evaluate_policy
+from puppeteer.evaluation.settings import EvalSettings
 from puppeteer.policies.baselines import SpecError
 from puppeteer.policies.protocol import (
     EpisodeRecord,

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from puppeteer.envs.env import ConductorEnv
-from puppeteer.envs.rollout import run_lockstep
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.envs.rollout import Episode, run_lockstep
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import (
     BASELINES,
-    Episode,
     ReinforceConfig,
     ResumeMismatch,
     evaluate,

@@ -41,7 +41,8 @@ def _result(path: Path) -> dict:
 
 @pytest.mark.parametrize("spec", ["vote:3", "random-step"])
 def test_eval_on_ray_equals_the_single_process_eval(ray_local, tmp_path: Path, spec: str) -> None:
-    from puppeteer.evaluation.evaluate import RayExecutor, evaluate_policy
+    from puppeteer.evaluation.evaluate import evaluate_policy
+    from puppeteer.evaluation.settings import RayExecutor
 
     one = evaluate_policy(spec, "sim-paper", "arith", n=30, seed=4, out_dir=tmp_path / "one", progress=False)
     ray = RayExecutor(workers=3)
@@ -81,7 +82,8 @@ def test_cli_eval_with_ray(ray_local, tmp_path: Path) -> None:
 
 def test_training_with_ray_rollout_workers_equals_the_single_process_run(ray_local, tmp_path: Path) -> None:
     from puppeteer.envs.env import ConductorEnv
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
     from puppeteer.train.reinforce import ReinforceConfig, train
 
     def run(workers: int, out: Path):

@@ -201,7 +201,8 @@ def test_a_refused_resume_leaves_config_json_and_every_file_as_it_was(
 
 
 def test_a_refused_run_on_a_new_path_leaves_no_directory(tmp_path: Path) -> None:
-    from puppeteer.evaluation.evaluate import EvalSettings, evaluate
+    from puppeteer.evaluation.evaluate import evaluate
+    from puppeteer.evaluation.settings import EvalSettings
 
     out = tmp_path / "new" / "ev"
     with pytest.raises(Exception, match="unknown policy spec"):

@@ -17,7 +17,8 @@ import torch
 from _faults import DiskFullFile, FlakyBackend
 
 from puppeteer.envs.env import ConductorEnv
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.logging import JsonlLogger
 from puppeteer.train.reinforce import ReinforceConfig, TrainingStopped, train
 from puppeteer.utils.safeload import CheckpointError

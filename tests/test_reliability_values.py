@@ -145,7 +145,8 @@ def test_every_shipped_pool_still_loads() -> None:
 
 
 def _saved_policy(tmp_path: Path) -> Path:
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
 
     d = tmp_path / "pol"
     PuppeteerPolicy(load_pool("sim-paper"), PolicyConfig(encoder="hashing", hidden=8, max_steps=3)).save(d)
@@ -199,7 +200,8 @@ _JSON_VALUES = st.one_of(
 def test_any_policy_setting_loads_a_bounded_scorer_or_is_refused_in_one_line(
     tmp_path_factory: pytest.TempPathFactory, key: str, value: object
 ) -> None:
-    from puppeteer.policies.puppeteer import MAX_HIDDEN, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import MAX_HIDDEN
 
     d = _saved_policy(tmp_path_factory.mktemp("p"))
     meta = json.loads((d / "policy.json").read_text())

@@ -10,7 +10,8 @@ from puppeteer.analytics.references import run_plan
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.reward import discounted_returns
 from puppeteer.envs.rollout import run_lockstep
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 
 
 def _env() -> ConductorEnv:

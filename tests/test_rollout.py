@@ -17,7 +17,8 @@ from puppeteer.envs.rollout import (
     run_workflow_episode,
     summarize,
 )
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.types import Workflow
 
 

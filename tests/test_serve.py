@@ -50,7 +50,8 @@ def test_orchestrator_runs_step_policies_and_free_questions() -> None:
 
 def test_orchestrator_applies_a_trained_puppeteer(tmp_path) -> None:
     from puppeteer.agents.pool import load_pool
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
 
     pool = load_pool("sim-paper")
     PuppeteerPolicy(pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=3)).save(tmp_path / "p")

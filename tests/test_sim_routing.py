@@ -19,7 +19,8 @@ from puppeteer.backends.sim_difficulty import DifficultyModel, conditional_accur
 from puppeteer.envs.build import EnvConfig, build_env
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.surface import N_SURFACE, surface_features
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 from puppeteer.types import CallContext, CompletionRequest, Message, ModelSpec

@@ -14,7 +14,8 @@ from puppeteer.envs.encoders import hashing_encoder
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.reward import auto_cost_model
 from puppeteer.jobs.train import cost_model_of, job_of
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy, state_window
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig, state_window
 from puppeteer.types import ModelSpec
 
 

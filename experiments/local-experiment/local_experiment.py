@@ -40,7 +40,7 @@ from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.sweep import find_trained
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.envs.encoders import make_encoder
-from puppeteer.envs.env import MAX_OBS_CHARS
+from puppeteer.envs.observation import MAX_OBS_CHARS
 from puppeteer.envs.trajectories import read_trajectories
 from puppeteer.evaluation.evaluate import evaluate_policy, slug
 from puppeteer.evaluation.stats import mcnemar_exact, paired_bootstrap, wilson_interval

@@ -41,7 +41,8 @@ from puppeteer.envs.rollout import run_lockstep, summarize
 from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.jobs.builder import env_copies
 from puppeteer.jobs.study import episodes_to_reach, episodes_to_stay
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import ReinforceConfig, top_share, train
 
 log = logging.getLogger("sim_routing_study")

@@ -36,7 +36,8 @@ from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.reward import COST_UNITS
 from puppeteer.envs.rollout import Episode, run_actions, run_lockstep
 from puppeteer.jobs.builder import env_copies
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import ReinforceConfig, train
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Two arms compare fairly when they choose the final answer the same way (last step, vote, or the
 plan's choice), count cost the same way (a conductor LM's own tokens in its cost, or no conductor
 LM at all), were trained (or fitted) on the same items, and are evaluated on the same items. Each
-eval run's ``results.json`` records the first three (:class:`puppeteer.evaluation.evaluate.EvalResult`:
+eval run's ``results.json`` records the first three (:class:`puppeteer.evaluation.results.EvalResult`:
 ``final_answer``, ``conductor_cost``, ``train_items``); the items come from its trajectories.
 A run written before these were recorded reads as ``unrecorded`` (its conductor's tokens, where it
 had one, as not counted: they never were).

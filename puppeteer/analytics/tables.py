@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from puppeteer.evaluation.evaluate import EvalResult
+    from puppeteer.evaluation.results import EvalResult
 
 
 def _fmt_num(x: float) -> str:

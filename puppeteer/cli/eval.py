@@ -185,7 +185,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     )
     ray = None
     if getattr(args, "ray", None) is not None:  # an executor choice: the same evaluation on Ray workers
-        from puppeteer.evaluation.evaluate import RayExecutor
+        from puppeteer.evaluation.settings import RayExecutor
 
         ray = RayExecutor(address=args.ray, workers=args.ray_workers)
     result = evaluate_policy(

@@ -1,7 +1,7 @@
 """Rollouts on a Ray cluster (the ``ray`` extra): evaluation shards and the trainer's envs.
 
 * Evaluation on Ray is an executor choice of the one evaluation
-  (:class:`puppeteer.evaluation.evaluate.RayExecutor`): contiguous shards, each run by a Ray task with its
+  (:class:`puppeteer.evaluation.settings.RayExecutor`): contiguous shards, each run by a Ray task with its
   own env and backends. Every item's reset seed depends only on ``(seed, task id)``, so the
   gathered ``results.json`` and ``trajectories.jsonl`` equal the single-process run's (up to the
   wall-clock fields, :data:`WALL_FIELDS`).

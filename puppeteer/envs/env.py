@@ -42,7 +42,9 @@ With ``recursion="always"`` the conductor is not offered as a worker: every roun
 Construction: the settings are an :class:`~puppeteer.envs.parts.EnvConfig`; the pool, the tasks and
 the built backend come from :mod:`puppeteer.envs.build` (``build_env(config, pool=..., suite=...)``,
 or the keyword form ``ConductorEnv(mode=..., pool=..., lam=...)`` that gym.make uses). Episodes are
-rolled out by :mod:`puppeteer.envs.rollout`.
+rolled out by :mod:`puppeteer.envs.rollout`. The class is assembled from parts of one job each: the
+step mode's actions (:mod:`puppeteer.envs.step_mode`), the workflow mode's
+(:mod:`puppeteer.envs.workflow_mode`) and the observation (:mod:`puppeteer.envs.observation`).
 """
 
 from __future__ import annotations
@@ -55,50 +57,28 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import InvalidAction, ResetNeeded
+from gymnasium.error import ResetNeeded
 
 from puppeteer.agents.availability import draw_subset, resolve_available
 from puppeteer.agents.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
-from puppeteer.envs.aggregate import PLAN_DEFAULT, aggregator, choice_label, final_answer
-from puppeteer.envs.conductor_prompt import (
-    ConductorPrompt,
-    Followup,
-    Price,
-    build_prompt,
-    load_prompt_config,
-)
+from puppeteer.envs.aggregate import PLAN_DEFAULT, aggregator
+from puppeteer.envs.conductor_prompt import Followup, load_prompt_config
 from puppeteer.envs.executor import EpisodeContext, Executor, Extractor
 from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.observation import MAX_OBS_CHARS, Observation
 from puppeteer.envs.parts import BackendSpec, EnvConfig, EnvParts, env_parts
-from puppeteer.envs.reward import (
-    COST_UNITS,
-    PuppeteerReward,
-    check_cost_model,
-    conductor_cost,
-    conductor_reward,
-    discounted_return,
-    discounted_returns,
-)
+from puppeteer.envs.reward import PuppeteerReward, check_cost_model, conductor_reward, discounted_returns
 from puppeteer.envs.spaces import UnicodeText
-from puppeteer.envs.workflow import (
-    MAX_TEXT_CHARS,
-    PlanSpace,
-    WorkflowError,
-    WorkflowLimits,
-    extract_lists,
-    format_workflow,
-    parse_workflow,
-)
+from puppeteer.envs.step_mode import StepMode
+from puppeteer.envs.workflow import MAX_TEXT_CHARS
+from puppeteer.envs.workflow_mode import WorkflowMode
 from puppeteer.tasks import Grader, default_graders
 from puppeteer.tasks.signals import N_SIGNALS, AnswerTally
 from puppeteer.tools import default_tools
-from puppeteer.types import Completion, ConductorAction, ModelSpec, Step, Task, Trajectory, Workflow
+from puppeteer.types import Completion, ModelSpec, Step, Task, Trajectory, Workflow
 from puppeteer.utils.checks import number
 from puppeteer.utils.textsafe import encodable
 
-MAX_OBS_CHARS = 200_000
-RESPONSE_CHARS_IN_STATE = 1_500
-FOLLOWUP_ANSWER_CHARS = 800
 # graders whose extraction from a simulated completion's vouched answer_text equals their extraction
 # from its whole text (tests/test_sim_fast_path.py); any other grader always reads the whole text
 VOUCHED_GRADERS = frozenset(type(g) for g in default_graders().values())
@@ -118,7 +98,7 @@ def _lam_space() -> spaces.Box:
     return spaces.Box(0.0, np.finfo(np.float64).max, shape=(1,), dtype=np.float64)
 
 
-class ConductorEnv(gym.Env[dict[str, Any], Any]):
+class ConductorEnv(StepMode, WorkflowMode, Observation, gym.Env[dict[str, Any], Any]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 1}
 
     def __init__(
@@ -327,100 +307,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
 
         return extract
 
-    def _state_text(self) -> str:
-        parts = self._state_parts  # one line per step, kept across the steps of an episode
-        if len(parts) > len(self._steps):
-            parts.clear()
-        for s in self._steps[len(parts) :]:
-            text = s.completion.text
-            if len(text) > RESPONSE_CHARS_IN_STATE:
-                text = "..." + text[-RESPONSE_CHARS_IN_STATE:]
-            parts.append(f"[{s.index + 1}] {s.agent_name} ({self._patterns[s.agent_id]}): {text}")
-        return "\n".join(parts)[-MAX_OBS_CHARS:]
-
-    def _counts(self) -> np.ndarray:
-        """Calls per agent so far (counted once per step, kept across the steps of an episode)."""
-        steps, counts = self._steps, self._agent_counts
-        if self._counted > len(steps):  # the steps were replaced: count again
-            counts = self._agent_counts = np.zeros(self._n_actions, dtype=np.int64)
-            self._counted = 0
-        for s in steps[self._counted :]:
-            counts[s.agent_id] += 1
-        self._counted = len(steps)
-        return counts.copy()
-
-    def _signals(self) -> np.ndarray:
-        """``answer_signals`` of the steps' answers (each answer tallied once per episode)."""
-        steps, tally = self._steps, self._tally
-        if tally.n > len(steps):  # the steps were replaced: tally again
-            tally = self._tally = AnswerTally(self._signal_vectors)
-        checks = self.parts.checks if self.config.visible_checks else None
-        for i in range(tally.n, len(steps)):
-            answer = steps[i].answer
-            tally.add(answer, checks.check(self.task, answer) if checks is not None else None)
-        return tally.signals()
-
-    def _obs(self) -> dict[str, Any]:
-        task = self.task  # raises before the first reset
-        if self.config.mode == "step":
-            return {
-                "task": task.question[:MAX_OBS_CHARS],
-                "state": self._state_text(),
-                "mask": self._current_mask(),
-                "step": len(self._steps),
-                "counts": self._counts(),
-                "signals": self._signals(),
-                "lam": self._lam_array.copy(),
-            }
-        return {
-            "task": task.question[:MAX_OBS_CHARS],
-            "prompt": self.prompt().text[:MAX_OBS_CHARS],
-            "mask": self._current_mask(),
-            "depth": self._depth,
-            "lam": self._lam_array.copy(),
-        }
-
-    @property
-    def self_id(self) -> int | None:
-        """The conductor's own worker id while it may still recurse (``len(pool)``), else None (also
-        under ``recursion="always"``, where the next round comes without being asked for)."""
-        c = self.config
-        if c.mode == "workflow" and c.recursion == "offer" and self._depth < c.max_depth:
-            return len(self.pool)
-        return None
-
     def available(self) -> np.ndarray:
         """Boolean mask over the agents available in this episode (no Terminator)."""
         return self._mask[: len(self.pool)].astype(bool)
-
-    def plan_space(self) -> PlanSpace:
-        """What a valid plan of the current planning round may contain (:func:`_parse` accepts it)."""
-        return PlanSpace(
-            available=tuple(int(i) for i in np.flatnonzero(self.available())),
-            max_steps=self.config.max_steps,
-            self_id=self.self_id,
-            allow_empty=self._depth > 0,
-            final=self.config.final_answer == "plan",
-        )
-
-    def prompt(self) -> ConductorPrompt:
-        """The conductor prompt of the current planning round (chat messages; ``.text`` is obs["prompt"])."""
-        return build_prompt(
-            self.pool,
-            self.task.question,
-            self.task.domain,
-            self.config.max_steps,
-            available=self.available(),
-            self_id=self.self_id,
-            followup=self._followup,
-            config=self._prompt_config,
-            final=self.config.final_answer,
-            price=(
-                Price(self._lam, COST_UNITS[self.config.cost_model], self.config.cost_model)
-                if self.config.states_price
-                else None
-            ),
-        )
 
     def _trajectory(
         self,
@@ -438,17 +327,6 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
             task.id, task.suite, mode, steps, answer, correct, reward, parse_error, workflow,
             final_choice or self._final_default, tokens,
         )  # fmt: skip
-
-    def _conductor_tokens(self) -> int | None:
-        """The conductor's tokens this episode (None: no generation came with its actions)."""
-        if not self._conductor:
-            return None
-        return sum(c.total_tokens for c, _ in self._conductor)
-
-    def _conductor_cost(self) -> float:
-        """F of the conductor's own generations this episode (0 without any)."""
-        name = self.config.cost_model
-        return sum(conductor_cost(name, c, model) for c, model in self._conductor)
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         info = {"task_id": self.task.id, "action_mask": self.action_masks(), **extra}
@@ -546,229 +424,9 @@ class ConductorEnv(gym.Env[dict[str, Any], Any]):
         self._result = info.get("trajectory")
         return self._obs(), reward, True, False, self._info(**info)
 
-    def _step_agent(self, action: Any):
-        if type(action) is not int:  # a plain int is the common case
-            action = self._agent_id(action)
-        a = action
-        if not 0 <= a < self._n_actions:
-            raise InvalidAction(
-                f"action {a} out of range 0..{self.pool.terminator_id} (the last is the Terminator)"
-            )
-        if not self._allowed(a):
-            if self.config.invalid_action == "remap":  # the next valid action after it
-                mask = self._current_mask()
-                a = next(b for k in range(1, len(mask)) if mask[b := (a + k) % len(mask)])
-            elif a == self._terminator:
-                raise InvalidAction(f"the Terminator is masked until {self.config.min_steps} agent(s) acted")
-            else:
-                raise InvalidAction(f"agent {a} ({self.pool.agent(a).name}) is not available")
-        t = len(self._steps)
-        if a == self._terminator:
-            return self._end_episode(f=0.0, t=t, terminated_by="terminator")
-        visible = self._steps if self._sees_work[a] else []
-        # the question as a workflow step gets it (``Workflow`` strips subtasks), so one agent on one item
-        # sends the same request in both modes and a table built from one replays the other
-        step = self.executor.run_step(self._context(), t, a, self._task.question.strip(), visible)
-        self._steps.append(step)
-        f = self._step_cost(step)
-        if len(self._steps) >= self.config.max_steps:
-            return self._end_episode(f=f, t=t + 1, terminated_by="max_steps")
-        reward = self._reward.step_reward(f, t + 1)
-        self._rewards.append(reward)
-        return self._obs(), reward, False, False, self._info(step=step, cost=f, **self._graded_so_far())
-
-    @staticmethod
-    def _agent_id(action: Any) -> int:
-        """A step-mode action as an int: what Discrete.contains accepts (int, numpy integers and 0-d
-        integer arrays, model.predict's output)."""
-        if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
-            action = action.item()
-        if isinstance(action, bool) or not isinstance(action, int | np.integer):
-            shape = f" of shape {action.shape}" if isinstance(action, np.ndarray) else ""
-            raise InvalidAction(f"step-mode actions are agent ids (int), got {type(action).__name__}{shape}")
-        return int(action)
-
-    def _graded_so_far(self) -> dict[str, Any]:
-        """The episode graded as if it ended now, so a wrapper's truncation (``TimeLimit``) is graded too.
-
-        The same keys as at the end (``trajectory``, ``correct``, ``final_answer``); the
-        trajectory's reward is the discounted return of the rewards paid so far.
-        """
-        answer = self._aggregate([s.answer for s in self._steps])
-        if answer not in self._grades:  # the majority answer rarely changes from step to step
-            self._grades[answer] = self._grade(answer)
-        correct = self._grades[answer]
-        ret = discounted_return(self._rewards, self.config.gamma)
-        return {
-            "trajectory": self._trajectory(answer, correct, ret),
-            "correct": correct,
-            "final_answer": answer,
-            # what the Terminator would be paid now (no cost: it calls nobody), the return from here if
-            # the episode stopped: a baseline for the next decision (trainer.later_baseline=stop)
-            "stop_return": self._reward.final_reward(correct, 0.0, max(len(self._steps), 1)),
-        }
-
-    def _end_episode(self, f: float, t: int, terminated_by: str):
-        answer = self._aggregate([s.answer for s in self._steps])
-        correct = self._grades[answer] if answer in self._grades else self._grade(answer)
-        reward = self._reward.final_reward(correct, f, max(t, 1))
-        returns = discounted_returns([*self._rewards, reward], self.config.gamma)
-        traj = self._trajectory(answer, correct, returns[0] if returns else reward)
-        return self._finish(
-            reward,
-            trajectory=traj,
-            correct=correct,
-            final_answer=answer,
-            terminated_by=terminated_by,
-            returns=returns,
-            cost=f,
-        )
-
-    def _answer_so_far(self) -> str | None:
-        """What grading would take if the episode ended now (the aggregate, not the last step's answer:
-        a last step that extracted nothing leaves the earlier answer standing)."""
-        return self._workflow_final()[0]
-
-    def _workflow_final(self) -> tuple[str | None, str]:
-        """The final answer under the latest round's choice, and that choice as recorded: the plan's
-        named step (counted from its round's first step), ``vote`` or ``last`` over all steps."""
-        choice, offset = self._final
-        answers = [s.answer for s in self._steps]
-        if isinstance(choice, int):
-            return final_answer(answers, offset + choice), choice_label(choice)
-        return final_answer(answers, choice), choice
-
-    def _round(self, text: str | None, **fields: Any) -> dict[str, Any]:
-        record = {
-            "depth": self._depth,
-            "text": text,
-            "parse_error": None,
-            "workflow": None,
-            "steps": [],
-            "answer": None,
-            "recurse": False,
-            **fields,
-        }
-        self._rounds.append(record)
-        return record
-
-    def _parse(self, text: str | None) -> Workflow | None:
-        """The round's workflow; None for the empty-lists "keep the answer" end of an inner round."""
-        if text is None:
-            raise WorkflowError("a workflow action is text")
-        if self._depth > 0:
-            try:
-                if extract_lists(text) == ([], [], []):
-                    return None
-            except WorkflowError:
-                pass
-        self_id = self.self_id
-        available = self.available().tolist() + ([True] if self_id is not None else [])
-        workflow = parse_workflow(
-            text,
-            len(available),
-            available,
-            WorkflowLimits(max_steps=self.config.max_steps),
-            final=self.config.final_answer == "plan",
-        )
-        if self_id is not None and self_id in workflow.model_id[:-1]:
-            raise WorkflowError(f"the conductor (id {self_id}) may only be the last step")
-        if self_id is not None and workflow.model_id[-1] == self_id and workflow.final == len(workflow) - 1:
-            raise WorkflowError("final names the conductor's own step, which gives no answer")
-        return workflow
-
-    def _step_workflow(self, action: Any):
-        if isinstance(action, ConductorAction):  # the plan and the generation that wrote it
-            if action.completion is not None:
-                self._conductor.append((action.completion, action.model))
-            action = action.text
-        text = encodable(action) if isinstance(action, str) else None  # no lone surrogates past here
-        try:
-            if text is None:
-                raise WorkflowError(f"a workflow action is text, got {type(action).__name__}")
-            workflow = self._parse(text)
-        except WorkflowError as e:
-            self._round(text, parse_error=str(e))
-            traj = self._trajectory(None, False, 0.0, parse_error=str(e))
-            spent = self._conductor_cost()  # the plan that failed to parse was paid for
-            return self._finish(
-                0.0,
-                trajectory=traj,
-                correct=False,
-                final_answer=None,
-                parse_error=str(e),
-                rounds=list(self._rounds),
-                depth=self._depth,
-                cost=sum(self._step_cost(s) for s in self._steps) + spent,
-                conductor_cost=spent,
-            )
-        if workflow is None:  # an inner round kept its parent's answer
-            self._round(text, answer=self._answer_so_far())
-            return self._end_workflow(self._workflow)
-        self._workflow = workflow
-        self._final = (
-            workflow.final if workflow.final is not None else self._final_default,
-            len(self._steps),
-        )
-        named = self.self_id is not None and workflow.model_id[-1] == self.self_id
-        recurse = named or (self.config.recursion == "always" and self._depth < self.config.max_depth)
-        run = workflow
-        if named:
-            run = Workflow(workflow.model_id[:-1], workflow.subtasks[:-1], workflow.access_list[:-1])
-        prior = tuple(self._steps[-1:])
-        steps: tuple[Step, ...] = ()
-        if len(run):
-            steps = self.executor.run_workflow(self._context(), run, prior=prior, offset=len(self._steps))
-        self._steps.extend(steps)
-        last = self._steps[-1] if self._steps else None
-        self._round(
-            text,
-            workflow=format_workflow(workflow),
-            steps=[s.index for s in steps],
-            answer=self._answer_so_far(),
-            recurse=recurse,
-        )
-        if not recurse:
-            return self._end_workflow(workflow)
-        self._depth += 1
-        self._followup = Followup(
-            parent=format_workflow(workflow),
-            answer=(last.completion.text[-FOLLOWUP_ANSWER_CHARS:] if last else "(no answer yet)"),
-            agent=last.agent_name if last else "-",
-            depth=self._depth,
-            max_depth=self.config.max_depth,
-        )
-        self._rewards.append(0.0)
-        return (
-            self._obs(),
-            0.0,
-            False,
-            False,
-            self._info(round=self._rounds[-1], depth=self._depth, steps=steps),
-        )
-
     def _step_cost(self, step: Step) -> float:
         """F of one activation under the configured cost model."""
         return self._cost(step.completion, self._models[step.agent_id])
-
-    def _end_workflow(self, workflow: Workflow | None):
-        answer, choice = self._workflow_final()
-        correct = self._grade(answer)
-        spent = self._conductor_cost()
-        cost = sum(self._step_cost(s) for s in self._steps) + spent
-        reward = conductor_reward(True, correct, cost, self._lam)
-        traj = self._trajectory(answer, correct, reward, workflow=workflow, final_choice=choice)
-        return self._finish(
-            reward,
-            trajectory=traj,
-            correct=correct,
-            final_answer=answer,
-            parse_error=None,
-            cost=cost,
-            conductor_cost=spent,
-            rounds=list(self._rounds),
-            depth=self._depth,
-        )
 
     def abort(self, error: str):
         """End the running episode on a failure outside the policy's action (e.g. a backend call

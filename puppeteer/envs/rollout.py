@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
     from puppeteer.envs.env import ConductorEnv
     from puppeteer.policies.conductor import ConductorPolicy
-    from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_scorer import Features
 
 Act = Callable[[dict[str, Any], dict[str, Any]], Any]
 

@@ -21,7 +21,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from puppeteer.envs.parallel import map_as_completed
-from puppeteer.evaluation.evaluate import EvalResult, EvalSettings, evaluate
+from puppeteer.evaluation.evaluate import evaluate
+from puppeteer.evaluation.results import EvalResult
+from puppeteer.evaluation.settings import EvalSettings
 from puppeteer.utils.progress import ProgressReporter
 
 

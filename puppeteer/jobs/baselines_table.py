@@ -32,8 +32,10 @@ from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import make_router
 from puppeteer.backends.cache import resolve_cache
 from puppeteer.backends.llamacpp import available_cpus
-from puppeteer.evaluation.evaluate import EvalResult, EvalSettings, slug
+from puppeteer.evaluation.evaluate import slug
 from puppeteer.evaluation.many import EvalRun, evaluate_many
+from puppeteer.evaluation.results import EvalResult
+from puppeteer.evaluation.settings import EvalSettings
 from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.policies.protocol import EpisodeSettings
 from puppeteer.utils.redaction import redact

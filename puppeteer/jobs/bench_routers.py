@@ -135,7 +135,8 @@ def learned_choices(
     from puppeteer.envs.build import EnvConfig, build_env
     from puppeteer.envs.rollout import run_lockstep
     from puppeteer.jobs.builder import env_copies
-    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+    from puppeteer.policies.puppeteer_config import PolicyConfig
     from puppeteer.train.reinforce import ReinforceConfig, train
 
     cents = lams / 100.0  # the env prices cost in US cents

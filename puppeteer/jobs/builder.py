@@ -15,7 +15,8 @@ from typing import Any
 from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.envs.build import BackendSpec, EnvConfig, build_env
 from puppeteer.envs.env import ConductorEnv
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import ReinforceConfig, evaluate
 from puppeteer.types import Task
 

@@ -29,13 +29,16 @@ from puppeteer.backends.cache import default_response_cache
 from puppeteer.backends.llamacpp import available_cpus
 from puppeteer.backends.replay import load_table
 from puppeteer.envs.build import BackendSpec, EnvConfig, build_env
+from puppeteer.envs.rollout import Episode
 from puppeteer.envs.trajectories import read_trajectories
-from puppeteer.evaluation.evaluate import EvalResult, evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.results import EvalResult
 from puppeteer.jobs.builder import StepJob
 from puppeteer.jobs.quickstart_report import ONE_CALL, TRAINED, UNITS, cost_axis, headline, trained_rows
-from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.tasks import load_suite
-from puppeteer.train.reinforce import ROUNDED_UP, Episode, ReinforceConfig, TrainState, train
+from puppeteer.train.reinforce import ROUNDED_UP, ReinforceConfig, TrainState, train
 from puppeteer.types import Task
 from puppeteer.utils.progress import ProgressReporter
 from puppeteer.utils.rundir import claim
@@ -188,7 +191,7 @@ class _GroupRounding(logging.Filter):
 
 @contextmanager
 def _own_group_sizes() -> Iterator[None]:
-    logger = logging.getLogger("puppeteer.train.reinforce")
+    logger = logging.getLogger("puppeteer.train.reinforce.trainer")
     quiet = _GroupRounding()
     logger.addFilter(quiet)
     try:

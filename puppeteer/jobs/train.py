@@ -20,7 +20,8 @@ from puppeteer.envs.reward import AUTO, COST_MODELS, auto_cost_model
 from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.jobs.replay_check import check_replay_coverage
-from puppeteer.policies.puppeteer import STATE_ENCODERS, PolicyConfig, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_config import STATE_ENCODERS, PolicyConfig
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, check_resume, check_training, train

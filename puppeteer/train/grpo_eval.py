@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 from puppeteer.envs.lam_range import LamRange
 from puppeteer.envs.rollout import conductor_record, run_episode
 from puppeteer.errors import UserError
-from puppeteer.evaluation.evaluate import EvalResult, EvalSettings, evaluate
+from puppeteer.evaluation.evaluate import evaluate
+from puppeteer.evaluation.results import EvalResult
+from puppeteer.evaluation.settings import EvalSettings
 from puppeteer.integrations.trl import conductor_rows, prefixed_rows
 from puppeteer.policies.conductor import GRPO_RUN_PREFIX
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings

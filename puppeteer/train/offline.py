@@ -28,7 +28,8 @@ from puppeteer.backends.base import SyncBackend
 from puppeteer.envs.build import build_env
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.rollout import run_actions
-from puppeteer.policies.puppeteer import Features, PuppeteerPolicy
+from puppeteer.policies.puppeteer import PuppeteerPolicy
+from puppeteer.policies.puppeteer_scorer import Features
 from puppeteer.types import Completion, CompletionRequest, Task
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ from typing import Any
 from puppeteer.agents.pool import load_pool
 from puppeteer.envs.lam_range import LamRange
 from puppeteer.envs.wrappers import make_encoded_env
-from puppeteer.evaluation.evaluate import EvalResult, evaluate_policy
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.results import EvalResult
 from puppeteer.policies.external import MaskableModelPolicy, save_sb3
 from puppeteer.tasks import load_suite
 
