@@ -215,3 +215,18 @@ def test_a_verifier_flags_a_wrong_answer_without_fixing_it_at_switch_prob() -> N
         flagged = np.mean([o.answer != w for o, w in zip(outs, shown, strict=True)])
         assert not any(o.correct for o in outs)
         assert flagged == pytest.approx(switch, abs=0.03)
+
+
+def test_wrong_numeric_answers_are_not_whole_numbers_at_the_declared_share() -> None:
+    from puppeteer.signals import is_integer
+
+    items = _items(3000, "x")
+    model = ModelSpec(
+        name="n", backend="sim", target="sim-n", params_b=1.0,
+        options={"skills": {"x": 0.0}, "nonint_wrong": {"x": 0.3}},
+    )  # fmt: skip
+    agent = Agent(name="n", model=model, pattern="cot")
+    outs = [call(SimBackend(answer_key=items), agent, k) for k in items]
+    share = np.mean([not is_integer(o.answer) for o in outs])
+    assert share == pytest.approx(0.3, abs=0.03)  # 3000 draws: 3.6 standard errors
+    assert not any(o.correct for o in outs)

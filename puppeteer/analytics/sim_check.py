@@ -268,6 +268,71 @@ def verifier_figures(
     return figures
 
 
+SIGNAL_TRIGGERS = ("not-integer", "failed-check")
+
+
+def signal_figures(
+    outcomes: Sequence[Outcome],
+    sims: Sequence[SimBackend],
+    pool: Pool,
+    tasks: Sequence[Task],
+    agents: Sequence[str],
+) -> list[Figure]:
+    """How often each escalation trigger of the rules (:data:`puppeteer.policies.rules.TRIGGERS`) fires
+    on a solver's wrong and on its right answers, per kind (all solvers pooled), where it fires on the
+    real table at all: what a cascade rule, or a policy reading the answer signals, can act on."""
+    from puppeteer.policies.rule_fit import Answer, fires
+    from puppeteer.tasks.visible import VISIBLE_CHECKS
+
+    by_id = {t.id: t for t in tasks}
+    memo: dict[tuple[str, str | None], bool | None] = {}
+
+    def verdict(task_id: str, answer: str | None) -> bool | None:
+        task = by_id[task_id]
+        check = VISIBLE_CHECKS.get(task.grader)
+        if check is None:
+            return None
+        if (task_id, answer) not in memo:
+            memo[(task_id, answer)] = check.check(answer, task)
+        return memo[(task_id, answer)]
+
+    def rates(rows: Sequence[tuple[str, str, bool, str | None]]) -> dict[tuple[str, str, bool], list[bool]]:
+        out: dict[tuple[str, str, bool], list[bool]] = {}
+        for task_id, kind, correct, answer in rows:
+            a = Answer(correct, answer, 0.0, verdict(task_id, answer))
+            for trigger in SIGNAL_TRIGGERS:
+                out.setdefault((trigger, kind, correct), []).append(fires(trigger, a))
+        return out
+
+    real_rows = [
+        (o.task_id, o.domain, o.correct, o.answer)
+        for o in outcomes
+        if o.agent in agents and o.error is None and o.task_id in by_id
+    ]
+    real = rates(real_rows)
+    solvers = [pool.agent(pool.index(a)) for a in agents]
+    per_sim = []
+    for sim in sims:
+        rows = []
+        for task_id, kind, _, _ in {(r[0], r[1], True, None) for r in real_rows}:
+            for a in solvers:
+                o = call(sim, a, task_id)
+                rows.append((task_id, kind, o.correct, o.answer))
+        per_sim.append(rates(rows))
+    figures = []
+    for (trigger, kind, correct), fired in sorted(real.items()):
+        if not any(f for (t, k, _), v in real.items() if t == trigger and k == kind for f in v):
+            continue  # the trigger never fires on this kind's real answers
+        lo, hi = wilson_interval(sum(fired), len(fired))
+        values = [
+            float(np.mean(r[(trigger, kind, correct)])) for r in per_sim if r.get((trigger, kind, correct))
+        ]
+        mean, s_lo, s_hi = _spread(values) if values else (float("nan"),) * 3
+        name = f"{trigger} fires on {'right' if correct else 'wrong'} answers, {kind}"
+        figures.append(Figure(name, sum(fired) / len(fired), lo, hi, mean, s_lo, s_hi, len(fired)))
+    return figures
+
+
 def repeat_figure(
     sims: Sequence[SimBackend], pool: Pool, agents: Sequence[str], items: Sequence[str]
 ) -> Figure:
@@ -301,6 +366,7 @@ __all__ = [
     "real_matrix",
     "relation_phis",
     "repeat_figure",
+    "signal_figures",
     "sim_matrix",
     "single_call_figures",
     "verifier_figures",

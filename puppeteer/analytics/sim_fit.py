@@ -40,6 +40,7 @@ from scipy.stats import multivariate_normal
 from puppeteer.analytics.second_steps import flagged
 from puppeteer.backends.sim_difficulty import DifficultyModel
 from puppeteer.replay import Outcome, StepOutcome
+from puppeteer.signals import is_integer
 
 _N = NormalDist()
 MAX_SHARED = 0.97  # rho_k + g stays below this (a call keeps some noise of its own)
@@ -275,6 +276,7 @@ class AgentFit:
     skills: Mapping[str, float]
     tokens_mean: Mapping[str, float]
     n: Mapping[str, int]
+    nonint_wrong: Mapping[str, float] = field(default_factory=dict)  # numeric kinds only
 
 
 @dataclass(frozen=True)
@@ -300,6 +302,23 @@ def agent_marginals(
         tok[kind] = round(float(np.mean([o.completion_tokens for o in rows])), 1)
         n[kind] = len(rows)
     return acc, tok, n
+
+
+def nonint_wrong(outcomes: Sequence[Outcome], agent: str) -> dict[str, float]:
+    """Per whole-number kind (whose right answers are all whole numbers), the share of the agent's wrong
+    answers that are not a whole number or no answer: where the ``not-integer`` signal fires."""
+    whole = {}
+    for kind in sorted({o.domain for o in outcomes}):
+        right = [o.answer for o in outcomes if o.domain == kind and o.correct and o.answer is not None]
+        whole[kind] = bool(right) and all(is_integer(a) for a in right)
+    out = {}
+    for kind, ok in whole.items():
+        wrong = [o for o in outcomes if o.agent == agent and o.domain == kind and not o.correct]
+        if ok and wrong:
+            share = sum(o.answer is None or not is_integer(o.answer) for o in wrong) / len(wrong)
+            if share > 0:
+                out[kind] = round(share, 4)
+    return out
 
 
 def tokens_sigma(outcomes: Sequence[Outcome]) -> float:
@@ -360,7 +379,11 @@ def fit_table(
     fits = []
     for a in solvers:
         acc, tok, n = agent_marginals(outcomes, a.name)
-        fits.append(AgentFit(a.name, a.model, a.pattern, a.tools, a.max_tokens, acc, tok, n))
+        fits.append(
+            AgentFit(
+                a.name, a.model, a.pattern, a.tools, a.max_tokens, acc, tok, n, nonint_wrong(outcomes, a.name)
+            )
+        )
     verifiers = []
     model_of = {a.name: a.model for a in agents}
     accuracy = {(f.name, k): v for f in fits for k, v in f.skills.items()}
@@ -388,6 +411,7 @@ __all__ = [
     "fit_verifier",
     "kind_loglik",
     "kind_tables",
+    "nonint_wrong",
     "thresholds",
     "tokens_sigma",
 ]

@@ -596,6 +596,7 @@ class _Worker:
     first_token_s: float
     tokens_per_s: float
     group: str = ""  # the model group whose calls share a part of their latent (``group_corr``)
+    nonint: float = 0.0  # share of its wrong numeric answers stated as numbers that are not whole
 
 
 class _Draw(NamedTuple):
@@ -723,11 +724,17 @@ class SimBackend:
             self._prepared[key] = prepared
         return prepared
 
-    def _pick_wrong(self, prepared: _Prepared, u: float) -> str:
-        for edge, answer in zip(self._edges(len(prepared.wrong)), prepared.wrong, strict=True):
-            if u < edge:
-                return answer
-        return prepared.wrong[-1]
+    def _pick_wrong(self, prepared: _Prepared, u: float, nonint: float = 0.0) -> str:
+        """A distractor by popularity; with probability ``nonint`` a whole-number one is stated as a
+        number that is not whole (a real model's wrong arithmetic often is: ``11.75``, ``1.5``)."""
+        edges = self._edges(len(prepared.wrong))
+        k = next((i for i, edge in enumerate(edges) if u < edge), len(edges) - 1)
+        answer = prepared.wrong[k]
+        if nonint <= 0.0 or prepared.item.kind != "numeric" or not _CANONICAL_INT.fullmatch(answer):
+            return answer
+        low, high = (edges[k - 1] if k else 0.0), edges[k]
+        # u's place within its bin is a uniform of its own
+        return f"{answer}.5" if (u - low) / max(high - low, 1e-12) < nonint else answer
 
     def _other_wrong(self, prepared: _Prepared, majority_key: str, own: str) -> str:
         """The call's own wrong answer, or the first distractor that is not the majority's answer."""
@@ -809,8 +816,12 @@ class SimBackend:
                 skill(model, column), self.params.pattern_shift(pattern) + self.params.tool_shift(tools, kind)
             )
             threshold = _STD_NORMAL.inv_cdf(p) if 0.0 < p < 1.0 else None
-            group = str((model.options or {}).get("group", model.target))
-            worker = _Worker(model, p, threshold, *self._token_constants(model, pattern, column), group)
+            options: Mapping[str, Any] = model.options or {}
+            group = str(options.get("group", model.target))
+            nonint = float(dict(options.get("nonint_wrong") or {}).get(column, 0.0))
+            worker = _Worker(
+                model, p, threshold, *self._token_constants(model, pattern, column), group, nonint
+            )
             self._workers[key] = worker
         return worker
 
@@ -871,7 +882,7 @@ class SimBackend:
         if item.group:
             latent += item.group * self._group_noise(ctx.item_key, worker.group)
         own_correct = p >= 1.0 or (worker.threshold is not None and latent < worker.threshold)
-        own_answer = item.gold if own_correct else self._pick_wrong(item, u_own_wrong)
+        own_answer = item.gold if own_correct else self._pick_wrong(item, u_own_wrong, worker.nonint)
 
         answer, correct, source = own_answer, own_correct, "own"
         if visible and (pattern in REVISING_PATTERNS or pattern in FOLLOWING_PATTERNS):

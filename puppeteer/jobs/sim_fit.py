@@ -41,7 +41,12 @@ def agent_specs(pool: Pool) -> list[AgentSpec]:
 
 
 def _model_entry(
-    pool: Pool, agent: str, real_model: str, skills: Mapping[str, float], tokens: Mapping[str, float]
+    pool: Pool,
+    agent: str,
+    real_model: str,
+    skills: Mapping[str, float],
+    tokens: Mapping[str, float],
+    nonint: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     spec = next(a.model for a in pool.agents if a.model.name == real_model)
     entry: dict[str, Any] = {"backend": "sim", "target": f"sim-{agent}"}
@@ -57,6 +62,8 @@ def _model_entry(
         "first_token_s": 0.0,
         "group": real_model,
     }
+    if nonint:
+        entry["options"]["nonint_wrong"] = dict(nonint)
     return entry
 
 
@@ -89,7 +96,7 @@ def pool_document(fit: SimFit, pool: Pool, name: str, seed: int = 0) -> dict[str
     models: dict[str, Any] = {}
     agents: list[dict[str, Any]] = []
     for a in fit.agents:
-        models[a.name] = _model_entry(pool, a.name, a.model, a.skills, a.tokens_mean)
+        models[a.name] = _model_entry(pool, a.name, a.model, a.skills, a.tokens_mean, a.nonint_wrong)
         entry: dict[str, Any] = {"name": a.name, "model": a.name, "pattern": a.pattern}
         if a.tools:
             entry["tools"] = list(a.tools)
@@ -135,7 +142,9 @@ def header(config: FitSimConfig, pool: Pool, fit: SimFit) -> str:
         f"# against {lat.loglik_no_group:.1f} with group_corr 0); rho and the visible share per kind",
         "# below. repeat_corr 1: the real calls are greedy, a repeat answers the same. Verifier: its",
         "# own skill per kind gives the table's fix rate, keep_slip its break rate, switch_prob its",
-        "# detection rate. Real against simulated: experiments/sim-calibrated/.",
+        "# detection rate. nonint_wrong: per whole-number kind, the share of the agent's wrong answers",
+        "# that are not whole numbers (or none): where the rules' not-integer signal fires.",
+        "# Real against simulated: experiments/sim-calibrated/.",
     ]
     return "\n".join(lines) + "\n"
 
