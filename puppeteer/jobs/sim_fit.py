@@ -168,6 +168,7 @@ def fit_sim(config: FitSimConfig) -> tuple[SimFit, str]:
         doc, sort_keys=False, default_flow_style=None, width=120, allow_unicode=True
     )
     if config.out is not None:
+        config.out.parent.mkdir(parents=True, exist_ok=True)
         config.out.write_text(text, encoding="utf-8")
     return fit, text
 
