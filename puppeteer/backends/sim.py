@@ -931,7 +931,9 @@ class SimBackend:
         if draw.source == "unknown":
             answer_text = "Answer: unknown"
             text = "I am not sure how to solve this one; my best guess follows.\n" + answer_text
-        elif pattern == "pot":  # program of thought: a program that prints the answer (run later)
+        elif pattern == "pot" and draw.kind != "code":
+            # program of thought: a program that prints the answer (run later); on a code item the
+            # program is the function itself, as a real model writes it (the grader reads the block)
             answer_text = None
             text = "\n".join(["```python", f"answer = {draw.answer!r}", "print(answer)", "```"])
         else:
