@@ -230,3 +230,16 @@ def test_wrong_numeric_answers_are_not_whole_numbers_at_the_declared_share() -> 
     share = np.mean([not is_integer(o.answer) for o in outs])
     assert share == pytest.approx(0.3, abs=0.03)  # 3000 draws: 3.6 standard errors
     assert not any(o.correct for o in outs)
+
+
+def test_a_pot_agent_writes_the_function_itself_on_a_code_item() -> None:
+    from puppeteer.types import CallContext, CompletionRequest, Message
+
+    gold = "def add(a, b):\n    return a + b"
+    sim = SimBackend(answer_key={"c/0": SimItem(gold=gold, domain="c", kind="code")})
+    model = ModelSpec(name="m", backend="sim", target="sim-m", params_b=1.0, options={"skills": {"c": 1.0}})
+    request = CompletionRequest(
+        model=model, messages=(Message("user", "q"),), context=CallContext(item_key="c/0", pattern="pot")
+    )
+    text = sim.complete(request).text
+    assert f"```python\n{gold}\n```" in text and "print(answer)" not in text

@@ -32,6 +32,7 @@ from puppeteer.analytics.sim_check import (
     pair_figures,
     real_matrix,
     repeat_figure,
+    signal_figures,
     sim_matrix,
     single_call_figures,
     verifier_figures,
@@ -39,6 +40,7 @@ from puppeteer.analytics.sim_check import (
 from puppeteer.policies.rule_fit import Answer, fit_from_answers, outcome, solver_names, training_answers
 from puppeteer.pool import Pool, load_pool
 from puppeteer.replay import read_outcomes, read_steps
+from puppeteer.stats import wilson_interval
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task
 
@@ -78,6 +80,7 @@ def check(args: argparse.Namespace) -> None:
         "pairs": pair_figures(real, mats, args.boot),
         "verifier": verifier_figures(steps, sims, pool, flagged),
         "repeats": [repeat_figure(sims[:5], pool, solvers, real.items)],
+        "answer signals": signal_figures(outcomes, sims[: args.signal_seeds], pool, tasks, solvers),
     }
     out = {
         "real": REAL,
@@ -136,8 +139,10 @@ def policies_on(
     mean_cost: Mapping[tuple[str, str], float],
     solvers: Sequence[str],
     lam: float,
+    third: Mapping[str, str],
 ) -> dict[str, dict[str, float]]:
-    """Each policy's accuracy, cost and return on one world's held-out items."""
+    """Each policy's accuracy, cost and return on one world's held-out items (``third``: task id ->
+    ``KIND:THIRD``, its kind and the third of visible difficulty it falls in)."""
     out: dict[str, dict[str, float]] = {}
 
     def choice(given: str, t: Task) -> str:
@@ -146,7 +151,13 @@ def policies_on(
     for form, by_kind in routes.items():
         rows = []
         for t in tasks:
-            rule = by_kind.get(t.domain) or by_kind["*"]
+            # a visible third the training items lack takes its kind's rule
+            rule = (
+                by_kind.get(t.domain)
+                or by_kind.get(third[t.id])
+                or routes["rule"].get(t.domain)
+                or by_kind["*"]
+            )
             got = outcome(rule, t.id, singles, {})  # type: ignore[arg-type]
             assert got is not None
             rows.append(got)
@@ -166,6 +177,17 @@ def policies_on(
         best = max(solvers, key=lambda a: singles[t.id][a].correct - lam * singles[t.id][a].cost)
         rows.append((singles[t.id][best].correct, singles[t.id][best].cost))
     out["oracle (hindsight, single agents)"] = _value(rows, lam)
+    # the rule spaces' own optimum: rules chosen on these held-out items themselves (in-sample, so an
+    # optimistic bound on what a policy of that form, fixed cascades per kind or per kind and visible
+    # third, could reach)
+    binned = [replace(t, domain=third[t.id]) for t in tasks]
+    for name, items in (
+        ("rule, chosen in-sample", tasks),
+        ("rule per kind and visible third, in-sample", binned),
+    ):
+        chosen = dict(fit_from_answers(items, singles, {}, solvers, lam, "rule"))
+        got = [outcome(chosen[t.domain], t.id, singles, {}) for t in items]
+        out[name] = _value([g for g in got if g is not None], lam)
     # expected returns (no luck of the draws) of the kind, visible and item choices, each scored by the
     # item-latent probabilities: the paired measure of what the visible share is worth
     for given in ("kind", "visible", "item"):
@@ -193,32 +215,97 @@ def expectations(
     return out
 
 
+def thirds(pool: Pool, tasks: Sequence[Task]) -> dict[str, str]:
+    """Task id -> ``KIND:easy|mid|hard``: its visible score's third (of a standard normal)."""
+    sim = backend(pool, tasks, 0)
+    out = {}
+    for t in tasks:
+        d = sim.visible_score(t.id)
+        label = "mid" if d is None or -0.4307 <= d <= 0.4307 else ("easy" if d < 0 else "hard")
+        out[t.id] = f"{t.domain}:{label}"
+    return out
+
+
+def cached_answers(
+    pool: Pool, tasks: Sequence[Task], cost: str, seed: int, path: Path
+) -> dict[str, dict[str, Answer]]:
+    """:func:`training_answers` in world ``seed``, kept in ``path`` (JSON) for the next run."""
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        return {t: {a: Answer(**v) for a, v in row.items()} for t, row in raw.items()}
+    answers = training_answers(world(pool, seed), tasks, cost, seed=seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({t: {a: asdict(v) for a, v in row.items()} for t, row in answers.items()}))
+    return answers
+
+
+def through_env(
+    args: argparse.Namespace, test: Sequence[Task], worlds: Sequence[Mapping[str, Mapping[str, Answer]]]
+) -> list[str]:
+    """Per agent and kind on the held-out items: accuracy and model seconds through the ordinary
+    evaluation (the env renders, runs pot programs in the sandbox and grades), simulated over the
+    worlds, against the real table's on the same items."""
+    real_pool = load_pool(args.real_pool)
+    assert real_pool.replay is not None
+    ids = {t.id for t in test}
+    real = [o for o in read_outcomes(real_pool.replay) if o.suite == args.suite and o.task_id in ids]
+    lines = [
+        "| agent | kind | real accuracy [95%] | simulated (env) | inside | real model s | sim model s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    inside = 0
+    cells = sorted({(o.agent, o.domain) for o in real})
+    for agent, kind in cells:
+        rows = [o for o in real if o.agent == agent and o.domain == kind]
+        k, n = sum(o.correct for o in rows), len(rows)
+        lo, hi = wilson_interval(k, n)
+        sim = [w[t.id][agent] for w in worlds for t in test if t.domain == kind]
+        acc = float(np.mean([a.correct for a in sim]))
+        ok = lo - 1e-9 <= acc <= hi + 1e-9
+        inside += ok
+        lines.append(
+            f"| {agent} | {kind} | {k / n:.3f} [{lo:.3f}, {hi:.3f}] | {acc:.3f} | "
+            f"{'yes' if ok else '**no**'} | "
+            f"{np.mean([o.model_s for o in rows]):.1f} | {60 * np.mean([a.cost for a in sim]):.1f} |"
+        )
+    return [f"{inside} of {len(cells)} cells inside the real interval.", "", *lines]
+
+
 def optimum(args: argparse.Namespace) -> None:
     pool = load_pool(args.pool)
     train = load_suite(args.suite, "train", n=args.n_train)
     test = load_suite(args.suite, "test", n=args.n_test)
     solvers = solver_names(pool)
     lams = [float(x) for x in args.lams.split(",")]
-    train_answers = training_answers(world(pool, 0), train, args.cost, seed=0)
+    work = args.work / f"{args.pool}-{args.cost}"
+    train_answers = cached_answers(pool, train, args.cost, 0, work / f"train{len(train)}-world0.json")
     mean_cost = {
         (a, k): float(np.mean([train_answers[t.id][a].cost for t in train if t.domain == k]))
         for a in solvers
         for k in {t.domain for t in train}
     }
+    third = thirds(pool, list(train) + list(test))
+    binned = [replace(t, domain=third[t.id]) for t in train]
     routes = {
         lam: {
             form: dict(fit_from_answers(train, train_answers, {}, solvers, lam, form))
             for form in ("single", "kind", "rule")
         }
+        | {
+            "rule per kind and visible third": dict(
+                fit_from_answers(binned, train_answers, {}, solvers, lam, "rule")
+            )
+        }
         for lam in lams
     }
-    rows = []
+    rows, worlds = [], []
     for seed in range(args.seeds):
         w = world(pool, seed)
-        singles = training_answers(w, test, args.cost, seed=seed)
+        singles = cached_answers(pool, test, args.cost, seed, work / f"test{len(test)}-world{seed}.json")
+        worlds.append(singles)
         expect = expectations(w, test, solvers)
         for lam in lams:
-            res = policies_on(test, singles, routes[lam], expect, mean_cost, solvers, lam)
+            res = policies_on(test, singles, routes[lam], expect, mean_cost, solvers, lam, third)
             rows.append({"seed": seed, "lam": lam, "policies": res})
         print(f"world {seed} done", flush=True)
     chosen = {
@@ -276,6 +363,14 @@ def optimum(args: argparse.Namespace) -> None:
             "Rules chosen: " + "; ".join(f"{f}: {v}" for f, v in chosen[str(lam)].items()),
             "",
         ]
+    if args.cost == "minutes":
+        lines += [
+            f"### The simulated agents through the env, against the real table ({len(test)} held-out items, "
+            f"{args.seeds} worlds)",
+            "",
+            *through_env(args, test, worlds),
+            "",
+        ]
     (args.out / "optimum.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
@@ -288,11 +383,13 @@ def main() -> None:
     p.add_argument("--suite", default="mix-local")
     p.add_argument("--seeds", type=int, default=None, help="simulated draws (check: 200; optimum: 5)")
     p.add_argument("--boot", type=int, default=1000, help="bootstrap resamples of the real items")
+    p.add_argument("--signal-seeds", type=int, default=5, help="simulated draws for the answer signals")
     p.add_argument("--lams", default="1,0", help="prices per model minute (optimum)")
     p.add_argument("--cost", default="minutes")
     p.add_argument("--n-train", type=int, default=200)
     p.add_argument("--n-test", type=int, default=320)
     p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument("--work", type=Path, default=Path("runs/sim-calibrated"), help="scratch: cached answers")
     args = p.parse_args()
     if args.seeds is None:
         args.seeds = 200 if args.what == "check" else 5
