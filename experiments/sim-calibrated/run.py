@@ -151,12 +151,11 @@ def policies_on(
     for form, by_kind in routes.items():
         rows = []
         for t in tasks:
-            # a visible third the training items lack takes its kind's rule
             rule = (
                 by_kind.get(t.domain)
                 or by_kind.get(third[t.id])
-                or routes["rule"].get(t.domain)
-                or by_kind["*"]
+                or by_kind.get("*")
+                or routes["rule"][t.domain]  # a visible third the training items lack: its kind's rule
             )
             got = outcome(rule, t.id, singles, {})  # type: ignore[arg-type]
             assert got is not None
