@@ -165,7 +165,8 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         ),
     ),
     (
-        r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$|^outcomes( (import|export|routers|steps))?$",
+        r"^(eval|run|ab|graph|sweep)( --[a-z-]+( [A-Z,]+)?)?$"
+        r"|^outcomes( (import|export|routers|steps|fit-sim))?$",
         RealModels("a mention of the sub-command in prose, not a command", slow=False),
     ),
     (
@@ -252,6 +253,14 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
             "reads the table the page's convert.py writes (minutes of routers on 5,989 queries); "
             "tests/test_outcomes_import.py and tests/test_bench_routers.py run the same commands on a toy "
             "table",
+            slow=False,
+        ),
+    ),
+    (
+        r"\boutcomes fit-sim\b",
+        RealModels(
+            "fits a simulated pool to a shipped table (a minute of maximum likelihood); "
+            "tests/test_sim_calibrated.py runs the fit on hand-built tables and checks the shipped sim-local",
             slow=False,
         ),
     ),

@@ -118,12 +118,26 @@ class SimParams:
     # (experiments/sim-routing/README.md, "Emergent graphs"). The marginal accuracy of every call is
     # unchanged.
     repeat_corr: float = 0.0
+    # the share of the correctness latent that calls of one model *group* (a model option ``group``,
+    # by default the model's target) share on an item beyond the item's difficulty ``rho``: the
+    # agents of one set of weights err together more than agents of different weights do
+    # (experiments/second-steps: within-kind error phi 0.27 for the same model, 0.05 across sizes).
+    # Two calls of one group have latent correlation rho + group_corr; of different groups, rho.
+    group_corr: float = 0.0
+    # a reviser whose own attempt is wrong, shown a wrong majority, states its own (other) wrong answer
+    # with this probability instead of repeating the majority: it flags a wrong answer without fixing
+    # it (a real verifier's detection rate is above its fix rate). 0 keeps the majority.
+    switch_prob: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.rho < 1.0:
             raise ValueError(f"rho must be in [0, 1), got {self.rho}")
         if not 0.0 <= self.repeat_corr <= 1.0:
             raise ValueError(f"repeat_corr must be in [0, 1], got {self.repeat_corr}")
+        if not 0.0 <= self.group_corr < 1.0 - self.rho:
+            raise ValueError(f"group_corr must be in [0, 1 - rho), got {self.group_corr} (rho {self.rho})")
+        if not 0.0 <= self.switch_prob <= 1.0:
+            raise ValueError(f"switch_prob must be a probability, got {self.switch_prob}")
         if not 0.0 <= self.keep_slip <= 1.0 or not 0.0 <= self.follow_prob <= 1.0:
             raise ValueError("keep_slip and follow_prob must be probabilities")
         if not self.distractor_weights or any(w < 0 for w in self.distractor_weights):
@@ -148,7 +162,8 @@ class SimOutcome:
     ``source`` says where the answer came from: own (own attempt), kept (kept a visible correct
     answer), dropped (abandoned a visible correct answer), fixed (replaced a visible wrong answer
     by the gold), repeated (repeated a visible wrong answer), followed (summarizer copied the
-    visible majority) or unknown (item not in the answer key).
+    visible majority), switched (replaced a visible wrong answer by another wrong one) or unknown (item
+    not in the answer key).
     """
 
     answer: str
@@ -208,12 +223,21 @@ def expected_accuracy(
     return shifted(skill(agent.model, column), shift)
 
 
+def tokens_mean(model: ModelSpec, column: str | None = None) -> float:
+    """The model's mean completion tokens (option ``tokens_mean``: a number, or column -> number; a
+    column the mapping lacks, or none, takes the mapping's mean)."""
+    value = (model.options or {}).get("tokens_mean", _DEFAULT_TOKENS_MEAN)
+    if isinstance(value, Mapping):
+        if column is not None and column in value:
+            return float(value[column])
+        return float(sum(float(v) for v in value.values()) / max(len(value), 1))
+    return float(value)
+
+
 def expected_call_cost(agent: Agent, params: SimParams | None = None, prompt_tokens: int = 0) -> float:
     """Expected USD of one call (completion tokens at the mean, ignoring the max_tokens cap)."""
     params = params or SimParams()
-    mean = float(agent.model.options.get("tokens_mean", _DEFAULT_TOKENS_MEAN)) * params.token_multiplier(
-        agent.pattern
-    )
+    mean = tokens_mean(agent.model) * params.token_multiplier(agent.pattern)
     return agent.model.usd(prompt_tokens, round(mean))
 
 
@@ -557,7 +581,8 @@ class _Prepared:
     gold_key: str
     wrong: tuple[str, ...]
     shared: float = 0.0  # sqrt(rho) * z: the item's part of every call's latent
-    own: float = 1.0  # sqrt(1 - rho): the weight of a call's own noise
+    own: float = 1.0  # sqrt(1 - rho - group_corr): the weight of a call's own noise
+    group: float = 0.0  # sqrt(group_corr): the weight of the item's draw per model group
 
 
 @dataclass(frozen=True)
@@ -570,6 +595,8 @@ class _Worker:
     log_mean: float  # log(max(mean tokens, 1)) - sigma^2 / 2
     first_token_s: float
     tokens_per_s: float
+    group: str = ""  # the model group whose calls share a part of their latent (``group_corr``)
+    nonint: float = 0.0  # share of its wrong numeric answers stated as numbers that are not whole
 
 
 class _Draw(NamedTuple):
@@ -618,6 +645,8 @@ class SimBackend:
         distractor_weights: Sequence[float] = (0.7, 0.2, 0.1),
         difficulty: Mapping[str, Any] | DifficultyModel | None = None,
         repeat_corr: float = 0.0,
+        group_corr: float = 0.0,
+        switch_prob: float = 0.0,
         answer_text: bool = True,
     ) -> None:
         self.answer_key: dict[str, SimItem] = dict(answer_key or {})
@@ -642,6 +671,8 @@ class SimBackend:
             if isinstance(difficulty, DifficultyModel) or difficulty is None
             else DifficultyModel.from_options(difficulty),
             repeat_corr=float(repeat_corr),
+            group_corr=float(group_corr),
+            switch_prob=float(switch_prob),
         )
         self._prepared: dict[str, _Prepared] = {}
         self._workers: dict[tuple[int, str, str, tuple[str, ...], str], _Worker] = {}
@@ -676,6 +707,9 @@ class SimBackend:
             if self.params.difficulty is not None:
                 z, _ = self.params.difficulty.latent(item.domain, item.visible_x, z)
             rho = self.rho_for(item.domain)
+            g = self.params.group_corr
+            if rho + g >= 1.0:
+                raise ValueError(f"rho {rho} of domain {item.domain!r} plus group_corr {g} must stay below 1")
             prepared = _Prepared(
                 item,
                 self.column_for(item.domain),
@@ -684,16 +718,31 @@ class SimBackend:
                 normalize_answer(gold, item.kind),
                 wrong,
                 math.sqrt(rho) * z,
-                math.sqrt(1.0 - rho),
+                math.sqrt(1.0 - rho - g),
+                math.sqrt(g),
             )
             self._prepared[key] = prepared
         return prepared
 
-    def _pick_wrong(self, prepared: _Prepared, u: float) -> str:
-        for edge, answer in zip(self._edges(len(prepared.wrong)), prepared.wrong, strict=True):
-            if u < edge:
+    def _pick_wrong(self, prepared: _Prepared, u: float, nonint: float = 0.0) -> str:
+        """A distractor by popularity; with probability ``nonint`` a whole-number one is stated as a
+        number that is not whole (a real model's wrong arithmetic often is: ``11.75``, ``1.5``)."""
+        edges = self._edges(len(prepared.wrong))
+        k = next((i for i, edge in enumerate(edges) if u < edge), len(edges) - 1)
+        answer = prepared.wrong[k]
+        if nonint <= 0.0 or prepared.item.kind != "numeric" or not _CANONICAL_INT.fullmatch(answer):
+            return answer
+        low, high = (edges[k - 1] if k else 0.0), edges[k]
+        # u's place within its bin is a uniform of its own
+        return f"{answer}.5" if (u - low) / max(high - low, 1e-12) < nonint else answer
+
+    def _other_wrong(self, prepared: _Prepared, majority_key: str, own: str) -> str:
+        """The call's own wrong answer, or the first distractor that is not the majority's answer."""
+        kind = prepared.item.kind
+        for answer in (own, *prepared.wrong):
+            if _normalized(answer, kind) != majority_key:
                 return answer
-        return prepared.wrong[-1]
+        return own
 
     def _edges(self, n: int) -> tuple[float, ...]:
         """The cumulative shares of the first ``n`` distractor weights (the popularity of wrong answers)."""
@@ -740,9 +789,10 @@ class SimBackend:
         worker = self._worker(a.model, item.column, a.pattern or "cot", tuple(a.tools), item.item.kind)
         if worker.p >= 1.0 or worker.threshold is None:
             return 1.0 if worker.p >= 1.0 else 0.0
-        if item.own == 0.0:
+        spread = math.sqrt(item.own * item.own + item.group * item.group)  # the group draw is not the item's
+        if spread == 0.0:
             return float(item.shared < worker.threshold)
-        return _STD_NORMAL.cdf((worker.threshold - item.shared) / item.own)
+        return _STD_NORMAL.cdf((worker.threshold - item.shared) / spread)
 
     def rho_for(self, domain: str) -> float:
         """The share of the correctness latent that is item difficulty, for an item of ``domain``."""
@@ -766,14 +816,21 @@ class SimBackend:
                 skill(model, column), self.params.pattern_shift(pattern) + self.params.tool_shift(tools, kind)
             )
             threshold = _STD_NORMAL.inv_cdf(p) if 0.0 < p < 1.0 else None
-            worker = _Worker(model, p, threshold, *self._token_constants(model, pattern))
+            options: Mapping[str, Any] = model.options or {}
+            group = str(options.get("group", model.target))
+            nonint = float(dict(options.get("nonint_wrong") or {}).get(column, 0.0))
+            worker = _Worker(
+                model, p, threshold, *self._token_constants(model, pattern, column), group, nonint
+            )
             self._workers[key] = worker
         return worker
 
-    def _token_constants(self, model: ModelSpec, pattern: str) -> tuple[float, float, float]:
+    def _token_constants(
+        self, model: ModelSpec, pattern: str, column: str | None = None
+    ) -> tuple[float, float, float]:
         """log(mean tokens) - sigma^2 / 2, first-token seconds and tokens per second of a call."""
         options: Mapping[str, Any] = model.options or {}
-        mean = float(options.get("tokens_mean", _DEFAULT_TOKENS_MEAN)) * self.params.token_multiplier(pattern)
+        mean = tokens_mean(model, column) * self.params.token_multiplier(pattern)
         sigma = self.params.tokens_sigma
         return (
             math.log(max(mean, 1.0)) - sigma * sigma / 2.0,
@@ -781,16 +838,28 @@ class SimBackend:
             float(options.get("tokens_per_s", _DEFAULT_TOKENS_PER_S)),
         )
 
-    def _call_noise(self, u_e: float, item_key: str, request: CompletionRequest, pattern: str) -> float:
-        """A call's own standard-normal noise; with ``repeat_corr`` r > 0, sqrt(r) of it is drawn once per
-        (episode sample, item, model, pattern), so the same agent asked again shares it."""
+    def _call_noise(
+        self, u_e: float, u_wrong: float, item_key: str, request: CompletionRequest, pattern: str
+    ) -> tuple[float, float]:
+        """A call's own standard-normal noise and the uniform that picks its wrong answer; with
+        ``repeat_corr`` r > 0, sqrt(r) of the noise is drawn once per (episode sample, item, model,
+        pattern), so the same agent asked again shares it; with r = 1 the wrong answer is drawn there
+        too, so a repeat says what the first call said (a greedy model asked the same question again)."""
         z = _STD_NORMAL.inv_cdf(u_e)
         r = self.params.repeat_corr
         if r <= 0.0:
-            return z
+            return z, u_wrong
         key = f"{self.seed}|repeat|{item_key}|{request.model.target}|{pattern}|{request.sample_index}"
-        z_repeat = _STD_NORMAL.inv_cdf(_uniforms(key, 1)[0])
-        return math.sqrt(r) * z_repeat + math.sqrt(1.0 - r) * z
+        u_repeat, u_repeat_wrong = _uniforms(key, 2)
+        z_repeat = _STD_NORMAL.inv_cdf(u_repeat)
+        if r >= 1.0:
+            return z_repeat, u_repeat_wrong
+        return math.sqrt(r) * z_repeat + math.sqrt(1.0 - r) * z, u_wrong
+
+    def _group_noise(self, item_key: str, group: str) -> float:
+        """The item's standard-normal draw for one model group (shared by the group's calls)."""
+        (u,) = _uniforms(f"{self.seed}|group|{item_key}|{group}", 1)
+        return _STD_NORMAL.inv_cdf(u)
 
     def _draw(self, request: CompletionRequest) -> _Draw:
         ctx = request.context
@@ -808,12 +877,12 @@ class SimBackend:
         kind = item.item.kind
         worker = self._worker(request.model, item.column, pattern, ctx.tools, kind)
         p = worker.p
-        own_correct = p >= 1.0 or (
-            worker.threshold is not None
-            and item.shared + item.own * self._call_noise(u_e, ctx.item_key, request, pattern)
-            < worker.threshold
-        )
-        own_answer = item.gold if own_correct else self._pick_wrong(item, u_wrong)
+        noise, u_own_wrong = self._call_noise(u_e, u_wrong, ctx.item_key, request, pattern)
+        latent = item.shared + item.own * noise
+        if item.group:
+            latent += item.group * self._group_noise(ctx.item_key, worker.group)
+        own_correct = p >= 1.0 or (worker.threshold is not None and latent < worker.threshold)
+        own_answer = item.gold if own_correct else self._pick_wrong(item, u_own_wrong, worker.nonint)
 
         answer, correct, source = own_answer, own_correct, "own"
         if visible and (pattern in REVISING_PATTERNS or pattern in FOLLOWING_PATTERNS):
@@ -836,6 +905,8 @@ class SimBackend:
                     answer, correct, source = self._pick_wrong(item, u_wrong), False, "dropped"
             elif own_correct:
                 answer, correct, source = item.gold, True, "fixed"
+            elif u_choice < self.params.switch_prob:  # flags the wrong majority with another wrong answer
+                answer, correct, source = self._other_wrong(item, majority_key, own_answer), False, "switched"
             else:
                 answer, correct, source = majority, False, "repeated"
         return _Draw(answer, correct, item.column, p, source, kind, u_tokens, u_text, worker)
@@ -860,7 +931,9 @@ class SimBackend:
         if draw.source == "unknown":
             answer_text = "Answer: unknown"
             text = "I am not sure how to solve this one; my best guess follows.\n" + answer_text
-        elif pattern == "pot":  # program of thought: a program that prints the answer (run later)
+        elif pattern == "pot" and draw.kind != "code":
+            # program of thought: a program that prints the answer (run later); on a code item the
+            # program is the function itself, as a real model writes it (the grader reads the block)
             answer_text = None
             text = "\n".join(["```python", f"answer = {draw.answer!r}", "print(answer)", "```"])
         else:
@@ -913,4 +986,5 @@ __all__ = [
     "oracle_agent",
     "shifted",
     "skill",
+    "tokens_mean",
 ]

@@ -130,6 +130,18 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
         help="the learned router's first-decision loss weights (trainer.first_weights)",
     )
     routers.add_argument("--no-learned", action="store_true", help="only the field's routers")
+    fit = sub.add_parser(
+        "fit-sim",
+        help="fit a simulated pool to a pool's shipped outcome table (accuracy, tokens, error correlation, "
+        "verifier rates) and write its pool file",
+    )
+    fit.add_argument("--pool", required=True, help="a pool with a shipped table (replay: folder)")
+    fit.add_argument(
+        "--suite", required=True, help="the table's suite (its questions give visible difficulty)"
+    )
+    fit.add_argument("--name", default="sim-local", help="the simulated pool's name")
+    fit.add_argument("--out", required=True, help="the pool file to write (e.g. agents/sim-local.yaml)")
+    fit.add_argument("--no-group", action="store_true", help="no per-model correlation (group_corr 0)")
 
 
 def _import(args: argparse.Namespace, console: Console) -> int:
@@ -220,6 +232,21 @@ def _routers(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _fit_sim(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
+    from puppeteer.jobs.sim_fit import FitSimConfig, fit_sim
+
+    config = FitSimConfig(args.pool, args.suite, args.name, Path(args.out), fit_group=not args.no_group)
+    fit, _ = fit_sim(config)
+    lat = fit.latent
+    console.print(
+        f"wrote {args.out}: {len(fit.agents)} agents, {len(fit.verifiers)} verifier(s); group_corr "
+        f"{lat.group_corr}, rho {dict(lat.rho)}, visible {dict(lat.visible)}"
+    )
+    return 0
+
+
 def _split_size(rows: Sequence[Outcome], split: str) -> str | None:
     """``of N in SUITE/SPLIT``: how many items the suite's split holds (None where it cannot load)."""
     from puppeteer.tasks import load_suite
@@ -246,6 +273,8 @@ def outcomes_command(args: argparse.Namespace, console: Console) -> int:
         return _routers(args, console)
     if args.outcomes_cmd == "export":
         return _export(args, console)
+    if args.outcomes_cmd == "fit-sim":
+        return _fit_sim(args, console)
 
     pool = load_pool(args.pool)
     table = Path(args.table) if args.table else pool.replay
