@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
+from puppeteer.agents.pool import Pool, load_pool, pool_from_dict
 from puppeteer.analytics.second_steps import relations, within_kind_phi
 from puppeteer.analytics.sim_check import accuracies, backend, call, real_matrix, relation_phis, sim_matrix
 from puppeteer.analytics.sim_fit import AgentSpec, fit_latent, fit_table, kind_tables
+from puppeteer.backends.replay import Outcome, StepOutcome, read_outcomes
 from puppeteer.backends.sim import SimBackend, SimItem
 from puppeteer.jobs.sim_fit import pool_document
-from puppeteer.pool import Pool, load_pool, pool_from_dict
-from puppeteer.replay import Outcome, StepOutcome, read_outcomes
 from puppeteer.tasks import load_suite
 from puppeteer.types import Agent, ModelSpec
 
@@ -218,7 +218,7 @@ def test_a_verifier_flags_a_wrong_answer_without_fixing_it_at_switch_prob() -> N
 
 
 def test_wrong_numeric_answers_are_not_whole_numbers_at_the_declared_share() -> None:
-    from puppeteer.signals import is_integer
+    from puppeteer.tasks.signals import is_integer
 
     items = _items(3000, "x")
     model = ModelSpec(

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.second_steps import flagged, relations
 from puppeteer.analytics.sim_check import (
     Figure,
@@ -37,10 +38,9 @@ from puppeteer.analytics.sim_check import (
     single_call_figures,
     verifier_figures,
 )
+from puppeteer.backends.replay import read_outcomes, read_steps
+from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.policies.rule_fit import Answer, fit_from_answers, outcome, solver_names, training_answers
-from puppeteer.pool import Pool, load_pool
-from puppeteer.replay import read_outcomes, read_steps
-from puppeteer.stats import wilson_interval
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task
 

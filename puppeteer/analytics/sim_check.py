@@ -26,12 +26,12 @@ from itertools import combinations
 
 import numpy as np
 
+from puppeteer.agents.pool import Pool
 from puppeteer.analytics.second_steps import within_kind_phi
+from puppeteer.backends.replay import Outcome, StepOutcome
 from puppeteer.backends.sim import SimBackend, SimOutcome, normalize_answer
-from puppeteer.envbuild import backend_options
-from puppeteer.pool import Pool
-from puppeteer.replay import Outcome, StepOutcome
-from puppeteer.stats import wilson_interval
+from puppeteer.envs.build import backend_options
+from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.types import Agent, CallContext, CompletionRequest, Message, Task
 
 _PROMPT = (Message("user", "(simulated)"),)

@@ -1,6 +1,6 @@
 """Fit a simulator pool to a shipped outcome table: one simulated agent per real one, same items' world.
 
-Read from a pool's table (:mod:`puppeteer.replay`): every solver alone on every item
+Read from a pool's table (:mod:`puppeteer.backends.replay`): every solver alone on every item
 (``outcomes.jsonl.gz``) and the recorded two-step chains (``steps.jsonl.gz``). The fit writes what the
 simulator (:mod:`puppeteer.backends.sim`) can express:
 
@@ -38,9 +38,9 @@ from scipy.special import log_ndtr, logsumexp
 from scipy.stats import multivariate_normal
 
 from puppeteer.analytics.second_steps import flagged
+from puppeteer.backends.replay import Outcome, StepOutcome
 from puppeteer.backends.sim_difficulty import DifficultyModel
-from puppeteer.replay import Outcome, StepOutcome
-from puppeteer.signals import is_integer
+from puppeteer.tasks.signals import is_integer
 
 _N = NormalDist()
 MAX_SHARED = 0.97  # rho_k + g stays below this (a call keeps some noise of its own)

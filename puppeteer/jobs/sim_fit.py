@@ -1,7 +1,8 @@
 """``puppeteer outcomes fit-sim``: fit a simulated pool to a pool's shipped outcome table and write it.
 
-Reads the pool's table (:func:`puppeteer.replay.read_outcomes`, :func:`~puppeteer.replay.read_steps`) and
-the suite's questions (their lengths: the visible difficulty), fits it
+Reads the pool's table (:func:`puppeteer.backends.replay.read_outcomes`,
+:func:`~puppeteer.backends.replay.read_steps`) and the suite's questions (their lengths: the visible
+difficulty), fits it
 (:func:`puppeteer.analytics.sim_fit.fit_table`) and writes a pool file whose agents mirror the real ones
 on the simulator (:func:`pool_document`), with a header naming the table and the command.
 """
@@ -15,11 +16,11 @@ from typing import Any
 
 import yaml
 
+from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.sim_fit import AgentSpec, SimFit, fit_table
+from puppeteer.backends.replay import read_outcomes, read_steps
 from puppeteer.backends.sim_difficulty import visible_feature
 from puppeteer.errors import UserError
-from puppeteer.pool import Pool, load_pool
-from puppeteer.replay import read_outcomes, read_steps
 from puppeteer.tasks import load_suite
 
 
