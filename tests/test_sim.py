@@ -14,16 +14,14 @@ from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.backends.base import Backend
 from puppeteer.backends.sim import (
     SimBackend,
-    SimItem,
     SimOutcome,
     SkillError,
-    distractors,
     expected_accuracy,
-    normalize_answer,
     oracle_agent,
     shifted,
     skill,
 )
+from puppeteer.backends.sim_answers import SimItem, distractors, normalize_answer
 from puppeteer.types import Agent, CallContext, CompletionRequest, Message, ModelSpec
 
 # The Conductor paper's table (percent), in the order of COLUMNS.

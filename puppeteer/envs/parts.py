@@ -41,7 +41,7 @@ from puppeteer.utils.checks import check_env_settings
 from puppeteer.utils.memo import BoundedMemo
 
 if TYPE_CHECKING:
-    from puppeteer.backends.sim import SimItem
+    from puppeteer.backends.sim_answers import SimItem
 
 MODES = ("step", "workflow")
 INVALID_ACTIONS = ("raise", "remap")
@@ -208,7 +208,7 @@ class GradeMemo(BoundedMemo[tuple[str, str, "str | None"], bool]):
 
 def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:
     """What the simulator needs to know about each item (never shown to real backends)."""
-    from puppeteer.backends.sim import SimItem
+    from puppeteer.backends.sim_answers import SimItem
     from puppeteer.backends.sim_difficulty import visible_feature
 
     kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
