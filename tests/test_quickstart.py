@@ -261,6 +261,7 @@ def test_several_seeds_and_the_fitted_rules_in_one_run(tmp_path: Path) -> None:
     assert test.n == 2 * SIM.n_eval
     assert summary["headline"].startswith("Over 2 seeds the trained router scores")
     assert f"(exact McNemar p = {test.p_value:.2g}, {test.n} (seed, item) pairs)" in summary["headline"]
-    assert "Seeds 5 to 6" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "Seeds 5 to 6" in report and "](seed5/learning_curve.png)" in report
     single = next(r for r in summary["results"] if r["policy"].startswith("best-single"))
     assert single["calls"] == 1.0

@@ -579,6 +579,12 @@ def seed_note(seed: int, n_seeds: int = 1) -> str:
     )
 
 
+def _curves_dir(s: Mapping[str, Any]) -> str:
+    """Where the report's learning curves are: the run itself, or the first seed's folder of several."""
+    seeds = s.get("seeds", [])
+    return f"seed{seeds[0]}/" if len(seeds) > 1 else ""
+
+
 def _report(s: dict[str, Any]) -> str:
     lines = [
         "# puppeteer quickstart report",
@@ -614,10 +620,10 @@ def _report(s: dict[str, Any]) -> str:
         *([s["headline"], ""] if s.get("headline") else []),
         "![accuracy vs cost](pareto.png)",
         "",
-        "![learning curve](learning_curve.png)",
+        f"![learning curve]({_curves_dir(s)}learning_curve.png)",
         "",
         *(
-            ["![learning curve after the call](learning_curve_after_call.png)", ""]
+            [f"![learning curve after the call]({_curves_dir(s)}learning_curve_after_call.png)", ""]
             if s.get("after_call_episodes")
             else []
         ),
