@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from puppeteer.agents.pool import PoolError, load_pool
+from puppeteer.agents.pool import Pool, PoolError, load_pool
 from puppeteer.envs.build import build_env
 from puppeteer.outcomes.importer import import_table
 from puppeteer.policies.puppeteer import PuppeteerPolicy
@@ -22,7 +22,7 @@ MOCK = {"big": "The big model says 4.\nAnswer: 4", "small": "The small model say
 
 
 def _logs() -> pd.DataFrame:
-    """Arithmetic questions only `big` gets right, trivia questions only `small` (at a tenth of the cost)."""
+    """Arithmetic QUESTIONS only `big` gets right, trivia QUESTIONS only `small` (at a tenth of the cost)."""
     rows = []
     for i in range(24):
         kind = "sum" if i % 2 else "trivia"
@@ -62,8 +62,11 @@ def test_the_import_names_live_models_and_the_live_pool_uses_them(imported: Path
         replace(pool, live={"big": pool.live["big"]}).live_pool()
 
 
-def test_a_router_trained_on_the_logs_routes_live_requests(imported: Path, tmp_path: Path) -> None:
-    pool = load_pool(imported / "pool.yaml")
+QUESTIONS = ["Compute the sum of 21 and 24 plus seven", "Which painter made artwork number 20 famous"]
+
+
+def _router_trained_on_the_logs(pool: Pool, imported: Path, run: Path) -> str:
+    """A one-call router trained on the imported table's training items; its policy spec."""
     env = build_env(
         None,
         pool=pool,
@@ -82,15 +85,19 @@ def test_a_router_trained_on_the_logs_routes_live_requests(imported: Path, tmp_p
         env,
         policy,
         ReinforceConfig(episodes=40, batch_episodes=20, first_step="all", eval_every=10**9),
-        tmp_path / "run",
+        run,
     )
-    spec = f"puppeteer:{tmp_path / 'run' / 'final'}"
-    questions = ["Compute the sum of 21 and 24 plus seven", "Which painter made artwork number 20 famous"]
+    return f"puppeteer:{run / 'final'}"
+
+
+def test_a_router_trained_on_the_logs_routes_live_requests(imported: Path, tmp_path: Path) -> None:
+    pool = load_pool(imported / "pool.yaml")
+    spec = _router_trained_on_the_logs(pool, imported, tmp_path / "run")
     suite = str(imported / "suite.yaml")
     with Orchestrator.load(spec, pool, max_steps=1, lam=0.0, suite=suite, split="test") as logged:
-        on_logs = [logged.answer(q) for q in questions]  # the test items, replayed from the table
+        on_logs = [logged.answer(q) for q in QUESTIONS]  # the test items, replayed from the table
     with Orchestrator.load(spec, pool.live_pool(), max_steps=1, lam=0.0) as live:
-        on_live = [live.answer(q) for q in questions]
+        on_live = [live.answer(q) for q in QUESTIONS]
     for a, b in zip(on_logs, on_live, strict=True):
         assert a.correct is not None and b.correct is None  # a live question has no gold answer
         assert [s.agent_name for s in b.steps] == [s.agent_name for s in a.steps]  # the same router's choice
@@ -106,7 +113,7 @@ def test_a_router_trained_on_the_logs_routes_live_requests(imported: Path, tmp_p
     with Orchestrator.load(spec, pool.live_pool(), max_steps=1, lam=0.0) as orch:
         reply = TestClient(create_app(orch)).post(
             "/v1/chat/completions",
-            json={"model": "puppeteer", "messages": [{"role": "user", "content": questions[0]}]},
+            json={"model": "puppeteer", "messages": [{"role": "user", "content": QUESTIONS[0]}]},
         )
     assert reply.status_code == 200
     assert reply.json()["choices"][0]["message"]["content"] == on_live[0].final_answer
@@ -126,34 +133,13 @@ def test_the_embedded_models_stand_in_for_the_logged_ones(imported: Path, tmp_pa
     raw["backend_options"] = {"llamacpp": {"n_ctx": 1024}}
     (imported / "pool-embedded.yaml").write_text(yaml.safe_dump(raw))  # beside its table (replay: .)
     pool = load_pool(imported / "pool-embedded.yaml")
-    env = build_env(
-        None,
-        pool=pool,
-        suite=str(imported / "suite.yaml"),
-        split="train",
-        mode="step",
-        max_steps=1,
-        min_steps=1,
-        cost_model="usd",
-        lam=0.0,
-    )
-    policy = PuppeteerPolicy(
-        pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=1, min_steps=1), seed=0
-    )
-    train(
-        env,
-        policy,
-        ReinforceConfig(episodes=40, batch_episodes=20, first_step="all", eval_every=10**9),
-        tmp_path / "run",
-    )
-    spec = f"puppeteer:{tmp_path / 'run' / 'final'}"
-    questions = ["Compute the sum of 21 and 24 plus seven", "Which painter made artwork number 20 famous"]
+    spec = _router_trained_on_the_logs(pool, imported, tmp_path / "run")
     with Orchestrator.load(
         spec, pool, max_steps=1, lam=0.0, suite=str(imported / "suite.yaml"), split="test"
     ) as o:
-        logged = [o.answer(q) for q in questions]
+        logged = [o.answer(q) for q in QUESTIONS]
     with Orchestrator.load(spec, pool.live_pool(), max_steps=1, lam=0.0) as o:
-        live = [o.answer(q) for q in questions]
+        live = [o.answer(q) for q in QUESTIONS]
     targets = {"big": "qwen2.5-coder-1.5b", "small": "qwen2.5-coder-0.5b"}
     for a, b in zip(logged, live, strict=True):
         assert [s.agent_name for s in b.steps] == [s.agent_name for s in a.steps]
@@ -162,5 +148,5 @@ def test_the_embedded_models_stand_in_for_the_logged_ones(imported: Path, tmp_pa
         assert step.completion.text.strip()  # the embedded model's own words, not a logged response
     for agent, target in targets.items():  # each embedded model serves its agent's requests
         with Orchestrator.load(f"single:{agent}", pool.live_pool(), max_steps=1, lam=0.0) as o:
-            reply = o.answer(questions[0])
+            reply = o.answer(QUESTIONS[0])
         assert target in reply.steps[0].completion.model and reply.steps[0].completion.text.strip()

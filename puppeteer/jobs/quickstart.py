@@ -269,6 +269,14 @@ def _run_quickstart(
     seeds = [cfg.seed + i for i in range(cfg.seeds)]
     short = f"{short_pool_name(pool)}, {cfg.suite} [{backend_name}]"  # titles fit their figures
     rows, results = [], {}
+
+    def add(name: str, spec: Any, max_steps: int, folder: str, seed: int) -> None:
+        r = _evaluate(
+            cfg, spec, pool, eval_tasks, eval_backend, max_steps, run / "eval" / folder, seed, console
+        )
+        results[name] = r
+        rows.append(_row(name, r))
+
     first_run: _SeedRun | None = None
     for seed in seeds:
         sub = run if len(seeds) == 1 else run / f"seed{seed}"
@@ -283,34 +291,10 @@ def _run_quickstart(
         first_run = first_run or done
         tail, folder = ("", "") if len(seeds) == 1 else (f" seed {seed}", f"-seed{seed}")
         for name, spec, max_steps in done.arms:
-            r = _evaluate(
-                cfg,
-                spec,
-                pool,
-                eval_tasks,
-                eval_backend,
-                max_steps,
-                run / "eval" / (_slug(name) + folder),
-                seed,
-                console,
-            )
-            results[name + tail] = r
-            rows.append(_row(name + tail, r))
+            add(name + tail, spec, max_steps, _slug(name) + folder, seed)
     assert first_run is not None  # cfg.seeds >= 1
     for spec, max_steps in _baseline_specs(cfg):
-        r = _evaluate(
-            cfg,
-            spec,
-            pool,
-            eval_tasks,
-            eval_backend,
-            max_steps,
-            run / "eval" / _slug(spec),
-            cfg.seed,
-            console,
-        )
-        results[spec] = r
-        rows.append(_row(spec, r))
+        add(spec, spec, max_steps, _slug(spec), cfg.seed)
 
     trained = trained_rows(rows)[0]["policy"]
     trained_dir = results[trained].out_dir

@@ -2,7 +2,7 @@
 rule and the best single agent, on the same held-out items.
 
 Rows are plain dicts (policy, accuracy, ci, calls, tokens, model_s, wall_s, cache hits / misses), one
-per evaluated policy; ``correct`` maps each row's policy to its per-item grades (task id -> bool) for
+per evaluated policy; ``grades`` maps each row's policy to its per-item grades (task id -> bool) for
 the paired tests.
 """
 
@@ -108,24 +108,15 @@ def versus(label: str, mine: Sequence[Row], ref: Row, key: str, grades: Grades |
     )
 
 
-def comparisons(rows: Sequence[Row], grades: Grades | None = None) -> list[Versus]:
-    """The trained router against the best rule and against the best single agent (those present)."""
-    key, _ = cost_axis(rows)
-    mine = trained_rows(rows)
-    if not mine:
-        return []
-    refs = [("the best rule", best_rule(rows)), ("the best single agent", best_single(rows))]
-    return [versus(label, mine, ref, key, grades) for label, ref in refs if ref is not None]
-
-
 def headline(rows: Sequence[Row], grades: Grades | None = None) -> str | None:
     """Sentences: the trained router (the mean and the worst of its seeds) against the best rule and the
     best single agent among the rows, in accuracy points and cost ratio, with the exact McNemar p when
     per-item grades are given. None without a trained row or a reference."""
     key, _ = cost_axis(rows)
     mine = trained_rows(rows)
-    found = comparisons(rows, grades)
-    if not found:
+    refs = [("the best rule", best_rule(rows)), ("the best single agent", best_single(rows))]
+    found = [versus(label, mine, ref, key, grades) for label, ref in refs if ref is not None]
+    if not mine or not found:
         return None
     unit = UNITS[key]
     cost = fmean(float(r[key]) for r in mine)
