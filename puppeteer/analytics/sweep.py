@@ -215,9 +215,6 @@ def _cache(settings: Mapping[str, Any], cfg: Mapping[str, Any]) -> Path | None:
     return resolve_cache(pool, given, no_cache=str(given).lower() == "off")
 
 
-FITTED_PREFIX = "best-"  # policy specs chosen on training items at the run's lambda (policies/rule_fit.py)
-
-
 def gather(
     out: Path,
     track: SweepTrack,
@@ -262,11 +259,12 @@ def gather(
         else:
             rows.append(heldout_row(r, track, **extra))
     from puppeteer.evaluation.evaluate import slug
+    from puppeteer.policies.rules import is_fitted
 
     values = sorted({r.value for r in runs})
     for spec in baselines:
         # a fitted rule (best-rule, best-single, ...) is chosen at a lambda: one point per swept value
-        at = values if spec.startswith(FITTED_PREFIX) else [float(cfg[track.param])]
+        at = values if is_fitted(spec) else [float(cfg[track.param])]
         for lam in at:
             folder = slug(spec) if len(at) == 1 else f"{slug(spec)}_lam{lam:g}"
             res = evaluate(spec, out_dir=out / "baselines" / folder, lam=lam, overwrite=True, **common)

@@ -37,6 +37,7 @@ from puppeteer.jobs.builder import StepJob
 from puppeteer.jobs.quickstart_report import ONE_CALL, TRAINED, UNITS, cost_axis, headline, trained_rows
 from puppeteer.policies.puppeteer import PuppeteerPolicy
 from puppeteer.policies.puppeteer_config import PolicyConfig
+from puppeteer.policies.rules import FITTED_RULES
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ROUNDED_UP, ReinforceConfig, TrainState, train
 from puppeteer.types import Task
@@ -419,9 +420,6 @@ def _curves(done: _SeedRun, run: Path, short: str, first_step: str) -> None:
             f"The decision after the router's call: {short}",
             note=CURVE_NOTE,
         )
-
-
-FITTED_RULES = ("best-rule", "best-kind", "best-single")
 
 
 def _baseline_specs(cfg: QuickstartConfig) -> list[tuple[str, int]]:

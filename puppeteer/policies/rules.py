@@ -250,10 +250,20 @@ def _rules(arg: str, pool: Pool, max_steps: int) -> RulePolicy:
     return RulePolicy(rules.name, rules=rules)
 
 
+FITTED_FORMS = ("single", "kind", "rule")
+FITTED_RULES = tuple(f"best-{f}" for f in FITTED_FORMS)
+"""The rule specs chosen on a suite's training items at the run's lambda (``best-rule[:N[:COST]]``)."""
+
+
+def is_fitted(spec: str) -> bool:
+    """Whether a policy spec is a rule fitted at the run's lambda (so each lambda has its own)."""
+    return spec.split(":", 1)[0] in FITTED_RULES
+
+
 RULE_KINDS: Mapping[str, Callable[[str, Pool, int], RulePolicy] | str] = MappingProxyType(
     {
         "rules": _rules,
-        **{f"best-{f}": f"puppeteer.policies.rule_fit:best_{f}" for f in ("single", "kind", "rule")},
+        **{f"best-{f}": f"puppeteer.policies.rule_fit:best_{f}" for f in FITTED_FORMS},
     }
 )
 """The registry's rule kinds (the fitted ones by ``module:function``: imported on first use)."""
