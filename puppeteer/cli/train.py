@@ -41,6 +41,12 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache", default=None, help="SQLite response cache (default ~/.cache/puppeteer/responses.sqlite)"
     )
+    p.add_argument(
+        "--pool",
+        default=d.pool,
+        help="pool name or YAML path with the job's eight agents (default local-mix, replayed; sim-local: "
+        "the same agents on the simulator calibrated on its table)",
+    )
     p.add_argument("--n-train", type=int, default=d.n_train)
     p.add_argument("--n-eval", type=int, default=d.n_eval)
     p.add_argument("--episodes", type=int, default=d.episodes)
@@ -87,6 +93,7 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
 
     apply_replay_flag(args)
     cfg = QuickstartConfig(
+        pool=args.pool,
         n_train=args.n_train,
         n_eval=args.n_eval,
         episodes=args.episodes,
