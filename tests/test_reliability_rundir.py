@@ -111,6 +111,7 @@ def test_a_killed_holder_releases_the_lock_and_the_run_resumes(
     assert (out / "results.json").exists()
 
 
+@pytest.mark.integration
 def test_two_trainings_started_at_once_one_runs_and_the_files_equal_a_run_alone(tmp_path: Path) -> None:
     """Two processes on one ``out`` started together (seeds 0 and 1): exactly one trains, the other exits
     non-zero having written nothing (refused by the lock, or by the finished run's checkpoint if it came

@@ -124,6 +124,7 @@ def test_a_pool_finds_its_table_beside_its_yaml(tmp_path: Path) -> None:
         pool_from_dict({**raw, "replay": 3})
 
 
+@pytest.mark.data
 def test_the_shipped_local_mix_table_replays_every_agent_exactly(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -148,6 +148,7 @@ def test_build_steps_on_the_simulator_records_chains_and_resumes(tmp_path: Path)
     assert len(read_steps(table)) == 6
 
 
+@pytest.mark.data
 def test_every_shipped_second_step_replays_under_strict_replay(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

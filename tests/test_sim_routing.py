@@ -326,6 +326,7 @@ def test_accuracy_given_the_item_is_what_repeated_calls_on_it_score() -> None:
         sim.accuracy_given_item(agent, "no-such-item")
 
 
+@pytest.mark.data
 def test_the_training_limit_picks_per_domain_from_the_training_items_and_values_them_held_out() -> None:
     """training_limit: per domain the agent of best mean E[G | item] over the training items, valued on
     the held-out items. On sim-routing (300 training items) those picks are the held-out optimum's

@@ -115,6 +115,7 @@ def test_the_env_puts_the_verdict_in_the_signals_only_when_asked(monkeypatch: py
     assert (True, True) in seen  # the items drawn include an answer that passes its examples
 
 
+@pytest.mark.data
 def test_on_the_shipped_table_failing_the_examples_means_failing_the_tests() -> None:
     """Every HumanEval answer of every agent in the shipped local-mix table (real Qwen2.5-Coder answers,
     520 items' worth; no model): an answer that fails the calls its docstring shows is almost never right,
