@@ -8,7 +8,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from puppeteer.backends.continuous import (
+from puppeteer.backends.llamacpp.continuous import (
     BatchEntry,
     ContinuousBatcher,
     DecodeError,

@@ -166,7 +166,7 @@ def test_a_canonical_whole_number_is_normalized_as_the_long_way_would(n: int, ki
     """normalize_answer returns a canonical whole number as it is (the simulator's distractors are
     such numbers, normalized at every new item); the long way (sign of zero, leading zeros, floats past
     1e15) agrees wherever the shortcut is taken."""
-    from puppeteer.backends.sim_answers import _CANONICAL_INT, _canonical_number, normalize_answer
+    from puppeteer.backends.sim.answers import _CANONICAL_INT, _canonical_number, normalize_answer
 
     text = str(n)
     got = normalize_answer(text, kind)
@@ -178,7 +178,7 @@ def test_a_canonical_whole_number_is_normalized_as_the_long_way_would(n: int, ki
 
 
 def test_non_canonical_numbers_still_take_the_long_way() -> None:
-    from puppeteer.backends.sim_answers import normalize_answer
+    from puppeteer.backends.sim.answers import normalize_answer
 
     assert normalize_answer("-0", "numeric") == "0"
     assert normalize_answer("007", "numeric") == "7"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from puppeteer.backends.ggml_dl import CpuBackend, ensure_cpu_backend, mapped_variant, variant_files
+from puppeteer.backends.llamacpp.ggml_dl import CpuBackend, ensure_cpu_backend, mapped_variant, variant_files
 
 
 def test_variant_files_are_found_by_name_and_the_first_folder_wins(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_the_mapped_variant_is_read_from_the_process_maps(tmp_path: Path) -> Non
 
 def test_a_build_with_the_cpu_backend_linked_in_is_left_alone() -> None:
     pytest.importorskip("llama_cpp")
-    from puppeteer.backends.ggml_dl import variant_dirs
+    from puppeteer.backends.llamacpp.ggml_dl import variant_dirs
 
     if variant_files(variant_dirs()):
         pytest.skip("this environment has a runtime-dispatch build")

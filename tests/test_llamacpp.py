@@ -184,7 +184,7 @@ def test_extra_buffer_switch_is_scoped_and_restored() -> None:
     pytest.importorskip("llama_cpp")
     import llama_cpp.llama as llama_module
 
-    from puppeteer.backends.llamacpp import _extra_buffers_disabled
+    from puppeteer.backends.llamacpp.backend import _extra_buffers_disabled
 
     low = llama_module.llama_cpp
     assert low.llama_model_default_params().use_extra_bufts is True
@@ -357,7 +357,8 @@ def test_loading_is_thread_safe(tmp_path: Path) -> None:
 
 def test_batched_completion_reports_queue_wait_apart_from_latency(monkeypatch: pytest.MonkeyPatch) -> None:
     """The call's wall time minus the batcher's queue wait is latency_s; the wait is queue_s."""
-    from puppeteer.backends import llamacpp, llamacpp_batch
+    from puppeteer.backends.llamacpp import backend as llamacpp
+    from puppeteer.backends.llamacpp import batch as llamacpp_batch
 
     response = {
         "choices": [{"message": {"content": "4"}, "finish_reason": "stop"}],
@@ -381,7 +382,7 @@ def test_concurrent_model_loads_leave_stdout_working(monkeypatch: pytest.MonkeyP
     import llama_cpp
     from llama_cpp._utils import suppress_stdout_stderr
 
-    from puppeteer.backends import llamacpp
+    from puppeteer.backends.llamacpp import backend as llamacpp
 
     class SlowSilentLoad:  # what Llama.__init__ does with verbose=False, made slow enough to overlap
         def __init__(self, **kwargs: object) -> None:
@@ -441,7 +442,7 @@ def test_one_at_a_time_path_never_runs_two_models_on_more_threads_than_cores(
     llama.cpp's spinning threads oversubscribe the CPUs); with half the cores each, both may run."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from puppeteer.backends import llamacpp
+    from puppeteer.backends.llamacpp import backend as llamacpp
 
     monkeypatch.setattr(llamacpp, "available_cpus", lambda: 2)
     backend = llamacpp.LlamaCppBackend(n_threads=n_threads, batching=False)
@@ -466,7 +467,7 @@ def test_one_at_a_time_path_never_runs_two_models_on_more_threads_than_cores(
     ],
 )
 def test_default_threads_count_only_cpus_that_are_busy_now(monkeypatch, load, idle_share, threads) -> None:
-    from puppeteer.backends import llamacpp
+    from puppeteer.backends.llamacpp import backend as llamacpp
 
     monkeypatch.setattr(llamacpp, "available_cpus", lambda: 2)
     monkeypatch.setattr(llamacpp.os, "cpu_count", lambda: 2)
@@ -479,7 +480,7 @@ def test_default_threads_count_only_cpus_that_are_busy_now(monkeypatch, load, id
 
 
 def test_cpu_times_read_proc_stat(tmp_path: Path) -> None:
-    from puppeteer.backends.llamacpp import _cpu_times
+    from puppeteer.backends.llamacpp.backend import _cpu_times
 
     stat = tmp_path / "stat"
     stat.write_text("cpu  10 0 5 80 5 0 0 0 0 0\ncpu0 5 0 2 40 3 0 0 0 0 0\n")

@@ -21,7 +21,7 @@ from puppeteer.backends.sim import (
     shifted,
     skill,
 )
-from puppeteer.backends.sim_answers import SimItem, distractors, normalize_answer
+from puppeteer.backends.sim.answers import SimItem, distractors, normalize_answer
 from puppeteer.types import Agent, CallContext, CompletionRequest, Message, ModelSpec
 
 # The Conductor paper's table (percent), in the order of COLUMNS.

@@ -15,7 +15,7 @@ from puppeteer.analytics.sim_check import accuracies, backend, call, real_matrix
 from puppeteer.analytics.sim_fit import AgentSpec, fit_latent, fit_table, kind_tables
 from puppeteer.backends.replay import Outcome, StepOutcome, read_outcomes
 from puppeteer.backends.sim import SimBackend
-from puppeteer.backends.sim_answers import SimItem
+from puppeteer.backends.sim.answers import SimItem
 from puppeteer.jobs.sim_fit import pool_document
 from puppeteer.tasks import load_suite
 from puppeteer.types import Agent, ModelSpec

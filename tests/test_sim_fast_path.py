@@ -20,7 +20,7 @@ from puppeteer.agents.pool import load_pool
 from puppeteer.agents.pot import run_program
 from puppeteer.agents.reasoning import PATTERNS
 from puppeteer.backends.sim import SimBackend
-from puppeteer.backends.sim_answers import _OPENERS, SimItem, _reasoning_prefix, _render_final, display_answer
+from puppeteer.backends.sim.answers import _OPENERS, SimItem, _reasoning_prefix, _render_final, display_answer
 from puppeteer.envs.env import VOUCHED_GRADERS, ConductorEnv
 from puppeteer.envs.executor import EpisodeContext, _answer
 from puppeteer.envs.rollout import EpisodeEnd, run_episode

@@ -15,8 +15,8 @@ from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.optimum import sim_backend, visible_optimum
 from puppeteer.analytics.sim_calibration import DomainOutcomes, fit_domain, statistics
 from puppeteer.backends.sim import SimBackend
-from puppeteer.backends.sim_answers import SimItem
-from puppeteer.backends.sim_difficulty import DifficultyModel, conditional_accuracy, visible_feature
+from puppeteer.backends.sim.answers import SimItem
+from puppeteer.backends.sim.difficulty import DifficultyModel, conditional_accuracy, visible_feature
 from puppeteer.envs.build import EnvConfig, build_env
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.surface import N_SURFACE, surface_features

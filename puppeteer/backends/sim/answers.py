@@ -21,7 +21,7 @@ class SimItem:
     domain: str
     kind: str = "numeric"  # numeric | letter | math | code | text
     choices: tuple[str, ...] = ()
-    visible_x: float | None = None  # the question's visible difficulty feature (sim_difficulty)
+    visible_x: float | None = None  # the question's visible difficulty feature (sim/difficulty.py)
 
 
 _BOXED = re.compile(r"\\boxed\s*\{")

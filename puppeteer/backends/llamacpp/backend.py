@@ -16,7 +16,7 @@ Options worth knowing:
   in the last bits; at ``temperature > 0`` that can change the sampled text. Pass
   ``reuse_prefix=False`` for samples that are bit-reproducible from the seed alone.
 - ``batching`` (default True): every model gets one decoding loop
-  (:class:`~puppeteer.backends.continuous.ContinuousBatcher`) that serves all pending calls
+  (:class:`~puppeteer.backends.llamacpp.continuous.ContinuousBatcher`) that serves all pending calls
   in batches, one sequence id per call in one unified KV cache of ``kv_size`` cells (default
   :func:`default_kv_size`: 1,024 a sequence, at least ``2 * n_ctx``), at most ``n_parallel`` at
   once. Prompts, stop strings, ``max_tokens``, seeds, finish reasons and token counts are those
@@ -35,7 +35,7 @@ Options worth knowing:
 - ``share_prefix`` (default True, batching with ``reuse_prefix``): calls in flight together
   evaluate their common prompt prefix (a system prompt, the few-shot examples) once; the
   other sequences get its KV cells from the one that evaluated it
-  (:class:`~puppeteer.backends.continuous.ContinuousBatcher`).
+  (:class:`~puppeteer.backends.llamacpp.continuous.ContinuousBatcher`).
 - ``flash_attn`` (default True): llama.cpp's fused attention kernel, on both paths (so a batch
   of one still runs the one-at-a-time path's kernels). With 16 sequences in one unified cache it
   is what lets the engine match ``llama-server`` (docs/benchmarks.md, "Against llama-server");
@@ -49,7 +49,7 @@ Options worth knowing:
   26954), so ``None`` (auto) turns them off when the build reports ``AMX_INT8 = 1``.
 - ``cpu_variant``: for a build with runtime CPU dispatch (``-DGGML_BACKEND_DL=ON
   -DGGML_CPU_ALL_VARIANTS=ON``), the CPU backend to load (``icelake``, ``haswell`` ...); ``None``
-  lets ggml pick the best for this CPU (:mod:`puppeteer.backends.ggml_dl`). Ignored by builds
+  lets ggml pick the best for this CPU (:mod:`puppeteer.backends.llamacpp.ggml_dl`). Ignored by builds
   with the CPU backend linked in.
 """
 
@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from puppeteer.backends.base import SyncBackend
-from puppeteer.backends.continuous import ContinuousBatcher
+from puppeteer.backends.llamacpp.continuous import ContinuousBatcher
 from puppeteer.backends.models import EMBEDDED_MODELS, EmbeddedModel, get_model, model_path
 from puppeteer.types import Completion, CompletionRequest
 
@@ -137,7 +137,7 @@ def load_llama(
     """A ``llama_cpp.Llama`` for ``path`` with the settings the backend uses (see module notes)."""
     from llama_cpp import Llama  # heavy import, only when a model is actually used
 
-    from puppeteer.backends.ggml_dl import ensure_cpu_backend
+    from puppeteer.backends.llamacpp.ggml_dl import ensure_cpu_backend
 
     cpu = ensure_cpu_backend(cpu_variant)
     if cpu.dynamic:
@@ -345,7 +345,7 @@ class LlamaCppBackend(SyncBackend):
             if slot.llama is None:
                 slot.llama = self._load(key)
             if slot.batcher is None:
-                from puppeteer.backends.llamacpp_batch import LlamaCppEngine
+                from puppeteer.backends.llamacpp.batch import LlamaCppEngine
 
                 slot.engine = LlamaCppEngine(
                     slot.llama,
@@ -407,7 +407,7 @@ class LlamaCppBackend(SyncBackend):
         key = request.model.target
         kwargs = self._call_kwargs(request)
         if self.batching:
-            from puppeteer.backends.llamacpp_batch import batched_chat_completion
+            from puppeteer.backends.llamacpp.batch import batched_chat_completion
 
             llama, batcher = self.batcher(key)
             start = time.perf_counter()

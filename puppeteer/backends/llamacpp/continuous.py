@@ -36,7 +36,7 @@ out of cache. A job that fails (bad prompt, sampler error, a decode that fails e
 gets its exception; the other jobs of the batch go on.
 
 The engine is a :class:`typing.Protocol` so the scheduling logic is tested with a fake one;
-:mod:`puppeteer.backends.llamacpp_batch` implements it with llama.cpp's ``llama_batch``.
+:mod:`puppeteer.backends.llamacpp.batch` implements it with llama.cpp's ``llama_batch``.
 """
 
 from __future__ import annotations

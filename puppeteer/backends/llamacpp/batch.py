@@ -1,20 +1,21 @@
-"""llama.cpp under the continuous batcher: an :class:`~puppeteer.backends.continuous.Engine` and chat calls.
+"""llama.cpp under the continuous batcher: an :class:`~puppeteer.backends.llamacpp.continuous.Engine`
+and chat calls.
 
 :class:`LlamaCppEngine` is a second llama.cpp context on a loaded ``llama_cpp.Llama``'s model
 with ``n_seq_max`` sequences in one unified KV cache of ``kv_size`` cells (or, with
 ``kv_unified=False``, one stream of ``kv_size / n_seq_max`` cells per sequence; the other context
 settings, flash attention included, are the ``Llama``'s); it fills a
-``llama_batch`` from :class:`~puppeteer.backends.continuous.BatchEntry` rows and samples with
+``llama_batch`` from :class:`~puppeteer.backends.llamacpp.continuous.BatchEntry` rows and samples with
 the sampler chain that ``Llama._init_sampler`` builds (same settings, same seed).
 
 :func:`batched_chat_completion` answers a ``create_chat_completion`` call through the batcher
 while running llama-cpp-python's own chat handler: the handler formats the messages with the
 model's chat template, tokenizes them and merges the template's stop strings, then calls
 ``create_completion`` on what it believes is the ``Llama``; that call becomes a
-:class:`~puppeteer.backends.continuous.GenerationJob` and waits for its result. So prompts,
+:class:`~puppeteer.backends.llamacpp.continuous.GenerationJob` and waits for its result. So prompts,
 stop strings and the response dict are the one-at-a-time path's, byte for byte; the dict also
 carries ``"timings": {"queue_s", "run_s"}``, the job's wait for a slot and its time from admission
-to finish (the batcher's :class:`~puppeteer.backends.continuous.GenerationResult`).
+to finish (the batcher's :class:`~puppeteer.backends.llamacpp.continuous.GenerationResult`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from puppeteer.backends.continuous import (
+from puppeteer.backends.llamacpp.continuous import (
     BatchEntry,
     DecodeError,
     GenerationJob,

@@ -32,7 +32,7 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from puppeteer.backends.sim_answers import (
+from puppeteer.backends.sim.answers import (
     _CANONICAL_INT,
     _FILLER,
     SimItem,
@@ -44,7 +44,7 @@ from puppeteer.backends.sim_answers import (
     distractors,
     normalize_answer,
 )
-from puppeteer.backends.sim_difficulty import DifficultyModel, conditional_accuracy
+from puppeteer.backends.sim.difficulty import DifficultyModel, conditional_accuracy
 from puppeteer.types import Agent, Completion, CompletionRequest, ModelSpec
 
 logger = logging.getLogger(__name__)
