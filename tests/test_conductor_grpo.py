@@ -321,17 +321,17 @@ def test_shared_prompt_training_matches_trls_full_forward(
     import torch
     from safetensors.torch import load_file
 
-    import puppeteer.train.grpo_trainer as grpo_trainer
+    import puppeteer.train.grpo.shared_prompt as shared_prompt
 
     shared_calls: list[bool] = []
-    real = grpo_trainer.shared_prompt_logps
+    real = shared_prompt.shared_prompt_logps
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
         shared_calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(grpo_trainer, "shared_prompt_logps", spy)
+    monkeypatch.setattr(shared_prompt, "shared_prompt_logps", spy)
     results = {}
     for share in (True, False):
         overrides = (

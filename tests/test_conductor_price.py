@@ -110,7 +110,7 @@ def test_grpo_rows_draw_a_price_and_the_trained_run_plans_at_any_lambda(tmp_path
 
     from puppeteer.evaluation.evaluate import evaluate_policy
     from puppeteer.train.grpo import GRPOJob, run_conductor_training
-    from puppeteer.train.grpo_eval import TrainedConductor
+    from puppeteer.train.grpo.policy import TrainedConductor
 
     cfg = conductor_cfg(
         FULL_FT, *TINY, "grpo.max_steps=1", "eval.before=false", "workflow_lam_range=[0.01,1]"

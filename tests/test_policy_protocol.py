@@ -161,4 +161,4 @@ def test_the_registry_resolves_the_longest_kind_and_imports_lazily(pool: Pool) -
         registry.make("nobody", pool)
     # the core names the GRPO kind without importing the trainer (a fresh registry: the shared one may
     # have resolved it already in this process)
-    assert default_registry().factories["conductor:grpo"] == "puppeteer.train.grpo_eval:grpo_conductor"
+    assert default_registry().factories["conductor:grpo"] == "puppeteer.train.grpo.policy:grpo_conductor"

@@ -36,7 +36,8 @@ from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings
 from puppeteer.train.conductor_generation import install_access_list_stop
 from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.extras import require
-from puppeteer.train.grpo import GRPOJob, generate
+from puppeteer.train.grpo.config import GRPOJob
+from puppeteer.train.grpo.heldout import generate
 from puppeteer.train.plan_constraint import install_plan_constraint
 from puppeteer.types import Completion, ConductorAction, TrainItems
 
