@@ -99,7 +99,7 @@ def test_a_puppeteer_policy_is_copied_per_worker_and_its_eval_equals_the_sequent
         concurrency=1,
         max_steps=3,
     )
-    with caplog.at_level("WARNING", logger="puppeteer.evaluation.evaluate"):
+    with caplog.at_level("WARNING", logger="puppeteer.evaluation.executors"):
         many = evaluate_policy(
             policy,
             pool,
