@@ -284,7 +284,7 @@ _OPENERS: Mapping[str, str] = MappingProxyType(
 # The reasoning lines (openers and filler) hold nothing an answer extractor reads: no answer marker,
 # box, digit, lone option letter, code fence or continuation marker ("Question:"). The final answer
 # part that follows them (``_render_final``) is therefore all an extractor needs, and completions
-# carry it as ``Completion.answer_text`` (tests/test_sim_fast_path.py checks every line against every
+# carry it as ``Completion.answer_text`` (tests/envs/test_sim_fast_path.py checks every line against every
 # built-in grader).
 
 

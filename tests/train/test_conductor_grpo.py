@@ -204,7 +204,7 @@ def test_the_docs_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     """docs/conductor-grpo.md's trl snippet, with the tiny model and one short step."""
     import re
 
-    doc = (Path(__file__).parents[1] / "docs" / "conductor-grpo.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "conductor-grpo.md").read_text()
     (code,) = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "GRPOTrainer(" in b]
     code = (
         code.replace('"smollm2-135m"', '"tiny-random"')

@@ -26,7 +26,7 @@ from puppeteer.backends.replay import (
 )
 from puppeteer.cli.app import main
 from puppeteer.utils.resources import data_dir
-from tests.test_cache import CountingBackend, req
+from tests.backends.test_cache import CountingBackend, req
 
 SHIPPED = data_dir("agents") / "local-mix.replay"
 

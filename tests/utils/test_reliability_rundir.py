@@ -18,7 +18,7 @@ from puppeteer.cli.app import main
 from puppeteer.utils.rundir import LOCK_FILE, RunDirBusy, claim
 from puppeteer.utils.safeload import CheckpointError, atomic_torch_save
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = [
     "trainer.batch_episodes=16",
     "trainer.first_step=sample",  # groups of trainer.group_size: the episodes asked for are the episodes run

@@ -260,7 +260,7 @@ def test_pathological_digits_and_braces_are_fast() -> None:
 # Real completions of the embedded llama.cpp models (greedy decoding, `puppeteer quickstart`); `expected`
 # is a human reading of each text. See tests/data/README.md.
 
-LOCAL_OUTPUTS = Path(__file__).parent / "data" / "local_model_outputs.jsonl"
+LOCAL_OUTPUTS = Path(__file__).parents[1] / "data" / "local_model_outputs.jsonl"
 EXTRACTORS: dict[str, Callable[..., str | None]] = {"numeric": extract_number, "letter": extract_letter}
 
 

@@ -255,7 +255,7 @@ def test_first_step_all_with_later_steps_and_its_limits(tmp_path: Path) -> None:
     assert all(np.isfinite(h["train/loss"]) for h in state.history)
     lines = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 88
-    # over k-of-n subsets a group tries its k agents and the Terminator (tests/test_holdout_subsets.py)
+    # over k-of-n subsets a group tries its k agents and the Terminator (tests/agents/test_holdout_subsets.py)
     subsets = ConductorEnv(
         mode="step", pool="sim-paper", suite="arith", n_tasks=4, max_steps=2, k_available=3
     )

@@ -12,7 +12,7 @@ from puppeteer.tools.calculator import Calculator
 from puppeteer.tools.loop import find_tool_call, run_with_tools
 from puppeteer.types import Completion, CompletionRequest, Message, ModelSpec
 
-RECORDED = Path(__file__).parent / "data" / "tool_call_outputs.jsonl"
+RECORDED = Path(__file__).parents[1] / "data" / "tool_call_outputs.jsonl"
 
 
 def _records() -> list[dict[str, object]]:

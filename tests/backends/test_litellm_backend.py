@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from puppeteer.backends.litellm_backend import LiteLLMBackend, LiteLLMCallError
 from puppeteer.types import CompletionRequest, Message, ModelSpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-test-SECRET-0123456789abcdef"
 
 

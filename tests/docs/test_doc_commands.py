@@ -26,7 +26,7 @@ from puppeteer.cli import main
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     ROOT / "README.md",
     *sorted((ROOT / "docs").rglob("*.md")),
@@ -160,7 +160,7 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         RealModels(
             "trains on real local llama.cpp models for ~5-7 min on 2 cores "
             "(experiments/quickstart/results/report.md); "
-            "the same code path runs on the simulator in tests/test_quickstart.py",
+            "the same code path runs on the simulator in tests/jobs/test_quickstart.py",
             slow=False,
         ),
     ),
@@ -172,14 +172,15 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
     (
         r"^(graph|query) ",
         RealModels(
-            "reads runs that earlier commands of the page made; tests/test_analytics_*.py run it", slow=False
+            "reads runs that earlier commands of the page made; tests/analytics/test_analytics_*.py run it",
+            slow=False,
         ),
     ),
     (
         r"^sweep .*--track conductor",
         RealModels(
             "trains a language model with GRPO for each lambda and seed (~50 min a run on 2 cores); "
-            "tests/test_sweep.py runs the same command with a tiny model",
+            "tests/jobs/test_sweep.py runs the same command with a tiny model",
             slow=False,
         ),
     ),
@@ -205,7 +206,8 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
     (
         r"--ray\b|rollout_workers=[1-9]",
         RealModels(
-            "starts a local Ray instance (slow on 2 cores); tests/test_ray.py runs the same paths", slow=True
+            "starts a local Ray instance (slow on 2 cores); tests/evaluation/test_ray.py runs the same paths",
+            slow=True,
         ),
     ),
     (
@@ -219,22 +221,23 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
     (
         r"track=conductor",
         RealModels(
-            "trains a language model with GRPO (CPU minutes to GPU hours); tests/test_conductor_grpo.py runs "
-            "one step of each shipped config with a tiny model",
+            "trains a language model with GRPO (CPU minutes to GPU hours); "
+            "tests/train/test_conductor_grpo.py runs one step of each shipped config with a tiny model",
             slow=False,
         ),
     ),
     (
         r"^serve\b",
         RealModels(
-            "starts a server that runs until stopped; tests/test_serve.py runs it on 127.0.0.1", slow=False
+            "starts a server that runs until stopped; tests/serving/test_serve.py runs it on 127.0.0.1",
+            slow=False,
         ),
     ),
     (
         r"^pool calibrate\b",
         RealModels(
-            "loads each embedded llama.cpp model and times it alone (minutes on 2 cores); tests/test_cli.py "
-            "runs the command with the measurement faked",
+            "loads each embedded llama.cpp model and times it alone (minutes on 2 cores); "
+            "tests/cli/test_cli.py runs the command with the measurement faked",
             slow=False,
         ),
     ),
@@ -242,8 +245,8 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         r"runs/mine\b",
         RealModels(
             "reads the user's own log file, or the folder its import made (docs/own-outcomes.md); "
-            "tests/test_outcomes_import.py, tests/test_bench_routers.py and tests/test_outcomes_serve.py "
-            "run the same commands on a toy table",
+            "tests/outcomes/test_outcomes_import.py, tests/jobs/test_bench_routers.py and "
+            "tests/serving/test_outcomes_serve.py run the same commands on a toy table",
             slow=False,
         ),
     ),
@@ -251,8 +254,8 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         r"runs/field-routers\b",
         RealModels(
             "reads the table the page's convert.py writes (minutes of routers on 5,989 queries); "
-            "tests/test_outcomes_import.py and tests/test_bench_routers.py run the same commands on a toy "
-            "table",
+            "tests/outcomes/test_outcomes_import.py and tests/jobs/test_bench_routers.py run the same "
+            "commands on a toy table",
             slow=False,
         ),
     ),
@@ -260,7 +263,8 @@ NEEDS_REAL_MODELS: tuple[tuple[str, RealModels], ...] = (
         r"\boutcomes fit-sim\b",
         RealModels(
             "fits a simulated pool to a shipped table (a minute of maximum likelihood); "
-            "tests/test_sim_calibrated.py runs the fit on hand-built tables and checks the shipped sim-local",
+            "tests/backends/test_sim_calibrated.py runs the fit on hand-built tables and checks the shipped "
+            "sim-local",
             slow=False,
         ),
     ),

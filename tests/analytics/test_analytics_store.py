@@ -97,7 +97,7 @@ def test_a_killed_writer_loses_only_the_episode_in_flight(tmp_path: Path) -> Non
     script.write_text(WRITER.format(tests=str(Path(__file__).parent), stall=7))
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]),
     }
     proc = subprocess.Popen(
         [sys.executable, str(script), str(db)], stdout=subprocess.PIPE, text=True, env=env

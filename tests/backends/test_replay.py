@@ -24,9 +24,9 @@ from puppeteer.backends.replay import (
 )
 from puppeteer.envs.trajectories import read_trajectories
 from puppeteer.errors import UserError
-from tests.test_cache import CountingBackend, req
+from tests.backends.test_cache import CountingBackend, req
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _filled_table(tmp_path: Path) -> tuple[Path, CountingBackend]:

@@ -19,7 +19,7 @@ from puppeteer.jobs.quickstart import QuickstartConfig, run_quickstart
 from puppeteer.jobs.quickstart_report import cost_axis, headline, pooled_mcnemar
 from puppeteer.tasks import load_suite
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SIM = QuickstartConfig(
     pool="sim-paper",
     agents=("gpt5-cot", "gemma3-27b-cot", "qwen3-32b-cot"),

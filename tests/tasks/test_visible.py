@@ -155,7 +155,7 @@ def test_the_fixed_router_that_reads_the_examples_beats_the_best_single_agent_he
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "cascades.json"
     subprocess.run(
         [
@@ -191,7 +191,7 @@ def test_the_decision_after_a_trained_routers_call_learns_to_escalate_on_failed_
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PUPPETEER_REPLAY": "strict", "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     common = ["--pool", "local-mix", "--suite", "mix-local", "--steps", "train", "--n-train", "200"]
     common += ["--n-eval", "320", "--lam", "1", "--seed-list", "0", "--encoder", "minilm", "--quiet"]

@@ -113,7 +113,7 @@ def test_kill_9_during_a_checkpoint_write_loses_nothing_before_it(tmp_path: Path
         import torch
         import puppeteer.utils.safeload as safeload
         torch.set_num_threads({torch.get_num_threads()})  # the parent's: same float sums, same losses
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]  # test, helpers
         import test_reliability_training as t
         saves = []
         real_save = torch.save

@@ -8,7 +8,7 @@ import pytest
 
 from puppeteer.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from puppeteer.policies.registry import load_policy, make_policy
 from puppeteer.policies.rule_fit import Answer, choose, fit_from_answers, outcome, rule_space, rule_value
 from puppeteer.policies.rules import Rule, RulePolicy
 from puppeteer.types import Task
-from tests.test_cascade import TASKS, Scripted, _pool
+from tests.policies.test_cascade import TASKS, Scripted, _pool
 
 
 def test_rule_text_round_trips_and_bad_rules_fail() -> None:
@@ -84,8 +84,9 @@ def test_the_best_rule_per_kind_at_a_price_by_hand() -> None:
 
 
 def test_rules_run_step_by_step_and_escalate_only_when_the_trigger_fires(tmp_path: Path) -> None:
-    """The scripted pool of tests/test_cascade.py: `cheap` gives no answer on t/0 and 4 on t/1, `strong`
-    is always right (1000 tokens). cheap>strong@silent escalates t/0 only; @always would be a chain."""
+    """The scripted pool of tests/policies/test_cascade.py: `cheap` gives no answer on t/0 and 4 on t/1,
+    `strong` is always right (1000 tokens). cheap>strong@silent escalates t/0 only; @always would be a
+    chain."""
     backend = Scripted({"t/0": "No idea.", "t/1": "Answer: 4"})
     pool = _pool(True)
     policy = load_policy("rules:math=cheap>strong@silent", pool)
