@@ -14,7 +14,7 @@ Each figure is the median of ``--reps`` repetitions. Prints one JSON object (als
 figures per model. Builds made with ``-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON`` ship their
 CPU backends as ``libggml-cpu-<variant>.so`` files that llama-cpp-python 0.3.36 does not load
 (abetlen/llama-cpp-python#2069): ``--variant auto`` loads ggml's choice for this CPU,
-``--variant NAME`` loads ``libggml-cpu-NAME.so`` (``puppeteer/backends/ggml_dl.py``, loaded by
+``--variant NAME`` loads ``libggml-cpu-NAME.so`` (``puppeteer/backends/llamacpp/ggml_dl.py``, loaded by
 file path so this script needs nothing of the project). Run it alternately from each venv:
 
     /work/venv-dl/bin/python benchmarks/bench_cpu_build.py --variant auto MODEL.gguf ...
@@ -44,8 +44,9 @@ TEXT = (
 
 
 def load_ggml_dl() -> Any:
-    """``puppeteer/backends/ggml_dl.py`` by file path: it needs only ctypes and llama_cpp, not the project."""
-    path = Path(__file__).resolve().parents[1] / "puppeteer" / "backends" / "ggml_dl.py"
+    """``puppeteer/backends/llamacpp/ggml_dl.py`` by file path: it needs only ctypes and llama_cpp, not the
+    project."""
+    path = Path(__file__).resolve().parents[1] / "puppeteer" / "backends" / "llamacpp" / "ggml_dl.py"
     spec = importlib.util.spec_from_file_location("ggml_dl", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -278,6 +278,7 @@ DATA_FLOW: tuple[tuple[str, tuple[str, ...], str], ...] = (
             "puppeteer.policies",
             "puppeteer.envs.rollout",
             "puppeteer.evaluation.evaluate",
+            "puppeteer.evaluation.executors",
             "puppeteer.serving.orchestrator",
         ),
         "nothing below the env knows about policies or what runs them",

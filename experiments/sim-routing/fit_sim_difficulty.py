@@ -28,7 +28,7 @@ from puppeteer.analytics.sim_calibration import (
     statistics,
 )
 from puppeteer.backends.replay import read_outcomes
-from puppeteer.backends.sim_difficulty import DifficultyModel, visible_feature
+from puppeteer.backends.sim.difficulty import DifficultyModel, visible_feature
 from puppeteer.tasks import load_suite
 
 DOMAINS = ("gsm8k", "mmlu", "humaneval", "arith", "math500")

@@ -1,6 +1,6 @@
 """Fit the simulator's difficulty parameters on real outcomes, and compare real with simulated.
 
-The simulator's correctness model (:mod:`puppeteer.backends.sim`, :mod:`~puppeteer.backends.sim_difficulty`)
+The simulator's correctness model (:mod:`puppeteer.backends.sim`, :mod:`~puppeteer.backends.sim.difficulty`)
 is a random-effects probit: agent ``a`` answers item ``i`` correctly iff
 
     sqrt(rho) * z_i + sqrt(1 - rho) * e_ia < Phi^-1(p_a),   z_i = sqrt(w) * d_i + sqrt(1 - w) * u_i

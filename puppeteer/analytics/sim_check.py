@@ -30,7 +30,7 @@ from puppeteer.agents.pool import Pool
 from puppeteer.analytics.second_steps import within_kind_phi
 from puppeteer.backends.replay import Outcome, StepOutcome
 from puppeteer.backends.sim import SimBackend, SimOutcome
-from puppeteer.backends.sim_answers import normalize_answer
+from puppeteer.backends.sim.answers import normalize_answer
 from puppeteer.envs.build import backend_options
 from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.types import Agent, CallContext, CompletionRequest, Message, Task

@@ -39,7 +39,7 @@ from scipy.stats import multivariate_normal
 
 from puppeteer.analytics.second_steps import flagged
 from puppeteer.backends.replay import Outcome, StepOutcome
-from puppeteer.backends.sim_difficulty import DifficultyModel
+from puppeteer.backends.sim.difficulty import DifficultyModel
 from puppeteer.tasks.signals import is_integer
 
 _N = NormalDist()

@@ -116,7 +116,7 @@ class ConductorTrack:
     Each run's row is its ``results.json`` ``heldout_after``: greedy workflows of the trained
     conductor on ``n_eval`` held-out items, executed by the pool's workers. Cost per item counts the
     workers' calls (what ``workflow_lam`` prices), not the conductor's own plan. With ``reevaluate``
-    each run is evaluated as ``conductor:grpo:RUN`` (:mod:`puppeteer.train.grpo_eval`: the run's own
+    each run is evaluated as ``conductor:grpo:RUN`` (:mod:`puppeteer.train.grpo.policy`: the run's own
     prompt, answer prefix and agents) for per-item trajectories with the baselines' reset seeds.
     """
 

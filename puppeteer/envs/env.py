@@ -80,7 +80,7 @@ from puppeteer.utils.checks import number
 from puppeteer.utils.textsafe import encodable
 
 # graders whose extraction from a simulated completion's vouched answer_text equals their extraction
-# from its whole text (tests/test_sim_fast_path.py); any other grader always reads the whole text
+# from its whole text (tests/envs/test_sim_fast_path.py); any other grader always reads the whole text
 VOUCHED_GRADERS = frozenset(type(g) for g in default_graders().values())
 _MEMO_TASKS = 10_000  # tasks whose extractions are remembered before the memo starts over
 

@@ -41,7 +41,7 @@ from puppeteer.utils.checks import check_env_settings
 from puppeteer.utils.memo import BoundedMemo
 
 if TYPE_CHECKING:
-    from puppeteer.backends.sim_answers import SimItem
+    from puppeteer.backends.sim.answers import SimItem
 
 MODES = ("step", "workflow")
 INVALID_ACTIONS = ("raise", "remap")
@@ -208,8 +208,8 @@ class GradeMemo(BoundedMemo[tuple[str, str, "str | None"], bool]):
 
 def sim_answer_key(tasks: Sequence[Task]) -> dict[str, SimItem]:
     """What the simulator needs to know about each item (never shown to real backends)."""
-    from puppeteer.backends.sim_answers import SimItem
-    from puppeteer.backends.sim_difficulty import visible_feature
+    from puppeteer.backends.sim.answers import SimItem
+    from puppeteer.backends.sim.difficulty import visible_feature
 
     kinds = {"numeric": "numeric", "math": "math", "letter": "letter", "code": "code"}
     return {

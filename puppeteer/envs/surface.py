@@ -5,7 +5,7 @@ cheapest visible sign of difficulty (on the shipped real outcomes, longer HumanE
 items are answered correctly less often: experiments/sim-routing/README.md). :func:`surface_features` gives a
 fixed vector of roughly unit scale that the puppeteer policy reads with ``PolicyConfig.surface``.
 Its first entry is the simulator's visible difficulty feature
-(:func:`puppeteer.backends.sim_difficulty.visible_feature`) divided by 8.
+(:func:`puppeteer.backends.sim.difficulty.visible_feature`) divided by 8.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from puppeteer.backends.sim_difficulty import visible_feature
+from puppeteer.backends.sim.difficulty import visible_feature
 
 SURFACE_NAMES: tuple[str, ...] = (
     "log_chars",  # ln(characters) / 8

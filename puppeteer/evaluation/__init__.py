@@ -1,1 +1,2 @@
-"""Evaluation: the evaluator (evaluate.py), several evaluations at once, paired statistics."""
+"""Evaluation: the evaluator (evaluate.py), where its items run (executors.py), several evaluations at once,
+paired statistics."""

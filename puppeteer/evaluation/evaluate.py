@@ -17,7 +17,6 @@ gets the same sample index under every policy and a response cache shares identi
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -29,8 +28,6 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
-
-import numpy as np
 
 from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.envs.env import ConductorEnv
@@ -45,10 +42,10 @@ from puppeteer.utils.seeding import item_seed
 
 if TYPE_CHECKING:
     from puppeteer.backends.base import Backend
+from puppeteer.evaluation.executors import evaluate_on_ray, item_workers
 from puppeteer.evaluation.results import (
     EvalResult,
     _conductor_fields,
-    _line_record,
     _Record,
     _record_line,
     _summary,
@@ -81,21 +78,6 @@ def _cached_backends(env: ConductorEnv, pool: Pool) -> list[Any]:
             if isinstance(inner, counted):
                 found.append(inner)
     return found
-
-
-def _workers(
-    env: ConductorEnv, policy: Policy, concurrency: int, n: int
-) -> list[tuple[ConductorEnv, Policy]]:
-    """``(env, policy)`` per concurrent item: env clones and policy forks (their per-episode state)."""
-    workers: list[tuple[ConductorEnv, Policy]] = [(env, policy)]
-    for _ in range(min(concurrency, n) - 1):
-        try:
-            twin = policy.fork()
-        except Exception as e:  # a policy that cannot be copied runs its items one at a time
-            log.warning("policy %s cannot be copied (%s); items run one at a time", policy.name, e)
-            return workers[:1]
-        workers.append((env.clone(), twin))
-    return workers
 
 
 def _sort_lines(path: Path) -> None:
@@ -188,7 +170,7 @@ def _evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
             raise TypeError("Ray workers build their own policy: pass a spec, not a policy object")
         if settings.backend is not None:
             raise ValueError("Ray workers build their own backends: evaluate on Ray without backend=")
-        return _evaluate_on_ray(policy_or_spec, items, settings, settings.ray)
+        return evaluate_on_ray(policy_or_spec, items, settings, settings.ray, _eval_shard)
     if isinstance(policy_or_spec, str):
         spec = policy_or_spec
         policy = as_policy(make_policy(spec, pool, settings.episode.max_steps))
@@ -228,7 +210,7 @@ def _evaluate(policy_or_spec: str | Any, settings: EvalSettings) -> EvalResult:
     # a shared backend (``backend=``) keeps counting across runs: report this run's share only
     hits0, misses0 = sum(c.stats.hits for c in cached), sum(c.stats.misses for c in cached)
     concurrency = settings.concurrency
-    workers = _workers(
+    workers = item_workers(
         env,
         policy,
         concurrency if concurrency is not None else default_concurrency(_model_backends(pool, policy)),
@@ -385,7 +367,7 @@ def evaluate_policy(
     )
 
 
-# --------------------------------------------------------------------------- the Ray executor
+# --------------------------------------------------------------------------- one Ray shard
 
 
 def _eval_shard(spec: str, settings: EvalSettings) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -394,64 +376,6 @@ def _eval_shard(spec: str, settings: EvalSettings) -> tuple[dict[str, Any], list
         result = evaluate(spec, replace(settings, out_dir=tmp, progress=False, ray=None, overwrite=True))
         lines = [json.loads(line) for line in (Path(tmp) / "trajectories.jsonl").read_text().splitlines()]
     return result.to_dict(), lines
-
-
-def _evaluate_on_ray(
-    spec: str, items: Sequence[Task], settings: EvalSettings, ray_exec: RayExecutor
-) -> EvalResult:
-    from puppeteer.envs.distributed import init_ray
-
-    pool = settings.pool
-    assert isinstance(pool, Pool)
-    runtime_env = dict(ray_exec.runtime_env) if ray_exec.runtime_env is not None else None
-    ray = init_ray(ray_exec.address, ray_exec.num_cpus, runtime_env)
-    k = max(1, min(len(items), ray_exec.workers or int(ray.cluster_resources().get("CPU", 1))))
-    bounds = np.linspace(0, len(items), k + 1).astype(int)
-    remote = ray.remote(num_cpus=ray_exec.worker_cpus, max_retries=0)(_eval_shard)
-    cache = str(settings.cache) if settings.cache is not None else None
-    base = replace(settings, cache=cache, n=None, out_dir=None)
-    start = time.perf_counter()
-    futures = [
-        remote.remote(spec, replace(base, tasks=tuple(items[lo:hi]))) for lo, hi in itertools.pairwise(bounds)
-    ]
-    parts = ray.get(futures)
-    wall = time.perf_counter() - start
-
-    lines: list[dict[str, Any]] = []
-    for (_, shard_lines), offset in zip(parts, bounds[:-1], strict=True):
-        lines += [{**line, "index": int(line["index"]) + int(offset)} for line in shard_lines]
-    first = parts[0][0]
-    hits = [p[0]["cache_hits"] for p in parts if p[0]["cache_hits"] is not None]
-    misses = [p[0]["cache_misses"] for p in parts if p[0]["cache_misses"] is not None]
-    out = Path(settings.out_dir) if settings.out_dir is not None else None
-    keep = ("policy_name", "mode", "lam", "max_depth", "recursion", "final_answer", "train_items")
-    fields: dict[str, Any] = dict(
-        {key: first[key] for key in keep},
-        policy=spec,
-        pool=pool.name,
-        suite=settings.suite,
-        split=settings.split,
-        seed=settings.seed,
-        backends=tuple(first["backends"]),
-        available=tuple(first["available"]) if first["available"] else None,
-        max_steps=max(int(p[0]["max_steps"]) for p in parts),  # workflow plans may raise the limit
-        cache_path=cache,
-        out_dir=str(out) if out is not None else None,
-        cache_hits=sum(hits) if hits else None,
-        cache_misses=sum(misses) if misses else None,
-    )
-    records = [_line_record(line) for line in lines]
-    fields.update(_conductor_fields(records, int(fields["max_depth"])))
-    result = _summary(
-        records, len(items), speeds=pool, wall_s=wall, completed=len(lines) == len(items), **fields
-    )
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / "trajectories.jsonl").open("w") as sink:
-            for line in lines:
-                sink.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-        _write_results(out, result)
-    return result
 
 
 def slug(text: str) -> str:

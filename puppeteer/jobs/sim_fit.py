@@ -19,7 +19,7 @@ import yaml
 from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.sim_fit import AgentSpec, SimFit, fit_table
 from puppeteer.backends.replay import read_outcomes, read_steps
-from puppeteer.backends.sim_difficulty import visible_feature
+from puppeteer.backends.sim.difficulty import visible_feature
 from puppeteer.errors import UserError
 from puppeteer.tasks import load_suite
 

@@ -48,7 +48,7 @@ CONDUCTOR_SPEC_FORMS: tuple[str, ...] = (
     "conductor:grpo:RUN    a conductor trained by `puppeteer train track=conductor` (run dir RUN), planning"
     " with its run's prompt, answer prefix and agents (needs the grpo extra)",
 )
-# registered in puppeteer.policies.registry; lives in puppeteer.train.grpo_eval (batched generation)
+# registered in puppeteer.policies.registry; lives in puppeteer.train.grpo.policy (batched generation)
 GRPO_RUN_PREFIX = "conductor:grpo:"
 
 

@@ -33,7 +33,7 @@ from puppeteer.policies.rules import RULE_KINDS, RULE_SPEC_FORMS
 Factory = Callable[[str, Pool, int], Any]
 
 GRPO_KIND = "conductor:grpo"
-_BUILTIN_LAZY: Mapping[str, str] = {GRPO_KIND: "puppeteer.train.grpo_eval:grpo_conductor"}
+_BUILTIN_LAZY: Mapping[str, str] = {GRPO_KIND: "puppeteer.train.grpo.policy:grpo_conductor"}
 
 
 @dataclass

@@ -6,7 +6,7 @@ env step builds half a dozen such records (request, completion, step, trajectory
 constructors alone were a tenth of a step. :func:`fast_init` gives a frozen dataclass an
 ``__init__`` that fills the instance's ``__dict__`` directly, with the same signature, defaults,
 default factories and ``__post_init__``. Everything else (immutability, equality, hashing, repr,
-``dataclasses.replace``) stays the dataclass's own. ``tests/test_fastinit.py`` checks that each
+``dataclasses.replace``) stays the dataclass's own. ``tests/utils/test_fastinit.py`` checks that each
 decorated class builds what the dataclass's own ``__init__`` built.
 """
 

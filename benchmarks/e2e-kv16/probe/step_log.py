@@ -12,7 +12,7 @@ import runpy
 import sys
 import time
 
-from puppeteer.backends import continuous
+from puppeteer.backends.llamacpp import continuous
 
 _SINK = open(os.environ["STEP_LOG"], "w")  # noqa: SIM115 - open for the life of the process
 _STEP = continuous.ContinuousBatcher._step

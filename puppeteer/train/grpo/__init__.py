@@ -2,7 +2,9 @@
 
 The run's settings in :mod:`~puppeteer.train.grpo.config`, the trainer's callbacks, the held-out
 evaluation and the learning curve each in a module of their own; this package re-exports the public
-names, as ``trl`` does for its trainers.
+names, as ``trl`` does for its trainers. Two modules are imported on first use only:
+:mod:`~puppeteer.train.grpo.shared_prompt` (the ``trl.GRPOTrainer`` that runs a group's shared prompt
+once) and :mod:`~puppeteer.train.grpo.policy` (a finished run as the policy ``conductor:grpo:RUN``).
 """
 
 from puppeteer.train.grpo.callbacks import latest_checkpoint, metric_forwarder, resume_from, time_budget

@@ -80,7 +80,7 @@ def run_conductor_training(
     """
     from trl import GRPOTrainer
 
-    from puppeteer.train.grpo_trainer import SharedPromptGRPOTrainer
+    from puppeteer.train.grpo.shared_prompt import SharedPromptGRPOTrainer
 
     job = GRPOJob.from_mapping(cfg)
     run = Path(run_dir)

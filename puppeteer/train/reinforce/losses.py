@@ -165,7 +165,7 @@ def _all_pairs_loss(
     Weighing every first action's state alike (the gradient of the expected return would weigh it by
     pi(a0)) is policy iteration's order: each state's decision improves whether or not the policy
     goes there now, so a first action is judged by what the second step can make of it. With pi(a0)
-    the cheap-first-then-escalate plan of tests/test_cascade.py was lost on one seed of three: once
+    the cheap-first-then-escalate plan of tests/policies/test_cascade.py was lost on one seed of three: once
     the first step turned from the cheap agent, nothing taught the step after it.
 
     With ``second_target`` t the second decision is instead fitted to softmax(Q / t) over the actions
