@@ -25,6 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from offline import OfflineConfig, train_offline
 
 from puppeteer.analytics.plots import _title, save
 from puppeteer.analytics.references import oracle_router, run_plan
@@ -32,7 +33,6 @@ from puppeteer.envs.env import ConductorEnv
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.jobs.builder import StepJob, env_copies
 from puppeteer.jobs.study import SimSetting, episodes_to_reach
-from puppeteer.train.offline import OfflineConfig, train_offline
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 
 log = logging.getLogger(__name__)
