@@ -9,6 +9,4 @@ and below the command line (:mod:`puppeteer.cli`), which they never import.
   analysis of :mod:`puppeteer.analytics.sweep`.
 * :mod:`puppeteer.jobs.quickstart` — ``puppeteer quickstart`` on real local models.
 * :mod:`puppeteer.jobs.outcomes` — ``puppeteer outcomes build``: a pool's shipped outcome table.
-* :mod:`puppeteer.jobs.study` — the simulator study behind ``experiments/sim-study/sim_study.py``
-  and the learning-curve measures (episodes to reach a return) that other studies share.
 """

@@ -431,10 +431,6 @@ REPO_FILE_MESSAGES = {
         "puppeteer/jobs/baselines_table.py",
         "scripts/baselines_table.py",
     ): "the command line each table records",
-    (
-        "puppeteer/jobs/study.py",
-        "experiments/sim-study/sim_study.py",
-    ): "the reproduce line of experiments/sim-study/README.md",
 }
 
 
