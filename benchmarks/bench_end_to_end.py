@@ -61,7 +61,7 @@ def _baselines(specs: tuple[str, ...], n: int) -> Callable[[Path, Path], list[st
     def command(run: Path, cache: Path) -> list[str]:
         return [
             sys.executable,
-            "scripts/baselines_table.py",
+            "experiments/baselines-local/baselines_table.py",
             "--pool",
             "local",
             "--suites",
@@ -109,8 +109,8 @@ def workloads(
         ),
         "baselines": Workload(
             "baselines",
-            f"`scripts/baselines_table.py --pool local --suites gsm8k --n {n_baselines}`: the 9 single "
-            "agents, `vote:3` and `chain`",
+            "`experiments/baselines-local/baselines_table.py --pool local --suites gsm8k "
+            f"--n {n_baselines}`: the 9 single agents, `vote:3` and `chain`",
             _baselines((*SINGLES, "vote:3", "chain"), n_baselines),
         ),
     }

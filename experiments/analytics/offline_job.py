@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,15 +26,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from offline import OfflineConfig, train_offline
 
 from puppeteer.analytics.plots import _title, save
 from puppeteer.analytics.references import oracle_router, run_plan
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.jobs.builder import StepJob, env_copies
-from puppeteer.jobs.study import SimSetting, episodes_to_reach
-from puppeteer.train.offline import OfflineConfig, train_offline
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
+
+# experiments/_shared/: the modules that several studies use (not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from study import SimSetting, episodes_to_reach
 
 log = logging.getLogger(__name__)
 

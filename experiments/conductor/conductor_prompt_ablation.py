@@ -26,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.agents.pool import load_pool
-from puppeteer.analytics.conductor_items import item_records
 from puppeteer.envs.conductor_prompt import load_prompt_config
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.evaluation.stats import wilson_interval
+
+# experiments/_shared/: the modules that several studies use (not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from conductor_items import item_records
 
 # the rows: prompt config -> what it asks (reasoning first?), its few-shot plans, whether the table has cards
 PROMPTS = {

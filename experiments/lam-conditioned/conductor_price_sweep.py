@@ -27,9 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.agents.pool import Pool, load_pool
-from puppeteer.analytics.conductor_items import first_is_best_value, item_records
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.evaluation.stats import mcnemar_exact, paired_bootstrap, wilson_interval
+
+# experiments/_shared/: the modules that several studies use (not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from conductor_items import first_is_best_value, item_records
 
 log = logging.getLogger("conductor_price_sweep")
 

@@ -8,7 +8,7 @@ figure, and the optimum against the best rule in that world.
 
 ``check`` reads the real table (``agents/local-mix.replay/``: llama.cpp, Qwen2.5-Coder 1.5B / 0.5B,
 greedy; replayed, nothing is called) and draws the same items on the simulator (``agents/sim-local.yaml``)
-``--seeds`` times (:mod:`puppeteer.analytics.sim_check`). ``optimum`` runs on the simulator only: every
+``--seeds`` times (``sim_check.py`` beside this runner). ``optimum`` runs on the simulator only: every
 solver alone on the first 200 training items of ``mix-local`` (world seed 0; the rules are chosen
 there, :mod:`puppeteer.policies.rule_fit`) and on the 320 held-out items in worlds 0..N-1 (each world
 another draw of every item's latent and every call: the pool's simulator seed), through the ordinary
@@ -24,10 +24,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
-
-from puppeteer.agents.pool import Pool, load_pool
-from puppeteer.analytics.second_steps import flagged, relations
-from puppeteer.analytics.sim_check import (
+from sim_check import (
     Figure,
     backend,
     pair_figures,
@@ -38,6 +35,9 @@ from puppeteer.analytics.sim_check import (
     single_call_figures,
     verifier_figures,
 )
+
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.analytics.second_steps import flagged, relations
 from puppeteer.backends.replay import read_outcomes, read_steps
 from puppeteer.evaluation.stats import wilson_interval
 from puppeteer.policies.rule_fit import Answer, fit_from_answers, outcome, solver_names, training_answers

@@ -19,14 +19,8 @@ import json
 import logging
 from pathlib import Path
 
-from puppeteer.analytics.sim_calibration import (
-    bootstrap,
-    domain_tables,
-    fit_domain,
-    fit_pooled,
-    simulate,
-    statistics,
-)
+from sim_calibration import bootstrap, domain_tables, fit_domain, fit_pooled, simulate, statistics
+
 from puppeteer.backends.replay import read_outcomes
 from puppeteer.backends.sim.difficulty import DifficultyModel, visible_feature
 from puppeteer.tasks import load_suite

@@ -20,6 +20,7 @@ import argparse
 import json
 import logging
 import multiprocessing
+import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -40,10 +41,13 @@ from puppeteer.envs.encoders import make_encoder
 from puppeteer.envs.rollout import run_lockstep, summarize
 from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.jobs.builder import env_copies
-from puppeteer.jobs.study import episodes_to_reach, episodes_to_stay
 from puppeteer.policies.puppeteer import PuppeteerPolicy
 from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.train.reinforce import ReinforceConfig, top_share, train
+
+# experiments/_shared/: the modules that several studies use (not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from study import episodes_to_reach, episodes_to_stay
 
 log = logging.getLogger("sim_routing_study")
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from pathlib import Path
 
 from rich.console import Console
 
-from puppeteer.jobs.study import StudyConfig, run_study
+# experiments/_shared/: the modules that several studies use (not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_shared"))
+from study import StudyConfig, run_study
 
 
 def main() -> None:

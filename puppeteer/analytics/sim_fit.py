@@ -15,7 +15,7 @@ simulator (:mod:`puppeteer.backends.sim`) can express:
   its observed accuracy (so the marginals are kept exactly), the item and group latents integrated
   out by nested Gauss-Hermite quadrature. The likelihood of the joint table weighs every pair (and
   every larger set) of agents by the information it carries, which a match of mean pairwise
-  correlations would not; :mod:`puppeteer.analytics.sim_check` then compares the pairwise error
+  correlations would not; experiments/sim-calibrated/sim_check.py then compares the pairwise error
   correlations it implies with the table's.
 - **repeats**: ``repeat_corr`` 1 (a greedy model asked again answers the same).
 - **verifiers** (second agents that read a first answer): their own attempt's skill per kind is set so

@@ -1,4 +1,4 @@
-"""Hydra entry point shared by ``scripts/train.py`` and ``puppeteer train`` (multirun included).
+"""Hydra entry point of ``puppeteer train`` (multirun included).
 
 Credentials never reach Hydra: an override that names a key (``+openai_api_key=sk-...``) is
 taken out of the argument list before Hydra sees it (so it is in no ``.hydra/*.yaml``, run

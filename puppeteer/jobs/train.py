@@ -1,4 +1,4 @@
-"""The training job behind ``scripts/train.py`` and ``puppeteer train``: config in, run directory out."""
+"""The training job behind ``puppeteer train``: config in, run directory out."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ import pytest
 
 from puppeteer.agents.pool import Pool, load_pool, pool_from_dict
 from puppeteer.analytics.second_steps import relations, within_kind_phi
-from puppeteer.analytics.sim_check import accuracies, backend, call, real_matrix, relation_phis, sim_matrix
 from puppeteer.analytics.sim_fit import AgentSpec, fit_latent, fit_table, kind_tables
 from puppeteer.backends.replay import Outcome, StepOutcome, read_outcomes
 from puppeteer.backends.sim import SimBackend
@@ -19,6 +18,11 @@ from puppeteer.backends.sim.answers import SimItem
 from puppeteer.jobs.sim_fit import pool_document
 from puppeteer.tasks import load_suite
 from puppeteer.types import Agent, ModelSpec
+from tests.experiment_modules import experiment_module
+
+_check = experiment_module("sim-calibrated", "sim_check")  # experiments/sim-calibrated/sim_check.py
+accuracies, backend, call, real_matrix = _check.accuracies, _check.backend, _check.call, _check.real_matrix
+relation_phis, sim_matrix = _check.relation_phis, _check.sim_matrix
 
 # --------------------------------------------------------------------------- the fit, on hand-built tables
 

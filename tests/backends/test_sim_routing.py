@@ -13,7 +13,6 @@ import yaml
 
 from puppeteer.agents.pool import load_pool
 from puppeteer.analytics.optimum import sim_backend, visible_optimum
-from puppeteer.analytics.sim_calibration import DomainOutcomes, fit_domain, statistics
 from puppeteer.backends.sim import SimBackend
 from puppeteer.backends.sim.answers import SimItem
 from puppeteer.backends.sim.difficulty import DifficultyModel, conditional_accuracy, visible_feature
@@ -25,6 +24,11 @@ from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.tasks import load_suite
 from puppeteer.train.reinforce import ReinforceConfig, evaluate, train
 from puppeteer.types import CallContext, CompletionRequest, Message, ModelSpec
+from tests.experiment_modules import experiment_module
+
+_calibration = experiment_module("sim-routing", "sim_calibration")  # the routing study's fit
+DomainOutcomes, fit_domain = _calibration.DomainOutcomes, _calibration.fit_domain
+statistics = _calibration.statistics
 
 QUANTILES = tuple(float(x) for x in np.linspace(3.0, 7.0, 21))  # ln(chars) from 20 to ~1100 characters
 

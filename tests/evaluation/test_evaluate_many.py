@@ -15,9 +15,11 @@ from puppeteer.envs.build import sim_answer_key
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.evaluation.many import EvalRun, evaluate_many
 from puppeteer.evaluation.settings import EvalSettings
-from puppeteer.jobs import baselines_table
 from puppeteer.tasks import load_suite
 from puppeteer.types import Completion, CompletionRequest, Task
+from tests.experiment_modules import experiment_module
+
+baselines_table = experiment_module("baselines-local", "baselines_table")  # a table of every baseline
 
 SPECS = ("single:gpt5-cot", "single:gemma3-27b-cot", "vote:3", "moa")
 

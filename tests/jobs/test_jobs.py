@@ -100,7 +100,10 @@ def test_sizes_beyond_what_the_pool_or_the_scorer_holds_are_refused_before_any_w
 
 
 def test_episodes_to_stay_counts_from_the_last_rise_above_the_target() -> None:
-    from puppeteer.jobs.study import episodes_to_reach, episodes_to_stay
+    from tests.experiment_modules import experiment_module
+
+    study = experiment_module("_shared", "study")  # experiments/_shared/study.py
+    episodes_to_reach, episodes_to_stay = study.episodes_to_reach, study.episodes_to_stay
 
     curve = [(100, 0.5), (200, 0.95), (300, 0.8), (400, 0.91), (500, 0.99)]
     assert episodes_to_reach(curve, 0.9) == 200  # touched once, then fell back

@@ -200,7 +200,10 @@ def test_a_first_row_conductor_spends_less_as_the_stated_price_rises(tmp_path: P
     """Through evaluation: with the ordered priced table, a conductor that names the first row picks the
     best value at every price, so its mean cost falls from lambda 0.01 to 3 on the same items; the
     per-item records carry no question text."""
-    from puppeteer.analytics.conductor_items import first_is_best_value, item_records
+    from tests.experiment_modules import experiment_module
+
+    items = experiment_module("_shared", "conductor_items")  # experiments/_shared/conductor_items.py
+    first_is_best_value, item_records = items.first_is_best_value, items.item_records
 
     pool = load_pool("sim-routing")
     policy = ConductorPolicy(

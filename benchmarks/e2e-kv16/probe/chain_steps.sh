@@ -7,6 +7,6 @@ set -eu
 OUT=${OUT:-runs/e2e-kv16-probe}
 export HF_HUB_OFFLINE=1 LITELLM_OFFLINE_MODE=true WANDB_MODE=offline
 d=$OUT/chain; rm -rf "$d"; mkdir -p "$d"; cp "$OUT/p-j1/r.sqlite" "$d/r.sqlite"
-STEP_LOG=$d/steps.jsonl python benchmarks/e2e-kv16/probe/step_log.py scripts/baselines_table.py \
+STEP_LOG=$d/steps.jsonl python benchmarks/e2e-kv16/probe/step_log.py experiments/baselines-local/baselines_table.py \
   --pool local --suites gsm8k --n 16 --specs chain --cache "$d/r.sqlite" --runs-dir "$d/runs" \
   --out "$d/table.md" --no-plot --quiet > "$d/log" 2>&1

@@ -1,6 +1,6 @@
 """Run a script with every decode step of the batched engine logged (a probe, not part of the package).
 
-    STEP_LOG=steps.jsonl python step_log.py scripts/baselines_table.py ARGS...
+    STEP_LOG=steps.jsonl python step_log.py experiments/baselines-local/baselines_table.py ARGS...
 
 Each line of ``STEP_LOG``: [perf_counter at the start, model, sequences in the batch, tokens in the
 batch, seconds the step took]. A step with more tokens than sequences holds prompt tokens (prefill).

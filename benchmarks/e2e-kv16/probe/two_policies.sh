@@ -9,7 +9,7 @@ for arm in j1 j2 one; do
   d=$OUT/p-$arm; rm -rf "$d"; mkdir -p "$d"
   extra=""; [ $arm = j2 ] && extra="--jobs 2"; [ $arm = one ] && extra="--no-batching"
   s=$(date +%s.%N)
-  python scripts/baselines_table.py --pool local --suites gsm8k --n 16 \
+  python experiments/baselines-local/baselines_table.py --pool local --suites gsm8k --n 16 \
     --specs single:qwen1.5b-cot single:qwen0.5b-cot --cache "$d/r.sqlite" --runs-dir "$d/runs" \
     --out "$d/table.md" --no-plot --quiet $extra > "$d/log" 2>&1
   e=$(date +%s.%N)

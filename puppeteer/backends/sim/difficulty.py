@@ -10,7 +10,7 @@ the question's length (:func:`visible_feature`)::
 stored in the pool file; ``rho`` may also be set per domain), so ``d`` is standard normal over the
 domain and every worker's marginal accuracy stays its declared skill. ``w`` (the visible share,
 per domain) is fitted on real outcomes
-(:mod:`puppeteer.analytics.sim_calibration`). Given ``d``, a worker whose marginal accuracy is ``p``
+(experiments/sim-routing/sim_calibration.py). Given ``d``, a worker whose marginal accuracy is ``p``
 answers correctly with probability (:func:`conditional_accuracy`)::
 
     Phi((Phi^-1(p) - sqrt(rho * w) * d) / sqrt(1 - rho * w))

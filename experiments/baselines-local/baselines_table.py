@@ -10,9 +10,11 @@ finishes, so a run that is stopped keeps what it finished (re-running replays fi
 the cache).
 Trajectories and results.json of each run go to ``runs/baselines/<pool>/<suite>/<spec>/``.
 
-    python scripts/baselines_table.py                                  # real models: slow
-    python scripts/baselines_table.py --pool sim-paper --suites arith mix-math-mmlu --n 100
-    python scripts/baselines_table.py --pool sim-paper --specs vote:3 oracle single:gpt5-cot
+    python experiments/baselines-local/baselines_table.py                     # real models: slow
+    python experiments/baselines-local/baselines_table.py --pool sim-paper --suites arith mix-math-mmlu \
+        --n 100
+    python experiments/baselines-local/baselines_table.py --pool sim-paper --specs vote:3 oracle \
+        single:gpt5-cot
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
+
 from puppeteer.agents.pool import load_pool
-from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost
 from puppeteer.analytics.tables import markdown_table
 from puppeteer.backends import make_router
@@ -40,7 +43,7 @@ from puppeteer.policies.baselines import default_baseline_specs
 from puppeteer.policies.protocol import EpisodeSettings
 from puppeteer.utils.redaction import redact
 
-SCRIPT = "scripts/baselines_table.py"  # the repository's entry point, named in the tables it writes
+SCRIPT = "experiments/baselines-local/baselines_table.py"  # the command each table records
 # text below this line in an existing table file (findings written by hand) survives a rewrite
 NOTES_MARKER = "<!-- generated table ends here; notes below are kept when the table is rewritten -->"
 # baselines whose every step sees the step before: does the last step change that step's answer?
@@ -279,4 +282,4 @@ def main(argv: list[str] | None = None, root: Path | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(root=Path(__file__).resolve().parents[2]))  # runs/ under the repository root

@@ -12,18 +12,14 @@ from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.puppeteer import PuppeteerPolicy
 from puppeteer.policies.puppeteer_config import PolicyConfig
 from puppeteer.tasks import load_suite
-from puppeteer.train.offline import (
-    OfflineConfig,
-    ReplayBackend,
-    ReplayMiss,
-    Transition,
-    fit_rwr,
-    read_records,
-    replay,
-    rwr_weights,
-    train_offline,
-)
 from puppeteer.train.reinforce import evaluate
+from tests.experiment_modules import experiment_module
+
+_offline = experiment_module("analytics", "offline")  # experiments/analytics/offline.py
+OfflineConfig, ReplayBackend, ReplayMiss = _offline.OfflineConfig, _offline.ReplayBackend, _offline.ReplayMiss
+Transition, fit_rwr, read_records = _offline.Transition, _offline.fit_rwr, _offline.read_records
+replay, rwr_weights = _offline.replay, _offline.rwr_weights
+train_offline, behaviour_probs = _offline.train_offline, _offline.behaviour_probs
 
 FAST = PolicyConfig(encoder="hashing", hidden=32, max_steps=3)
 
@@ -113,8 +109,6 @@ def test_iw_offline_training_from_random_logs_beats_the_logging_policy(random_lo
 
 
 def test_behaviour_probabilities_are_step_frequencies(random_logs: list[Path]) -> None:
-    from puppeteer.train.offline import behaviour_probs
-
     env = _env()
     policy = PuppeteerPolicy(env.pool, FAST)
     obs, _ = env.reset(seed=0, options={"task_index": 0})

@@ -1,4 +1,5 @@
-"""Item-by-item comparison of evaluation runs (puppeteer.analytics.overlap)."""
+"""Item-by-item comparison of evaluation runs (experiments/baselines-local/overlap.py) and the baselines
+table that reports it (experiments/baselines-local/baselines_table.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from puppeteer.analytics.overlap import Outcomes, compare, coverage, read_outcomes, read_revisions
 from puppeteer.evaluation.evaluate import evaluate_policy
-from puppeteer.jobs import baselines_table
+from tests.experiment_modules import experiment_module
+
+baselines_table = experiment_module("baselines-local", "baselines_table")
+_overlap = experiment_module("baselines-local", "overlap")
+Outcomes, compare, coverage = _overlap.Outcomes, _overlap.compare, _overlap.coverage
+read_outcomes, read_revisions = _overlap.read_outcomes, _overlap.read_revisions
 
 
 def _write(path: Path, correct: dict[str, bool]) -> Path:
