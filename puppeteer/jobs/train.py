@@ -21,7 +21,7 @@ from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.jobs.replay_check import check_replay_coverage
 from puppeteer.policies.puppeteer import PuppeteerPolicy
-from puppeteer.policies.puppeteer_config import STATE_ENCODERS, PolicyConfig
+from puppeteer.policies.puppeteer_config import STATE_ENCODERS, PolicyConfig, without_removed
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, check_resume, check_training, train
@@ -155,7 +155,7 @@ def _n(suite: Mapping[str, Any], part: str) -> int | None:
 
 def job_of(cfg: Mapping[str, Any]) -> StepJob:
     """The job a composed training config describes."""
-    pc = cfg["policy"]
+    pc = without_removed(cfg["policy"])  # a saved run's config.json may name them, off
     pool = configured_pool(cfg["pool"])
     # like `puppeteer eval`: pools that call models share the user's response cache unless told
     # otherwise (cache=off), so training replays every call an evaluation or earlier run made

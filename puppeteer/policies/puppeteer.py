@@ -382,7 +382,7 @@ class PuppeteerPolicy:
         cards cover the same domains (agents it has never seen are scored by their text and card)."""
         d = Path(directory)
         meta = read_policy_file(d / "policy.json", PolicyConfig)
-        raw = dict(meta["config"])
+        raw = dict(meta["config"])  # removed settings at their off value already dropped
         names = [a.name for a in pool.agents]
         if meta["agents"] != names:
             if not raw.get("cards"):

@@ -10,6 +10,7 @@ from typing import Any
 
 from puppeteer.envs.encoders import CachedEncoder, hashing_encoder
 from puppeteer.envs.lam_range import LamRange
+from puppeteer.errors import UserError
 
 SCORER_LAYERS = ("norm", "tanh")
 
@@ -34,6 +35,37 @@ def state_window(state: str) -> str:
 STATE_ENCODERS: Mapping[str, Callable[[CachedEncoder], CachedEncoder]] = MappingProxyType(
     {"same": lambda encoder: encoder, "hashing": lambda encoder: hashing_encoder(dim=encoder.dim)}
 )
+
+
+# settings that studies tried, recorded no gain with and that left the library (issue 55), with the
+# value that turned them off: a saved run or policy may still name them at that value
+# (experiments/local-mix/README.md: step_logits, stop_prior; experiments/unseen-agents/README.md:
+# card_noise, rest_dropout)
+REMOVED_SETTINGS: Mapping[str, object] = MappingProxyType(
+    {"card_noise": 0.0, "rest_dropout": 0.0, "step_logits": False, "stop_prior": 0.0}
+)
+
+
+class RemovedSetting(UserError, ValueError):
+    """A saved or given configuration turns on a setting the library no longer has."""
+
+
+def without_removed(config: Mapping[str, Any], where: str | None = None) -> dict[str, Any]:
+    """``config`` (``policy.*`` settings) without the removed settings that are at their off value;
+    :class:`RemovedSetting` (one line, after ``where`` if given) for one set to anything else."""
+    kept = dict(config)
+    for name, off in REMOVED_SETTINGS.items():
+        if name not in kept:
+            continue
+        value = kept.pop(name)
+        if isinstance(value, bool | int | float) and value == off:
+            continue
+        prefix = f"{where}: " if where else ""
+        raise RemovedSetting(
+            f"{prefix}policy.{name}={value!r:.40} was removed from the library after its study "
+            "(issue 55; its code is in git history): drop the setting"
+        )
+    return kept
 
 
 @dataclass(frozen=True)

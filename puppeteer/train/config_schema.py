@@ -32,6 +32,7 @@ from typing import Any
 
 from puppeteer.envs.env import EnvConfig
 from puppeteer.errors import UserError
+from puppeteer.policies.puppeteer_config import REMOVED_SETTINGS
 from puppeteer.train.reinforce import ReinforceConfig
 from puppeteer.utils.resources import available
 
@@ -198,6 +199,10 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
     flags (``--cfg``, ``--info``, ``--help``...) are Hydra's business and skip the check.
     """
     args = [o for o in overrides if o not in ("-m", "--multirun")]
+    for item in args:
+        key = item.partition("=")[0].lstrip("+~")
+        if key.startswith("policy.") and key[len("policy.") :] in REMOVED_SETTINGS:
+            return f"{key} was removed from the library after its study (issue 55; code in git history)"
     if any(o.startswith("-") for o in args):
         return None
     from hydra import compose, initialize_config_dir
