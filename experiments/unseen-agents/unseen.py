@@ -70,8 +70,6 @@ class UnseenSettings:
     hidden: int = 128
     cards_linear: bool = False  # policy.cards_linear: the agent only through its card's price and accuracy
     cards_text: bool = True  # policy.cards_text: the agent's text beside its card
-    card_noise: float = 0.0  # policy.card_noise: noise on the standardised cards in training updates
-    rest_dropout: float = 0.0  # policy.rest_dropout: the MLP term dropped per agent in training updates
     # what lambda prices: `usd` (US cents) on priced pools; `minutes` (model minutes at the declared
     # speeds) on local pools, whose calls cost no money
     cost_model: str = "usd"
@@ -90,8 +88,6 @@ class UnseenSettings:
             cards=True,
             cards_linear=self.cards_linear,
             cards_text=self.cards_text,
-            card_noise=self.card_noise,
-            rest_dropout=self.rest_dropout,
             task_dims=self.task_dims,
         )
 
@@ -300,8 +296,6 @@ def report(out: Path, s: UnseenSettings) -> tuple[str, dict[str, Any]]:
     surface = " with surface features" if s.surface else ""
     scorer = "`policy.cards`, `policy.cards_linear`" if s.cards_linear else "`policy.cards`"
     scorer += ", `policy.cards_text=false`" if not s.cards_text else ""
-    scorer += f", `policy.card_noise={s.card_noise:g}`" if s.card_noise else ""
-    scorer += f", `policy.rest_dropout={s.rest_dropout:g}`" if s.rest_dropout else ""
     learner = f", entropy {s.entropy:g}"
     learner += f" -> {s.entropy * s.entropy_final:g}" if s.entropy_final != 1 else ""
     learner += f", `task_dims={s.task_dims}`" if s.task_dims is not None else ""

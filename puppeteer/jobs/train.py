@@ -21,7 +21,7 @@ from puppeteer.errors import UserError
 from puppeteer.jobs.builder import StepJob, heldout
 from puppeteer.jobs.replay_check import check_replay_coverage
 from puppeteer.policies.puppeteer import PuppeteerPolicy
-from puppeteer.policies.puppeteer_config import STATE_ENCODERS, PolicyConfig
+from puppeteer.policies.puppeteer_config import STATE_ENCODERS, PolicyConfig, without_removed
 from puppeteer.train.config_schema import fit_to_split
 from puppeteer.train.logging import JsonlLogger, MetricLogger, MultiLogger, WandbLogger
 from puppeteer.train.reinforce import ReinforceConfig, check_resume, check_training, train
@@ -155,7 +155,7 @@ def _n(suite: Mapping[str, Any], part: str) -> int | None:
 
 def job_of(cfg: Mapping[str, Any]) -> StepJob:
     """The job a composed training config describes."""
-    pc = cfg["policy"]
+    pc = without_removed(cfg["policy"])  # a saved run's config.json may name them, off
     pool = configured_pool(cfg["pool"])
     # like `puppeteer eval`: pools that call models share the user's response cache unless told
     # otherwise (cache=off), so training replays every call an evaluation or earlier run made
@@ -177,10 +177,6 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             cards=bool(_get(pc, "cards", False)),
             cards_linear=bool(_get(pc, "cards_linear", False)),
             cards_text=bool(_get(pc, "cards_text", True)),
-            card_noise=float(_get(pc, "card_noise", 0.0)),
-            rest_dropout=float(_get(pc, "rest_dropout", 0.0)),
-            step_logits=bool(_get(pc, "step_logits", False)),
-            stop_prior=float(_get(pc, "stop_prior", 0.0)),
             step_heads=bool(_get(pc, "step_heads", False)),
             one_call_first=bool(_get(pc, "one_call_first", False)),
             later_inputs=str(_get(pc, "later_inputs", "all")),

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from puppeteer.envs.encoders import ENCODERS, check_options
+from puppeteer.policies.puppeteer_config import without_removed
 
 
 def read_policy_file(path: Path, config_cls: type[Any]) -> dict[str, Any]:
@@ -15,6 +16,8 @@ def read_policy_file(path: Path, config_cls: type[Any]) -> dict[str, Any]:
 
     The values themselves are checked by building ``config_cls`` (the policy's ``PolicyConfig``, whose
     bounds hold), the way :meth:`PuppeteerPolicy.load` reads them (``layers`` absent: ``tanh``).
+    A setting the library no longer has is dropped at its off value (the returned ``config`` lacks
+    it) and refused otherwise (:class:`~puppeteer.policies.puppeteer_config.RemovedSetting`).
     """
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
@@ -27,6 +30,7 @@ def read_policy_file(path: Path, config_cls: type[Any]) -> dict[str, Any]:
     agents = meta.get("agents")
     if not isinstance(agents, list) or not all(isinstance(a, str) for a in agents):
         raise ValueError(f"{path}: 'agents' must be a list of agent names")
+    meta["config"] = without_removed(meta["config"], str(path))
     known = set(config_cls.__dataclass_fields__)
     unknown = sorted(set(meta["config"]) - known)
     if unknown:

@@ -89,7 +89,7 @@ class PuppeteerPolicy:
         torch.manual_seed(seed)
         first = config
         if config.one_call_first:  # what the first step reads: no signals, step 0 of a one-call episode
-            first = replace(config, max_steps=1, signals=False, step_logits=False, stop_prior=0.0)
+            first = replace(config, max_steps=1, signals=False)
         self.scorer = self._scorer(pool, first, cards)
         if config.step_heads:
             self.scorer.later = self._scorer(pool, config, cards)
@@ -113,11 +113,7 @@ class PuppeteerPolicy:
             n_domains=len(card_domains(pool)) if config.cards else 0,
             cards_linear=config.cards_linear,
             cards_text=config.cards_text,
-            card_noise=config.card_noise,
             cost_features=pool.cards.cost_features if pool.cards is not None else (PRICE_LINEAR,),
-            rest_dropout=config.rest_dropout,
-            step_logits=config.step_logits,
-            stop_prior=config.stop_prior,
         )
 
     def _agent_texts(self, pool: Pool) -> np.ndarray:
@@ -137,8 +133,7 @@ class PuppeteerPolicy:
         twin = copy.deepcopy(self)
         twin.pool = pool
         trained = {a.name for a in self.pool.agents} if self._trained is None else self._trained
-        known = [a.name in trained for a in pool.agents]
-        twin.scorer.set_agents(self._agent_texts(pool), pool_cards(pool), known)
+        twin.scorer.set_agents(self._agent_texts(pool), pool_cards(pool))
         twin._trained = trained
         return twin
 
@@ -358,10 +353,6 @@ class PuppeteerPolicy:
         for key in (
             "cards",
             "cards_linear",
-            "card_noise",
-            "rest_dropout",
-            "step_logits",
-            "stop_prior",
             "step_heads",
             "one_call_first",
         ):
@@ -391,7 +382,7 @@ class PuppeteerPolicy:
         cards cover the same domains (agents it has never seen are scored by their text and card)."""
         d = Path(directory)
         meta = read_policy_file(d / "policy.json", PolicyConfig)
-        raw = dict(meta["config"])
+        raw = dict(meta["config"])  # removed settings at their off value already dropped
         names = [a.name for a in pool.agents]
         if meta["agents"] != names:
             if not raw.get("cards"):
@@ -417,8 +408,6 @@ class PuppeteerPolicy:
             ) from None
         trained = set(meta.get("trained_agents", meta["agents"]))
         if raw.get("cards") and not trained >= set(names):
-            known = [n in trained for n in names]
-            policy.scorer.set_agents(policy._agent_texts(pool), pool_cards(pool), known)
             policy._trained = trained
         return policy
 

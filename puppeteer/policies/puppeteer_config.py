@@ -3,7 +3,6 @@ the choices they name: the scorer's layers, the transcript's encoder and window.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -11,6 +10,7 @@ from typing import Any
 
 from puppeteer.envs.encoders import CachedEncoder, hashing_encoder
 from puppeteer.envs.lam_range import LamRange
+from puppeteer.errors import UserError
 
 SCORER_LAYERS = ("norm", "tanh")
 
@@ -35,6 +35,37 @@ def state_window(state: str) -> str:
 STATE_ENCODERS: Mapping[str, Callable[[CachedEncoder], CachedEncoder]] = MappingProxyType(
     {"same": lambda encoder: encoder, "hashing": lambda encoder: hashing_encoder(dim=encoder.dim)}
 )
+
+
+# settings that studies tried, recorded no gain with and that left the library (issue 55), with the
+# value that turned them off: a saved run or policy may still name them at that value
+# (experiments/local-mix/README.md: step_logits, stop_prior; experiments/unseen-agents/README.md:
+# card_noise, rest_dropout)
+REMOVED_SETTINGS: Mapping[str, object] = MappingProxyType(
+    {"card_noise": 0.0, "rest_dropout": 0.0, "step_logits": False, "stop_prior": 0.0}
+)
+
+
+class RemovedSetting(UserError, ValueError):
+    """A saved or given configuration turns on a setting the library no longer has."""
+
+
+def without_removed(config: Mapping[str, Any], where: str | None = None) -> dict[str, Any]:
+    """``config`` (``policy.*`` settings) without the removed settings that are at their off value;
+    :class:`RemovedSetting` (one line, after ``where`` if given) for one set to anything else."""
+    kept = dict(config)
+    for name, off in REMOVED_SETTINGS.items():
+        if name not in kept:
+            continue
+        value = kept.pop(name)
+        if isinstance(value, bool | int | float) and value == off:
+            continue
+        prefix = f"{where}: " if where else ""
+        raise RemovedSetting(
+            f"{prefix}policy.{name}={value!r:.40} was removed from the library after its study "
+            "(issue 55; its code is in git history): drop the setting"
+        )
+    return kept
 
 
 @dataclass(frozen=True)
@@ -76,21 +107,6 @@ class PolicyConfig:
     # with cards: whether the agent's text embedding enters the agent's representation beside its card
     # (false: the agent is its card, so a new agent is scored by what was measured, not by its name)
     cards_text: bool = True
-    # with cards: while training, every update reads each standardised card feature plus Gaussian noise
-    # of this spread (a fresh draw per update; acting and evaluation read the measured card): a scorer
-    # cannot learn the few training agents' exact cards by heart, only what varies smoothly with them
-    card_noise: float = 0.0
-    # with cards (not cards_linear): in each training update, each agent's MLP term (the score beyond
-    # the linear cost and domain-accuracy terms) is dropped with this probability, so the linear terms
-    # must rank the agents on their own and the MLP learns corrections to them; an agent the policy was
-    # not trained with gets no MLP term at all (its card's terms only), a training agent always has it
-    rest_dropout: float = 0.0
-    # a linear term per action on the step and on who has acted (zero at the start): the decision after
-    # a call gets agent preferences of its own beside the MLP's agent terms, which every step shares
-    step_logits: bool = False
-    # with step_logits: the Terminator's starting logit at every step after the first (0: none), so a
-    # router starts out stopping after one call rather than judging each first agent by a random second
-    stop_prior: float = 0.0
     # a second scorer, with weights of its own, for every decision after the first: what is learned
     # about calling again cannot move the first choice (measured on local-mix: it did not stop the first
     # choice collapsing onto one agent either; experiments/local-mix/README.md, section 6)
@@ -111,10 +127,6 @@ class PolicyConfig:
         _whole("min_steps", self.min_steps, 0, MAX_POLICY_STEPS)
         if self.task_dims is not None:
             _whole("task_dims", self.task_dims, 1, MAX_HIDDEN)
-        for name in ("card_noise", "rest_dropout", "stop_prior"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise ValueError(f"policy.{name} must be a finite number, got {value!r:.40}")
         if not isinstance(self.encoder, str):
             raise ValueError(f"policy.encoder must be an encoder name, got {self.encoder!r:.40}")
         if self.state_encoder not in STATE_ENCODERS:
@@ -124,12 +136,8 @@ class PolicyConfig:
             raise ValueError("policy.cards needs policy.layers=norm")
         if self.cards_linear and not self.cards:
             raise ValueError("policy.cards_linear needs policy.cards")
-        if (not self.cards_text or self.card_noise) and not self.cards:
-            raise ValueError("policy.cards_text and policy.card_noise need policy.cards")
-        if self.card_noise < 0:
-            raise ValueError(f"policy.card_noise must be >= 0, got {self.card_noise}")
-        if self.step_logits and self.cards:
-            raise ValueError("policy.step_logits is for policies without policy.cards")
+        if not self.cards_text and not self.cards:
+            raise ValueError("policy.cards_text needs policy.cards")
         if self.step_heads and self.cards:
             raise ValueError("policy.step_heads is for policies without policy.cards")
         if self.one_call_first and not self.step_heads:
@@ -144,14 +152,6 @@ class PolicyConfig:
             raise ValueError(
                 "policy.later_inputs narrows step_heads' later scorer: set policy.step_heads too"
             )
-        if self.stop_prior and not self.step_logits:
-            raise ValueError(
-                "policy.stop_prior is the step term's starting value: it needs policy.step_logits"
-            )
-        if self.rest_dropout and (not self.cards or self.cards_linear):
-            raise ValueError("policy.rest_dropout needs policy.cards without policy.cards_linear")
-        if not 0 <= self.rest_dropout < 1:
-            raise ValueError(f"policy.rest_dropout must be in [0, 1), got {self.rest_dropout}")
         if self.task_dims is not None and (self.task_dims < 1 or self.layers != "norm"):
             raise ValueError(f"policy.task_dims must be >= 1 (with layers=norm), got {self.task_dims}")
         if self.layers not in SCORER_LAYERS:

@@ -45,21 +45,12 @@ class Scorer(nn.Module):
         n_domains: int = 0,
         cards_linear: bool = False,
         cards_text: bool = True,
-        card_noise: float = 0.0,
         cost_features: Sequence[int] = (PRICE_LINEAR,),
-        rest_dropout: float = 0.0,
-        step_logits: bool = False,
-        stop_prior: float = 0.0,
     ) -> None:
         """``cards``: the agents' raw card features (agents x features, the Terminator excluded) and
         the shift and scale that standardise them (:func:`puppeteer.agents.cards.card_scale`); its last
         ``n_domains`` features are the accuracies per domain. ``cards_text``: the agent's text beside
-        its card; ``card_noise``: the spread of the noise on the standardised card in gradient steps;
-        ``cost_features``: the card features a return charges per call (read linearly);
-        ``rest_dropout``: the chance that an agent's MLP term is dropped in a training update (and
-        the MLP term only for the agents marked known, :meth:`set_agents`); ``step_logits``: a linear
-        term per action on the step's one-hot and the calls so far (no cards), the Terminator's
-        starting at ``stop_prior`` on every step after the first."""
+        its card; ``cost_features``: the card features a return charges per call (read linearly)."""
         super().__init__()
         self.max_steps = max_steps
         self.n_signals = n_signals
@@ -68,8 +59,6 @@ class Scorer(nn.Module):
         self.n_card = 0 if cards is None else int(cards[0].shape[1])
         self.cards_linear = cards_linear
         self.cards_text = cards_text or cards is None
-        self.card_noise = card_noise
-        self.rest_dropout = rest_dropout
         # (PolicyConfig.step_heads) the scorer of every step after the first, set by its policy
         self.later: Scorer | None = None
         if cards is None:
@@ -110,14 +99,6 @@ class Scorer(nn.Module):
         self.task_dims = task_dims
         if task_dims is not None:  # the projection onto the top task_dims directions (identity until fit)
             self.register_buffer("task_proj", torch.eye(dim))
-        self.step_logits = None
-        if step_logits:
-            if self.n_card:
-                raise ValueError("step_logits is for scorers without cards")
-            self.step_logits = nn.Linear(max_steps + 1 + n_actions, n_actions, bias=False)
-            nn.init.zeros_(self.step_logits.weight)
-            with torch.no_grad():  # the Terminator's weight on the step one-hot of steps 1..max_steps
-                self.step_logits.weight[n_actions - 1, 1 : max_steps + 1] = stop_prior
         if n_signals and not self.n_card:
             # the signals also move each action's logit directly: through the MLP alone, two states
             # that differ only in a few signal inputs saturate its tanh units before they separate
@@ -164,12 +145,9 @@ class Scorer(nn.Module):
             self.lam_agent = nn.Linear(n_lam, hidden, bias=False)
             nn.init.zeros_(self.lam_agent.weight)
 
-    def set_agents(
-        self, agent_init: np.ndarray, card_raw: np.ndarray, known: Sequence[bool] | None = None
-    ) -> None:
+    def set_agents(self, agent_init: np.ndarray, card_raw: np.ndarray) -> None:
         """(Cards only.) The agents this scorer scores: their text embeddings (the Terminator's last)
-        and raw card features (agents only), and which agents it was trained with (``known``, agents
-        only; default all; read with ``rest_dropout``); none is a parameter or saved with the weights."""
+        and raw card features (agents only); neither is a parameter nor saved with the weights."""
         text = torch.as_tensor(agent_init, dtype=torch.float32).clone()
         raw = torch.as_tensor(card_raw, dtype=torch.float32).clone()
         if raw.ndim != 2 or raw.shape[0] != text.shape[0] - 1:
@@ -179,17 +157,10 @@ class Scorer(nn.Module):
             raise ValueError(f"cards of {raw.shape[1]} features; this scorer reads {n}")
         self.register_buffer("agent_text", text, persistent=False)
         self.register_buffer("agent_card", raw, persistent=False)
-        flags = [True] * raw.shape[0] if known is None else [bool(k) for k in known]
-        if len(flags) != raw.shape[0]:
-            raise ValueError(f"{raw.shape[0]} agents but {len(flags)} known flags")
-        self.register_buffer("agent_known", torch.as_tensor([*flags, True]), persistent=False)
 
     def card_inputs(self) -> torch.Tensor:
-        """(Cards only.) Per action: the standardised card and a Terminator indicator, (A + 1, n + 1);
-        with ``card_noise``, plus noise wherever gradients flow (a training update), never when acting."""
+        """(Cards only.) Per action: the standardised card and a Terminator indicator, (A + 1, n + 1)."""
         std = (self.agent_card - self.card_shift) * self.card_scale
-        if self.card_noise and torch.is_grad_enabled():
-            std = std + self.card_noise * torch.randn_like(std)
         cards = torch.cat([std, torch.zeros(1, std.shape[1])], dim=0)
         terminator = torch.zeros(cards.shape[0], 1)
         terminator[-1] = 1.0
@@ -201,7 +172,7 @@ class Scorer(nn.Module):
     def domain_accuracy(self, task: torch.Tensor, card: torch.Tensor | None = None) -> torch.Tensor:
         """(Cards only.) Each action's standardised card accuracy on the question's domain, (batch, A + 1)
         (the Terminator's: 0), under the domain classifier's probabilities. ``card``: the card inputs
-        to read (one forward pass reads one draw of the noise); default :meth:`card_inputs`."""
+        to read (computed once per forward pass); default :meth:`card_inputs`."""
         p = torch.softmax(self.standardized(task) @ self.domain_w + self.domain_b, dim=-1)
         card = self.card_inputs() if card is None else card
         acc = card[:, self.n_card - self.n_domains : self.n_card]  # (A + 1, D)
@@ -228,7 +199,7 @@ class Scorer(nn.Module):
     ) -> torch.Tensor:
         """Masked logits, shape (batch, n_actions) (``later``, when set, is called by the policy)."""
         onehot = nn.functional.one_hot(step.clamp(max=self.max_steps), self.max_steps + 1).float()
-        card = self.card_inputs() if self.n_card else None  # one draw of the noise for the whole pass
+        card = self.card_inputs() if self.n_card else None
         matched = self.domain_accuracy(task, card) if card is not None and self.n_domains else None
         task = self.standardized(task)
         if self.task_dims is not None:
@@ -259,13 +230,6 @@ class Scorer(nn.Module):
             return self._card_terms(h, card, counts, matched).masked_fill(~mask.bool(), float("-inf"))
         g, card = self.agents(card)  # (A + 1, hidden)
         logits = self._mlp_terms(h, g, signals)
-        if self.step_logits is not None:
-            logits = logits + self.step_logits(torch.cat([onehot, counts.float() / self.max_steps], dim=-1))
-        if self.rest_dropout and card is not None:
-            if lam is not None and self.n_lam:
-                logits = logits + self.lam_agent(lam) @ g.T
-            logits = self._card_terms(h, card, counts, matched, logits * self._rest_gate())
-            return logits.masked_fill(~mask.bool(), float("-inf"))
         if card is not None:
             acted = self.count_logit * counts.float() / self.max_steps
             logits = logits + self.card_logits(h) @ card[:, self.card_linear].T + acted
@@ -286,30 +250,12 @@ class Scorer(nn.Module):
         return logits
 
     def _card_terms(
-        self,
-        h: torch.Tensor,
-        card: torch.Tensor,
-        counts: torch.Tensor,
-        matched: torch.Tensor | None,
-        rest: torch.Tensor | None = None,
+        self, h: torch.Tensor, card: torch.Tensor, counts: torch.Tensor, matched: torch.Tensor | None
     ) -> torch.Tensor:
-        """(Cards.) The card's linear terms: cost, who has acted and the domain accuracy, after ``rest``
-        (the gated MLP terms of ``rest_dropout``; none with ``cards_linear``)."""
+        """(Cards, ``cards_linear``.) The card's linear terms: cost, who has acted and the domain
+        accuracy."""
         logits = self.card_logits(h) @ card[:, self.card_linear].T
-        if rest is not None:
-            logits = rest + logits
         logits = logits + self.count_logit * counts.float() / self.max_steps
         if matched is not None:
             logits = logits + self.match_logit(h) * matched
         return logits
-
-    def _rest_gate(self) -> torch.Tensor:
-        """(``rest_dropout``.) Per action, whether its MLP terms count: 1 for an agent the scorer was
-        trained with, 0 for one it was not, and in a training update (where gradients flow) 0 with
-        probability ``rest_dropout`` for any agent but the Terminator."""
-        gate = self.agent_known.float()
-        if torch.is_grad_enabled():
-            kept = (torch.rand(gate.shape) >= self.rest_dropout).float()
-            kept[-1] = 1.0  # the Terminator has no card to fall back on
-            gate = gate * kept
-        return gate

@@ -32,6 +32,7 @@ from typing import Any
 
 from puppeteer.envs.env import EnvConfig
 from puppeteer.errors import UserError
+from puppeteer.policies.puppeteer_config import REMOVED_SETTINGS
 from puppeteer.train.reinforce import ReinforceConfig
 from puppeteer.utils.resources import available
 
@@ -84,10 +85,6 @@ class PolicyNode:
     cards: bool = False  # read each agent's measured card (agents/<pool>.cards.json): scores unseen agents
     cards_linear: bool = False  # with cards: the agent only through its card's price and domain accuracy
     cards_text: bool = True  # with cards: the agent's text beside its card (false: the agent is its card)
-    card_noise: float = 0.0  # with cards: noise on the standardised cards in training updates
-    rest_dropout: float = 0.0  # with cards: drop agents' MLP terms in training updates; none for new agents
-    step_logits: bool = False  # a linear term per action on the step and the calls so far (no cards)
-    stop_prior: float = 0.0  # with step_logits: the Terminator's starting logit after the first step
     step_heads: bool = False  # a second scorer (own weights) for every decision after the first (no cards)
     one_call_first: bool = False  # with step_heads: the first scorer laid out as a one-call router's
     later_inputs: str = (
@@ -202,6 +199,10 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
     flags (``--cfg``, ``--info``, ``--help``...) are Hydra's business and skip the check.
     """
     args = [o for o in overrides if o not in ("-m", "--multirun")]
+    for item in args:
+        key = item.partition("=")[0].lstrip("+~")
+        if key.startswith("policy.") and key[len("policy.") :] in REMOVED_SETTINGS:
+            return f"{key} was removed from the library after its study (issue 55; code in git history)"
     if any(o.startswith("-") for o in args):
         return None
     from hydra import compose, initialize_config_dir

@@ -3,7 +3,6 @@ agent id, and a study whose held-out agents never appear in training."""
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -359,13 +358,9 @@ def test_cards_linear_scores_an_agent_by_its_price_and_domain_accuracy_only(tmp_
         PolicyConfig(cards_linear=True)
 
 
-def test_without_its_text_an_agent_is_its_card_and_card_noise_only_moves_training_updates(
-    tmp_path: Path,
-) -> None:
+def test_without_its_text_an_agent_is_its_card(tmp_path: Path) -> None:
     """``cards_text=False``: two agents with the same card score the same whatever their names (with
-    the text they do not). ``card_noise``: acting and evaluation read the measured card (the same
-    logits every time, equal to a noiseless twin's); a pass with gradients reads a noisy one. The
-    saved file names either setting only when it is not the default."""
+    the text they do not). The saved file names the setting only when it is not the default."""
     pool = _with_cards(tmp_path)
     assert pool.cards is not None
     twin_card = replace(pool.cards.card("gen-cot"), name="weak-cot")
@@ -377,36 +372,28 @@ def test_without_its_text_an_agent_is_its_card_and_card_noise_only_moves_trainin
     env = build_env(_settings(), pool=pool, suite=SUITE, split="test", n_tasks=2)
     obs, _ = env.reset(seed=0, options={"task_index": 0})
 
-    def logits(config: PolicyConfig, grad: bool = False) -> torch.Tensor:
+    def logits(config: PolicyConfig) -> torch.Tensor:
         policy = PuppeteerPolicy(pool, config, seed=0)
         with torch.no_grad():
             for p in policy.scorer.parameters():
                 p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
-        with torch.set_grad_enabled(grad):
             return policy.logits([policy.features(obs)])[0].detach()
 
     blind, named = logits(_config(cards_text=False)), logits(_config())
     assert blind[names.index("weak-cot")].item() == pytest.approx(blind[names.index("gen-cot")].item())
     assert named[names.index("weak-cot")].item() != pytest.approx(named[names.index("gen-cot")].item())
-    noisy = _config(card_noise=0.5)
-    assert torch.allclose(logits(noisy), logits(_config()))
-    assert torch.equal(logits(noisy), logits(noisy))
-    assert not torch.allclose(logits(noisy, grad=True), logits(_config(), grad=True), atol=1e-3)
 
-    policy = PuppeteerPolicy(pool, _config(cards_text=False, card_noise=0.5), seed=0)
+    policy = PuppeteerPolicy(pool, _config(cards_text=False), seed=0)
     policy.save(tmp_path / "blind")
     saved = json.loads((tmp_path / "blind" / "policy.json").read_text())["config"]
-    assert saved["cards_text"] is False and saved["card_noise"] == 0.5
+    assert saved["cards_text"] is False
     PuppeteerPolicy(pool, _config(), seed=0).save(tmp_path / "named")
     named = json.loads((tmp_path / "named" / "policy.json").read_text())["config"]
-    assert not {"cards_text", "card_noise"} & set(named)
+    assert "cards_text" not in named
     loaded = PuppeteerPolicy.load(tmp_path / "blind", pool)
-    assert loaded.config.card_noise == 0.5 and not loaded.config.cards_text
-    for bad in ({"cards_text": False}, {"card_noise": 0.1}):
-        with pytest.raises(ValueError, match=r"need policy\.cards"):
-            PolicyConfig(**bad)
-    with pytest.raises(ValueError, match=">= 0"):
-        _config(card_noise=-1.0)
+    assert not loaded.config.cards_text
+    with pytest.raises(ValueError, match=r"needs policy\.cards"):
+        PolicyConfig(cards_text=False)
 
 
 def test_on_timed_cards_the_scorer_reads_the_model_minutes_a_minutes_return_charges(tmp_path: Path) -> None:
@@ -430,57 +417,3 @@ def test_on_timed_cards_the_scorer_reads_the_model_minutes_a_minutes_return_char
     assert policy.scorer.card_linear == [1, 4, timed.n_features]
     logits, names = _jittered_logits(policy)
     assert logits[names.index("weak-cot")].item() != pytest.approx(logits[names.index("gen-cot")].item())
-
-
-def test_rest_dropout_gives_an_agent_never_trained_with_its_card_terms_only(tmp_path: Path) -> None:
-    """With ``rest_dropout`` a training agent's score is the card's linear terms plus its MLP term; an
-    agent the policy was not trained with gets the linear terms only, in memory (``with_pool``) and
-    after save/load (even from a twin saved on the larger pool). Acting is deterministic; a pass with
-    gradients drops MLP terms at random (the Terminator's never)."""
-    pool = _with_cards(tmp_path)
-    small = pool.subset(["gen-cot", "mathy-cot", "weak-cot"])
-    config = _config(rest_dropout=0.5)
-    policy = PuppeteerPolicy(small, config, seed=0)
-    with torch.no_grad():
-        for p in policy.scorer.parameters():
-            p.add_(0.3 * torch.randn_like(p))
-    env = build_env(_settings(), pool=pool, suite=SUITE, split="test", n_tasks=2)
-    obs, _ = env.reset(seed=0, options={"task_index": 0})
-    wide = policy.with_pool(pool)
-    names = [a.name for a in pool.agents]
-
-    def score(p: PuppeteerPolicy, o: dict[str, Any] = obs) -> torch.Tensor:
-        with torch.no_grad():  # acting: no gradients, no dropout
-            return p.logits([p.features(o)])[0]
-
-    logits = score(wide)
-    assert torch.equal(logits, score(wide))
-    sc = wide.scorer
-    assert sc.agent_known.tolist() == [n != HELD for n in names] + [True]
-    # the new agent's logit is exactly its linear terms: the same with every MLP weight zeroed
-    linear_only = copy.deepcopy(wide)
-    with torch.no_grad():
-        for p in linear_only.scorer.head.parameters():
-            p.zero_()
-    bare = score(linear_only)
-    i = names.index(HELD)
-    assert logits[i].item() == pytest.approx(bare[i].item(), abs=1e-6)
-    known = [names.index(n) for n in ("gen-cot", "mathy-cot")]
-    assert all(abs(logits[k].item() - bare[k].item()) > 1e-4 for k in known)
-    # the small pool's own agents score as they do without the held-out agent
-    narrow_obs = {**obs, "mask": np.ones(4, dtype=np.int8), "counts": np.zeros(4, dtype=np.int64)}
-    narrow = score(policy, narrow_obs)
-    assert logits[names.index("gen-cot")].item() == pytest.approx(narrow[0].item(), abs=1e-5)
-    # saved from the twin on the larger pool, or from the training pool, and loaded onto the larger pool
-    for source in (wide, policy):
-        source.save(tmp_path / "p")
-        loaded = PuppeteerPolicy.load(tmp_path / "p", pool)
-        assert torch.allclose(score(loaded), logits, atol=1e-5)
-    # with gradients, MLP terms are dropped at random: the logits vary between passes
-    with torch.enable_grad():  # a training update
-        draws = {tuple(round(x, 5) for x in wide.logits([wide.features(obs)])[0].tolist()) for _ in range(8)}
-    assert len(draws) > 1
-    with pytest.raises(ValueError, match="rest_dropout"):
-        _config(rest_dropout=0.5, cards_linear=True)
-    with pytest.raises(ValueError, match=r"\[0, 1\)"):
-        _config(rest_dropout=1.0)

@@ -336,29 +336,6 @@ def test_forced_action_tuples_play_out_in_order_then_the_policy_chooses(tmp_path
     assert eps[0].returns[1] == eps[0].stop_returns[0] == 1.0  # stopped after the strong agent's answer
 
 
-def test_step_logits_start_at_zero_and_survive_a_save(tmp_path: Path) -> None:
-    """The step term is zero until trained (so it changes nothing at the start) and is saved with the
-    weights; it is refused beside cards, which have their own term for who has acted."""
-    _, env = _trained(tmp_path, signals=True, episodes=0)
-    config = PolicyConfig(
-        encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=True, step_logits=True
-    )
-    policy = PuppeteerPolicy(env.pool, config, seed=0)
-    assert policy.scorer.step_logits is not None
-    assert float(policy.scorer.step_logits.weight.detach().abs().sum()) == 0.0
-    obs, _ = env.reset(seed=0, options={"task_index": 0})
-    obs, *_ = env.step(0)
-    with torch.no_grad():
-        policy.scorer.step_logits.weight[env.pool.terminator_id, 2 + 1] = 5.0  # step 1 -> stop
-    before = policy.logits([policy.features(obs)]).detach()
-    again = PuppeteerPolicy.load(policy.save(tmp_path / "p"), env.pool)
-    torch.testing.assert_close(again.logits([again.features(obs)]).detach(), before)
-    with pytest.raises(ValueError, match="step_logits"):
-        PolicyConfig(cards=True, step_logits=True)
-    with pytest.raises(ValueError, match="step_logits"):
-        PolicyConfig(stop_prior=3.0)
-
-
 def test_step_heads_keep_what_is_learned_after_a_call_out_of_the_first_choice(tmp_path: Path) -> None:
     """With policy.step_heads a gradient step on the second decision's logits leaves the first
     decision's logits exactly as they were (one scorer each); with one scorer it moves them. Both
@@ -407,14 +384,20 @@ def _on_router(
     saved: Path,
     seed: int,
     second_target: float | None = None,
-    **options: object,
+    stop_prior: float = 0.0,
 ) -> PuppeteerPolicy:
     """A two-step router whose first decision is ``saved`` (kept fixed), the decision after its call
-    trained on every pair of actions (``options``: more PolicyConfig settings, and second_target)."""
-    config = PolicyConfig(
-        max_steps=2, signals=True, step_heads=True, one_call_first=True, **COMMON, **options
-    )
+    trained on every pair of actions (and ``second_target``). ``stop_prior``: the decision after the
+    call starts with this much added to the Terminator's logit (a trained offset per action)."""
+    config = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **COMMON)
     policy = PuppeteerPolicy(env.pool, config, seed=seed)
+    if stop_prior:
+        later = policy.scorer.later
+        assert later is not None
+        offset = torch.zeros(env.pool.n_actions)
+        offset[env.pool.terminator_id] = stop_prior
+        later.stop_prior = torch.nn.Parameter(offset)
+        later.register_forward_hook(lambda module, _args, out: out + module.stop_prior)
     trainer = ReinforceConfig(
         episodes=1536,
         batch_episodes=48,
@@ -470,7 +453,7 @@ def test_a_softmax_target_pulls_a_router_that_always_stops_back_to_escalating(
     escalates after silence and stops after an answer."""
     _, saved = _one_call_router(tmp_path, 0)
     env = _cascade_env()
-    policy = _on_router(env, saved, 0, step_logits=True, stop_prior=20.0, second_target=target)
+    policy = _on_router(env, saved, 0, second_target=target, stop_prior=20.0)
     terminator = env.pool.terminator_id
     expected = [terminator] * 4 if target is None else [1, 1, terminator, terminator]
     assert [_after_cheap(policy, env, i)[0] for i in range(4)] == expected
@@ -536,21 +519,6 @@ def test_a_saved_router_that_reads_the_signals_is_evaluated_with_the_visible_che
         runner = as_policy(make_policy(f"puppeteer:{saved}", env.pool, max_steps=2))
         settings = runner.configure(EpisodeSettings(max_steps=2), env.tasks, [0] * len(env.tasks), env.pool)
         assert settings.visible_checks is signals
-
-
-def test_a_stop_prior_starts_the_router_stopping_after_its_first_call(tmp_path: Path) -> None:
-    _, env = _trained(tmp_path, signals=True, episodes=0)
-    config = PolicyConfig(
-        encoder="hashing", max_steps=2, min_steps=1, hidden=32, signals=True, step_logits=True, stop_prior=3.0
-    )
-    policy = PuppeteerPolicy(env.pool, config, seed=0)
-    obs, _ = env.reset(seed=0, options={"task_index": 0})
-    first = policy.logits([policy.features(obs)]).detach()[0]
-    obs, *_ = env.step(0)
-    after = policy.logits([policy.features(obs)]).detach()[0]
-    terminator = env.pool.terminator_id
-    assert torch.isinf(first[terminator])  # min_steps=1: no stopping before a call
-    assert float(after[terminator] - after[:terminator].max()) > 2.5  # the prior, less the MLP's spread
 
 
 def test_a_planning_round_records_the_answer_that_grading_takes() -> None:

@@ -70,10 +70,6 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "cards", False),
         (pol, "cards_linear", False),
         (pol, "cards_text", True),
-        (pol, "card_noise", 0.0),
-        (pol, "rest_dropout", 0.0),
-        (pol, "step_logits", False),
-        (pol, "stop_prior", 0.0),
         (pol, "step_heads", False),
         (pol, "state_encoder", "same"),
     ):
