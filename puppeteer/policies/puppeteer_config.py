@@ -37,7 +37,7 @@ STATE_ENCODERS: Mapping[str, Callable[[CachedEncoder], CachedEncoder]] = Mapping
 )
 
 
-# settings that studies tried, recorded no gain with and that left the library (issue 55), with the
+# settings that studies tried, recorded no gain with and that left the library, with the
 # value that turned them off: a saved run or policy may still name them at that value
 # (experiments/local-mix/README.md: step_logits, stop_prior; experiments/unseen-agents/README.md:
 # card_noise, rest_dropout)
@@ -63,7 +63,7 @@ def without_removed(config: Mapping[str, Any], where: str | None = None) -> dict
         prefix = f"{where}: " if where else ""
         raise RemovedSetting(
             f"{prefix}policy.{name}={value!r:.40} was removed from the library after its study "
-            "(issue 55; its code is in git history): drop the setting"
+            "(its code is in git history): drop the setting"
         )
     return kept
 

@@ -202,7 +202,7 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
     for item in args:
         key = item.partition("=")[0].lstrip("+~")
         if key.startswith("policy.") and key[len("policy.") :] in REMOVED_SETTINGS:
-            return f"{key} was removed from the library after its study (issue 55; code in git history)"
+            return f"{key} was removed from the library after its study (its code is in git history)"
     if any(o.startswith("-") for o in args):
         return None
     from hydra import compose, initialize_config_dir

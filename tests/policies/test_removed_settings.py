@@ -1,4 +1,4 @@
-"""Settings that left the library after their study (issue 55: policy.step_logits, stop_prior,
+"""Settings that left the library after their study (policy.step_logits, stop_prior,
 card_noise, rest_dropout): a saved policy or run config that names them off still loads; one that
 turns one on is refused in one line that names it."""
 
@@ -70,7 +70,7 @@ def _run_config() -> dict:
 
 
 def test_a_run_config_json_with_the_removed_settings_off_builds_the_same_job() -> None:
-    """A training run's config.json (as runs before issue 55 wrote it) builds the job it always did;
+    """A training run's config.json (as runs before their removal wrote it) builds the job it always did;
     with step_logits=true it is refused, naming the setting."""
     cfg = _run_config()
     old = {**cfg, "policy": {**cfg["policy"], **OFF}}
