@@ -271,9 +271,11 @@ def _run_quickstart(
     short = f"{short_pool_name(pool)}, {cfg.suite} [{backend_name}]"  # titles fit their figures
     rows, results = [], {}
 
-    def add(name: str, spec: Any, max_steps: int, folder: str, seed: int) -> None:
+    def add(name: str, spec: Any, max_steps: int, folder: str) -> None:
+        # every arm on the same held-out draws (the first seed's): on a simulated pool a call's outcome
+        # depends on its sample seed, so each (seed, item) pair of the headline compares like with like
         r = _evaluate(
-            cfg, spec, pool, eval_tasks, eval_backend, max_steps, run / "eval" / folder, seed, console
+            cfg, spec, pool, eval_tasks, eval_backend, max_steps, run / "eval" / folder, cfg.seed, console
         )
         results[name] = r
         rows.append(_row(name, r))
@@ -292,10 +294,10 @@ def _run_quickstart(
         first_run = first_run or done
         tail, folder = ("", "") if len(seeds) == 1 else (f" seed {seed}", f"-seed{seed}")
         for name, spec, max_steps in done.arms:
-            add(name + tail, spec, max_steps, _slug(name) + folder, seed)
+            add(name + tail, spec, max_steps, _slug(name) + folder)
     assert first_run is not None  # cfg.seeds >= 1
     for spec, max_steps in _baseline_specs(cfg):
-        add(spec, spec, max_steps, _slug(spec), cfg.seed)
+        add(spec, spec, max_steps, _slug(spec))
 
     trained = trained_rows(rows)[0]["policy"]
     trained_dir = results[trained].out_dir
@@ -548,9 +550,9 @@ def seed_note(seed: int, n_seeds: int = 1) -> str:
     if n_seeds > 1:
         return (
             f"Seeds {seed} to {seed + n_seeds - 1} (`--seeds {n_seeds}`; the first {how}), every one "
-            "reported: each sets its router's training draws, initial weights and held-out sample seeds, "
-            "not the items. The rules and single agents are evaluated once (seed "
-            f"{seed}); the headline gives the mean and the worst seed."
+            "reported: each sets its router's training draws and initial weights, not the items. Every "
+            f"policy is evaluated on the same held-out draws (seed {seed}), so the headline's (seed, item) "
+            "pairs compare like with like; it gives the mean and the worst seed."
         )
     return (
         f"Seed {seed}: {how}. The seed sets the training's draws, the router's initial weights and the "

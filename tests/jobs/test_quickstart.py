@@ -3,6 +3,7 @@ experiments/quickstart/results)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -265,3 +266,19 @@ def test_several_seeds_and_the_fitted_rules_in_one_run(tmp_path: Path) -> None:
     assert "Seeds 5 to 6" in report and "](seed5/learning_curve.png)" in report
     single = next(r for r in summary["results"] if r["policy"].startswith("best-single"))
     assert single["calls"] == 1.0
+    # every arm on the same held-out draws: where two arms made the same first call on an item, the
+    # simulator gave it the same completion (its length is drawn from the episode's sample seed)
+    first_calls = {
+        folder: {
+            t.task_id: (t.steps[0].agent_name, t.steps[0].completion.completion_tokens)
+            for t in read_trajectories(tmp_path / "eval" / folder / "trajectories.jsonl")
+        }
+        for folder in ("puppeteer-seed5", "puppeteer-seed6", f"best-single_{SIM.n_train}", "random")
+    }
+    shared = [
+        (a[item], b[item])
+        for a, b in itertools.combinations(first_calls.values(), 2)
+        for item in a
+        if a[item][0] == b[item][0]
+    ]
+    assert len(shared) >= SIM.n_eval and all(x == y for x, y in shared), shared
