@@ -77,7 +77,7 @@ WORLDS: Mapping[str, Mapping[str, Any]] = {
         "n_test": 320,
         "seeds": 3,
         "pair_top": 5,
-        "vote_top": 5,
+        "vote_top": None,
         "backend": "simulator (sim-local, fitted from the real local-mix table)",
     },
     "local-mix": {
@@ -446,6 +446,17 @@ def main() -> None:
         "singles": singles_table,
         "results": results,
         "recorded_chains": chain_rows,
+        # a chain against its second agent alone (a solver, not a reviser), held out: what seeing the
+        # first step's answer changed
+        "chain_minus_second": {
+            p: value_of(test_out[p].values(), 0.0).accuracy
+            - value_of(test_out["single:" + p.split(",")[1]].values(), 0.0).accuracy
+            for p in plans
+            if p.startswith("chain:")
+            and p in test_out
+            and p.split(",")[1] not in revisers
+            and "single:" + p.split(",")[1] in test_out
+        },
         # each plan's accuracy and cost on train and pooled held out, and its return per lambda
         "plan_accuracy_cost": {
             p: [
