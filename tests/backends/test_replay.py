@@ -229,6 +229,7 @@ def test_a_router_trained_on_the_shipped_table_learns_what_its_training_items_te
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two trainings of 65,536 and 131,072 episodes: 7-8 min idle, 10 loaded
 def test_the_quickstart_at_its_defaults_beats_the_best_single_agent_held_out(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

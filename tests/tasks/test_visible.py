@@ -178,6 +178,7 @@ def test_the_fixed_router_that_reads_the_examples_beats_the_best_single_agent_he
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two trainings of 65,536 and 131,072 episodes: 7-8 min idle, 10 loaded
 def test_the_decision_after_a_trained_routers_call_learns_to_escalate_on_failed_examples(
     tmp_path: Path,
 ) -> None:
