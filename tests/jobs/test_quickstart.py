@@ -202,6 +202,8 @@ def test_the_command_keeps_training_trajectories_only_on_request(monkeypatch: py
     assert main(["quickstart", "--episodes", "8"]) == 0
     assert main(["quickstart", "--episodes", "8", "--trajectories"]) == 0
     assert [c.trajectories for c in seen] == [False, True] and seen[0].episodes == 8
+    assert main(["quickstart", "--pool", "sim-local"]) == 0  # the same job on the calibrated simulator
+    assert [c.pool for c in seen] == ["local-mix", "local-mix", "sim-local"]
 
 
 def test_over_seeds_the_headline_gives_the_mean_and_the_worst_against_the_rule_and_the_single() -> None:
