@@ -1,0 +1,47 @@
+"""The README's results rows that the main job produced state what their committed run wrote: the
+learned routers' mean and worst seed, their model seconds, the best rule's and the best single agent's
+accuracy and model seconds (experiments/*/results/**/results.json)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# (how the README row starts, the committed run it reports)
+ROWS = (
+    ("| mixed traffic on real models", "experiments/quickstart/results/seeds101-105/results.json"),
+    ("| the same traffic on the simulator", "experiments/sim-local-learner/results/lam1/results.json"),
+)
+
+
+def _row(start: str) -> list[str]:
+    line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith(start))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def _numbers(cell: str) -> list[float]:
+    return [float(x) for x in re.findall(r"\d+\.\d+", cell)]
+
+
+@pytest.mark.parametrize(("start", "path"), ROWS, ids=[p.split("/")[1] for _, p in ROWS])
+def test_a_readme_row_states_its_committed_run(start: str, path: str) -> None:
+    results = {r["policy"]: r for r in json.loads((ROOT / path).read_text())["results"]}
+    trained = [r for name, r in results.items() if name.startswith("puppeteer (trained) seed ")]
+    rule = next(r for name, r in results.items() if name.startswith("best-rule"))
+    single = next(r for name, r in results.items() if name.startswith("best-single"))
+    _, learned, best_rule, best_single, _ = _row(start)
+    accuracies = [r["accuracy"] for r in trained]
+    mean_s = sum(r["model_s"] for r in trained) / len(trained)
+    assert len(trained) == 5
+    assert _numbers(learned) == [
+        round(sum(accuracies) / len(accuracies), 3),
+        round(min(accuracies), 3),
+        round(mean_s, 1),
+    ]
+    assert _numbers(best_rule)[:2] == [round(rule["accuracy"], 3), round(rule["model_s"], 1)]
+    assert _numbers(best_single)[:2] == [round(single["accuracy"], 3), round(single["model_s"], 1)]
