@@ -12,21 +12,18 @@ The public names of the three are re-exported here.
 
 from __future__ import annotations
 
+from puppeteer.backends.sim.answers import SimItem, display_answer, distractors, normalize_answer
 from puppeteer.backends.sim.backend import (
     DEFAULT_PATTERN_EFFECTS,
     DEFAULT_TOKEN_MULTIPLIERS,
     DEFAULT_TOOL_EFFECTS,
     KINDS,
     SimBackend,
-    SimItem,
     SimOutcome,
     SimParams,
     SkillError,
-    display_answer,
-    distractors,
     expected_accuracy,
     expected_call_cost,
-    normalize_answer,
     oracle_agent,
     shifted,
     skill,
