@@ -272,11 +272,7 @@ def _run_quickstart(
     rows, results = [], {}
 
     def add(name: str, spec: Any, max_steps: int, folder: str) -> None:
-        # every arm on the same held-out draws (the first seed's): on a simulated pool a call's outcome
-        # depends on its sample seed, so each (seed, item) pair of the headline compares like with like
-        r = _evaluate(
-            cfg, spec, pool, eval_tasks, eval_backend, max_steps, run / "eval" / folder, cfg.seed, console
-        )
+        r = _evaluate(cfg, spec, pool, eval_tasks, eval_backend, max_steps, run / "eval" / folder, console)
         results[name] = r
         rows.append(_row(name, r))
 
@@ -439,9 +435,11 @@ def _evaluate(
     backend: Any,
     max_steps: int,
     out: Path,
-    seed: int,
     console: Any,
 ) -> EvalResult:
+    """One arm on the held-out items. Every arm, whichever seed trained it, runs on the same held-out
+    draws (``cfg.seed``'s): on a simulated pool a call's outcome depends on its sample seed, so each
+    (seed, item) pair of the headline compares like with like."""
     console.print(f"evaluating [bold]{out.name}[/bold] on {len(tasks)} held-out items")
     return evaluate_policy(
         spec,
@@ -453,7 +451,7 @@ def _evaluate(
         lam=cfg.lam,
         out_dir=out,
         progress=True,
-        seed=seed,
+        seed=cfg.seed,
         overwrite=True,  # a quickstart rerun regenerates its own evaluation runs
     )
 
