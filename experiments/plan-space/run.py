@@ -4,7 +4,7 @@
     python experiments/plan-space/run.py sim-local                 # (b) the calibrated simulator
     PUPPETEER_REPLAY=strict python experiments/plan-space/run.py local-mix   # (c) the replayed real table
 
-Each plan of the declared space (:func:`puppeteer.policies.plan_space.plan_specs`: singles, ordered
+Each plan of the declared space (:func:`plan_space.plan_specs`, beside this runner: singles, ordered
 pairs whose second step sees the first and answers last, votes of three) runs as a fixed workflow policy
 (``single:A``, ``chain:A,B``, ``vote:A,B,C``) through :func:`puppeteer.evaluation.evaluate.evaluate_policy`
 on the training items (world 0) and on the held-out items in every world (simulator seeds
@@ -27,15 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-import puppeteer.envs.parts as parts
-from puppeteer.agents.pool import Pool, load_pool
-from puppeteer.backends.replay import ReplayMiss, read_steps
-from puppeteer.envs.reward import COST_MODELS
-from puppeteer.envs.trajectories import read_trajectories
-from puppeteer.evaluation.evaluate import evaluate_policy
-from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
-from puppeteer.policies.plan_space import (
+from plan_space import (  # beside this runner
     Outcome,
     choose_by_kind,
     choose_plan,
@@ -45,6 +37,14 @@ from puppeteer.policies.plan_space import (
     routed,
     value_of,
 )
+
+import puppeteer.envs.parts as parts
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.backends.replay import ReplayMiss, read_steps
+from puppeteer.envs.reward import COST_MODELS
+from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.evaluation.evaluate import evaluate_policy
+from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
 from puppeteer.policies.rule_fit import (
     Answer,
     fit_from_answers,

@@ -1,18 +1,14 @@
-"""The declared plan space and the choices over recorded plan outcomes (puppeteer.policies.plan_space)."""
+"""The declared plan space and the choices over recorded plan outcomes (experiments/plan-space)."""
 
 from __future__ import annotations
 
 import pytest
 
-from puppeteer.policies.plan_space import (
-    choose_by_kind,
-    choose_plan,
-    oracle,
-    plan_form,
-    plan_specs,
-    routed,
-    value_of,
-)
+from tests.experiment_modules import experiment_module
+
+_plans = experiment_module("plan-space", "plan_space")
+choose_by_kind, choose_plan, oracle = _plans.choose_by_kind, _plans.choose_plan, _plans.oracle
+plan_form, plan_specs, routed, value_of = _plans.plan_form, _plans.plan_specs, _plans.routed, _plans.value_of
 
 
 def test_plan_specs_counts_and_order() -> None:
