@@ -50,6 +50,14 @@ class RemovedSetting(UserError, ValueError):
     """A saved or given configuration turns on a setting the library no longer has."""
 
 
+def removed_message(setting: str) -> str:
+    """The one line for a removed setting (``setting`` as given: a key, or key=value)."""
+    return (
+        f"{setting} was removed from the library after its study (its code is in git history): "
+        "drop the setting"
+    )
+
+
 def without_removed(config: Mapping[str, Any], where: str | None = None) -> dict[str, Any]:
     """``config`` (``policy.*`` settings) without the removed settings that are at their off value;
     :class:`RemovedSetting` (one line, after ``where`` if given) for one set to anything else."""
@@ -61,10 +69,7 @@ def without_removed(config: Mapping[str, Any], where: str | None = None) -> dict
         if isinstance(value, bool | int | float) and value == off:
             continue
         prefix = f"{where}: " if where else ""
-        raise RemovedSetting(
-            f"{prefix}policy.{name}={value!r:.40} was removed from the library after its study "
-            "(its code is in git history): drop the setting"
-        )
+        raise RemovedSetting(prefix + removed_message(f"policy.{name}={value!r:.40}"))
     return kept
 
 

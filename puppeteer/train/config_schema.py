@@ -32,7 +32,7 @@ from typing import Any
 
 from puppeteer.envs.env import EnvConfig
 from puppeteer.errors import UserError
-from puppeteer.policies.puppeteer_config import REMOVED_SETTINGS
+from puppeteer.policies.puppeteer_config import REMOVED_SETTINGS, removed_message
 from puppeteer.train.reinforce import ReinforceConfig
 from puppeteer.utils.resources import available
 
@@ -202,7 +202,7 @@ def check_overrides(config_dir: str, config_name: str, overrides: Sequence[str])
     for item in args:
         key = item.partition("=")[0].lstrip("+~")
         if key.startswith("policy.") and key[len("policy.") :] in REMOVED_SETTINGS:
-            return f"{key} was removed from the library after its study (its code is in git history)"
+            return removed_message(key)
     if any(o.startswith("-") for o in args):
         return None
     from hydra import compose, initialize_config_dir
