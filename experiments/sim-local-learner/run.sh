@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 LAM=${1:-1}
 OUT=runs/sim-local-learner/lam$LAM
 RES=experiments/sim-local-learner/results/lam$LAM
-mkdir -p "$RES"
+mkdir -p "$RES/seed301"
 puppeteer quickstart --pool sim-local --lam "$LAM" --seed 301 --seeds 5 --out "$OUT"
 cp "$OUT/report.md" "$OUT/results.json" "$RES/"
-cp "$OUT"/*.png "$RES/" 2>/dev/null || true
+cp "$OUT"/*.png "$RES/"
+cp "$OUT"/seed301/*.png "$RES/seed301/"  # the learning curves the report shows
