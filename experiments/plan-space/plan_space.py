@@ -11,9 +11,10 @@ accuracy - lambda x mean cost per item, ties to the cheaper plan, then to the fi
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from puppeteer.policies.plan_space import plan_form, plan_specs
 
 Outcome = tuple[bool, float]  # (correct, cost in the run's cost model)
 Outcomes = Mapping[str, Mapping[str, Outcome]]  # plan spec -> item key -> its outcome there
@@ -27,32 +28,6 @@ class PlanValue:
     cost: float
     value: float
     n: int
-
-
-def plan_specs(
-    solvers: Sequence[str],
-    *,
-    pair_agents: Sequence[str] | None = None,
-    revisers: Sequence[str] = (),
-    vote_agents: Sequence[str] | None = None,
-    vote_k: int = 3,
-) -> list[str]:
-    """Singles (``solvers`` and ``revisers``), ordered pairs of distinct ``pair_agents`` (default: the
-    solvers) plus each solver followed by each reviser, and votes of ``vote_k`` distinct ``vote_agents``
-    (default: the solvers; members in the order given, so the first listed wins ties)."""
-    pairs = list(itertools.permutations(pair_agents if pair_agents is not None else solvers, 2))
-    pairs += [(a, r) for a in solvers for r in revisers if a != r]
-    voters = vote_agents if vote_agents is not None else solvers
-    votes = list(itertools.combinations(voters, vote_k)) if 2 <= vote_k <= len(voters) else []
-    specs = [f"single:{a}" for a in (*solvers, *revisers)]
-    specs += ["chain:" + ",".join(p) for p in dict.fromkeys(pairs)]
-    specs += ["vote:" + ",".join(v) for v in votes]
-    return specs
-
-
-def plan_form(spec: str) -> str:
-    """``single``, ``chain`` or ``vote``: the form of a spec of :func:`plan_specs`."""
-    return spec.partition(":")[0]
 
 
 def value_of(rows: Iterable[Outcome], lam: float) -> PlanValue:

@@ -13,6 +13,7 @@ from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.lam_range import LamRange
 from puppeteer.train.conductor_model import ModelSpec
 from puppeteer.train.extras import require
+from puppeteer.train.grpo.warm_start import WarmStartSpec
 from puppeteer.train.plan_constraint import PlanGrammars, plan_grammars
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class GRPOJob:
     constrained: bool = False
     time_budget_s: float | None = None  # stop training (checkpoint, then the held-out "after") past this
     lora: LoraSpec | None = None
+    warm_start: WarmStartSpec | None = None  # fine-tune on the best plan per training question first
     eval: EvalSpec = field(default_factory=EvalSpec)
     grpo: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
@@ -104,6 +106,8 @@ class GRPOJob:
                 lora["target_modules"] = tuple(lora["target_modules"])
             lora_spec = LoraSpec(**lora)
 
+        warm = dict(cfg.get("warm_start") or {})
+        warm_spec = WarmStartSpec.from_mapping(warm) if warm.pop("enabled", False) else None
         grpo = dict(cfg.get("grpo") or {})
         if "bf16" in grpo:
             grpo["bf16"] = bf16_choice(grpo["bf16"])
@@ -146,6 +150,7 @@ class GRPOJob:
             k_available=int(cfg["k_available"]) if cfg.get("k_available") else None,
             holdout_subsets=tuple(tuple(int(i) for i in s) for s in cfg.get("holdout_subsets") or ()),
             lora=lora_spec,
+            warm_start=warm_spec,
             eval=EvalSpec(**eval_cfg),
             grpo=grpo,
             seed=int(cfg.get("seed", 0)),

@@ -38,6 +38,7 @@ from puppeteer.train.conductor_model import Loaded, load_conductor_model
 from puppeteer.train.extras import require
 from puppeteer.train.grpo.config import GRPOJob
 from puppeteer.train.grpo.heldout import generate
+from puppeteer.train.grpo.warm_start import WARM_START_DIR
 from puppeteer.train.plan_constraint import install_plan_constraint
 from puppeteer.types import Completion, ConductorAction, TrainItems
 
@@ -54,8 +55,11 @@ log = logging.getLogger(__name__)
 
 
 def load_job(run_dir: str | Path) -> GRPOJob:
-    """The :class:`GRPOJob` a run was trained with (its ``config.json``)."""
+    """The :class:`GRPOJob` a run was trained with (its ``config.json``); for ``RUN/warm_start`` (the
+    conductor after its warm start, before GRPO), the run's."""
     path = Path(run_dir) / "config.json"
+    if not path.is_file() and Path(run_dir).name == WARM_START_DIR:
+        path = Path(run_dir).parent / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a conductor GRPO run directory (no config.json)")
     return GRPOJob.from_mapping(json.loads(path.read_text()))

@@ -39,6 +39,13 @@ from puppeteer.train.grpo.callbacks import OnLog, metric_forwarder, resume_from,
 from puppeteer.train.grpo.config import GRPOJob, grpo_config
 from puppeteer.train.grpo.curve import conductor_curve
 from puppeteer.train.grpo.heldout import evaluate_conductor, paired_heldout
+from puppeteer.train.grpo.warm_start import (
+    WARM_START_DIR,
+    fine_tune,
+    kept_plans,
+    sft_examples,
+    summarize_kept,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,25 @@ def train_dataset(job: GRPOJob, env: ConductorEnv, tokenizer: PreTrainedTokenize
         raise ValueError("answer_prefix needs chat=true (it opens the assistant turn of the chat template)")
     rows = prefixed_rows(conductor_rows(env, chat=True, seed=job.seed), tokenizer, job.answer_prefix)
     return datasets.Dataset.from_list(rows)
+
+
+def warm_start(job: GRPOJob, model: Any, tokenizer: Any, env: ConductorEnv, run: Path) -> Any:
+    """The conductor fine-tuned on the best plan per training question (:mod:`.warm_start`), from the
+    run's ``warm_start/`` when it is there; the model unchanged when the job has no warm start."""
+    spec = job.warm_start
+    if spec is None:
+        return model
+    out = run / WARM_START_DIR
+    rows = conductor_rows(env, chat=job.chat, seed=job.seed)
+    kept = kept_plans(env, rows, spec, Path(spec.plans_file or out / "plans.jsonl"), job.reward_workers)
+    texts = prefixed_rows(rows, tokenizer, job.answer_prefix) if job.chat else rows
+    prompts = {r["task_id"]: str(r["prompt"]) for r in texts}
+    examples = sft_examples(kept, prompts, job.answer_prefix, tokenizer.eos_token or "")
+    summary = summarize_kept(kept)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    log.info("warm start: %d kept plans, %d distinct", len(kept), len(summary["plans"]))
+    return fine_tune(model, tokenizer, examples, spec, out, job.seed)
 
 
 def _peak_rss_mb() -> float:
@@ -90,6 +116,7 @@ def run_conductor_training(
     train_env = job.env(job.train_split, job.n_train)
     eval_env = job.env(job.eval_split, job.n_eval, pool=train_env.pool, training=False)
     model, tokenizer = load_conductor_model(job.model)
+    model = warm_start(job, model, tokenizer, train_env, run)
     if job.stop_after_access_list:
         install_access_list_stop(model, tokenizer)
     if job.share_prompt_prefix:
@@ -205,6 +232,9 @@ def run_conductor_training(
         "seed": job.seed,
         "grpo": {k: v for k, v in dict(job.grpo).items()},
         "lora": job.lora.__dict__ if job.lora else None,
+        "warm_start": json.loads((run / WARM_START_DIR / "summary.json").read_text())
+        if job.warm_start
+        else None,
     }
     (run / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (run / "log_history.json").write_text(json.dumps(history, indent=2))

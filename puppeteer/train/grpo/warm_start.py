@@ -1,0 +1,327 @@
+"""The conductor's warm start: the best plan per training question, then supervised fine-tuning on it.
+
+A small untrained conductor spends GRPO's samples on plans that do not parse or that name one agent
+for everything (docs/conductor-grpo.md). The warm start first gives it plans that are known to be good:
+
+1. **search**: every plan of a declared space (default :func:`~puppeteer.policies.plan_space.plan_specs`
+   over the agents the prompt offers: singles, ordered pairs, votes of three) is written as the conductor
+   would write it (:func:`plan_text`) and executed on every training question in the run's own
+   workflow-mode env (the GRPO reward: :class:`~puppeteer.integrations.trl.WorkflowScorer`), once per
+   reset seed ``0 .. draws-1``;
+2. **keep**: each question keeps the plan of highest mean reward over the draws; ties go to the plan
+   with the highest mean reward on the question's kind, then to fewer steps, then to the spec's name
+   (:func:`keep_best`). The kept plans are written as JSON lines (:class:`KeptPlan`), and read back
+   instead of searching again when the file exists (several seeds can share one search);
+3. **fine-tune**: ``trl.SFTTrainer`` on (the GRPO prompt, the kept plan) pairs, the loss on the plan
+   only, checkpointed and resumed like GRPO; the result is saved under ``warm_start/final`` and GRPO
+   goes on from it.
+
+Each kept plan's ``reward`` is what the search recorded; scoring its text again on the same draws gives
+the same figure (``tests/train/test_warm_start.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from puppeteer.envs.workflow import format_workflow
+from puppeteer.integrations.trl import WorkflowScorer
+from puppeteer.policies.plan_space import plan_specs
+from puppeteer.policies.registry import make_policy
+from puppeteer.types import Workflow
+
+if TYPE_CHECKING:
+    from puppeteer.agents.pool import Pool
+    from puppeteer.envs.env import ConductorEnv
+    from puppeteer.types import Task
+
+log = logging.getLogger(__name__)
+
+WARM_START_DIR = "warm_start"  # under a run: plans.jsonl, the fine-tune's checkpoints and final/
+
+
+@dataclass(frozen=True)
+class WarmStartSpec:
+    """What the warm start searches and how it fine-tunes (the ``warm_start`` section of a conductor run)."""
+
+    plans: tuple[str, ...] = ()  # plan specs to search; () = plan_specs over the agents on offer
+    draws: int = 3  # reset seeds each (question, plan) is scored on; the kept plan has the best mean
+    subtask: str = "Solve the question."  # every step's subtask in a kept plan
+    epochs: float = 2.0
+    learning_rate: float = 5.0e-5
+    batch_size: int = 4
+    save_steps: int = 25
+    plans_file: str | None = None  # the kept plans (JSON lines); None: <run>/warm_start/plans.jsonl
+
+    def __post_init__(self) -> None:
+        if self.draws < 1:
+            raise ValueError(f"warm_start.draws must be >= 1, got {self.draws}")
+        if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
+            raise ValueError("warm_start.epochs and learning_rate must be > 0 and batch_size >= 1")
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any]) -> WarmStartSpec:
+        known = {k: cfg[k] for k in cls.__dataclass_fields__ if cfg.get(k) is not None}
+        if "plans" in known:
+            known["plans"] = tuple(str(p) for p in known["plans"])
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class KeptPlan:
+    """The plan a training question keeps: its spec, the text the conductor learns, its mean reward."""
+
+    task_id: str
+    kind: str
+    plan: str  # the policy spec it came from (single:A, chain:A,B, vote:A,B,C)
+    text: str  # the whole plan as the conductor writes it (format_workflow, with its final line)
+    reward: float  # the mean reward over ``draws``
+    draws: tuple[int, ...]
+
+
+def plan_workflow(spec: str, task: Task, pool: Pool, subtask: str) -> Workflow:
+    """The plan ``spec`` for ``task`` as a conductor writes it: every step's subtask ``subtask``, and
+    ``final = 'vote'`` where the plan votes (None, no line: the last step's answer)."""
+    policy = make_policy(spec, pool)
+    workflow = policy.plan(task, pool, np.random.default_rng(0))
+    final = None if getattr(policy, "aggregate", "last") == "last" else policy.aggregate
+    return Workflow(workflow.model_id, (subtask,) * len(workflow), workflow.access_list, final)
+
+
+def plan_text(spec: str, task: Task, pool: Pool, subtask: str) -> str:
+    """:func:`plan_workflow` as text (:func:`~puppeteer.envs.workflow.format_workflow`)."""
+    return format_workflow(plan_workflow(spec, task, pool, subtask))
+
+
+def score_plans(
+    env: ConductorEnv,
+    rows: Sequence[Mapping[str, Any]],
+    specs: Sequence[str],
+    subtask: str,
+    draws: int,
+    max_workers: int = 8,
+) -> dict[str, dict[str, float]]:
+    """Mean reward over ``draws`` reset seeds of each plan on each row's question (spec -> task id ->
+    reward); a plan naming an agent that a row's prompt does not offer is not scored there."""
+    from tqdm.auto import tqdm
+
+    tasks = {t.id: t for t in env.tasks}
+    totals: dict[str, dict[str, float]] = defaultdict(dict)
+    scorers = [WorkflowScorer(env, max_workers=max_workers, seed=d) for d in range(draws)]
+    for spec in tqdm(specs, desc="warm start: plans searched", unit="plan"):
+        plans = {r["task_id"]: plan_workflow(spec, tasks[r["task_id"]], env.pool, subtask) for r in rows}
+        texts = {task_id: format_workflow(w) for task_id, w in plans.items()}
+        usable = [r for r in rows if set(plans[r["task_id"]].model_id) <= set(r["available"])]
+        if not usable:
+            continue
+        sums = np.zeros(len(usable))
+        for scorer in scorers:
+            got = scorer.episodes(
+                [r["task_id"] for r in usable],
+                [texts[r["task_id"]] for r in usable],
+                [r["available"] for r in usable],
+                [r["lam"] for r in usable],
+            )
+            sums += [outcome.reward for outcome, _, _ in got]
+        for r, total in zip(usable, sums, strict=True):
+            totals[spec][r["task_id"]] = float(total / draws)
+    return dict(totals)
+
+
+def keep_best(rewards: Mapping[str, Mapping[str, float]], kinds: Mapping[str, str]) -> dict[str, str]:
+    """Per task id, the spec of highest reward there; ties to the spec with the highest mean reward over
+    the task's kind, then fewer steps, then the spec's name."""
+    kind_mean: dict[tuple[str, str], float] = {}
+    for spec, row in rewards.items():
+        by_kind: dict[str, list[float]] = defaultdict(list)
+        for task_id, value in row.items():
+            by_kind[kinds[task_id]].append(value)
+        for kind, values in by_kind.items():
+            kind_mean[spec, kind] = float(np.mean(values))
+    kept = {}
+    for task_id, kind in kinds.items():
+        scored = [
+            (-row[task_id], -kind_mean[spec, kind], spec.count(",") + 1, spec)
+            for spec, row in rewards.items()
+            if task_id in row
+        ]
+        if scored:
+            kept[task_id] = min(scored)[3]
+    return kept
+
+
+def search(
+    env: ConductorEnv, rows: Sequence[Mapping[str, Any]], spec: WarmStartSpec, max_workers: int = 8
+) -> list[KeptPlan]:
+    """Score the plan space on ``rows`` (the run's conductor rows) and keep the best plan per question."""
+    pool = env.pool
+    offered = sorted({i for r in rows for i in r["available"]})
+    specs = spec.plans or tuple(plan_specs([pool.agent(i).name for i in offered]))
+    rewards = score_plans(env, rows, specs, spec.subtask, spec.draws, max_workers)
+    tasks = {t.id: t for t in env.tasks}
+    kinds = {r["task_id"]: tasks[r["task_id"]].domain for r in rows}
+    chosen = keep_best(rewards, kinds)
+    draws = tuple(range(spec.draws))
+    return [
+        KeptPlan(
+            task_id,
+            kinds[task_id],
+            plan,
+            plan_text(plan, tasks[task_id], pool, spec.subtask),
+            rewards[plan][task_id],
+            draws,
+        )
+        for task_id, plan in chosen.items()
+    ]
+
+
+def write_plans(path: Path, kept: Sequence[KeptPlan]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(asdict(k)) + "\n" for k in kept))
+    tmp.replace(path)
+
+
+def read_plans(path: Path) -> list[KeptPlan]:
+    out = []
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        out.append(KeptPlan(**{**row, "draws": tuple(row["draws"])}))
+    return out
+
+
+def kept_plans(
+    env: ConductorEnv,
+    rows: Sequence[Mapping[str, Any]],
+    spec: WarmStartSpec,
+    path: Path,
+    max_workers: int = 8,
+) -> list[KeptPlan]:
+    """The kept plans of ``path`` when it exists (for the same questions), else searched and written."""
+    wanted = {r["task_id"] for r in rows}
+    if path.is_file():
+        kept = read_plans(path)
+        if {k.task_id for k in kept} == wanted:
+            log.info("warm start: %d kept plans read from %s", len(kept), path)
+            return kept
+        log.warning("warm start: %s holds other questions; searching again", path)
+    kept = search(env, rows, spec, max_workers)
+    write_plans(path, kept)
+    return kept
+
+
+def summarize_kept(kept: Sequence[KeptPlan]) -> dict[str, Any]:
+    """How many questions keep each plan, per kind, and the kept plans' mean reward."""
+    plans: dict[str, int] = defaultdict(int)
+    by_kind: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for k in kept:
+        plans[k.plan] += 1
+        by_kind[k.kind][k.plan] += 1
+    return {
+        "questions": len(kept),
+        "mean_reward": float(np.mean([k.reward for k in kept])) if kept else 0.0,
+        "plans": dict(sorted(plans.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "by_kind": {
+            kind: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for kind, c in by_kind.items()
+        },
+    }
+
+
+def sft_examples(
+    kept: Sequence[KeptPlan], prompts: Mapping[str, str], answer_prefix: str, eos: str
+) -> list[dict[str, str]]:
+    """(prompt, completion) rows: the GRPO prompt of each question and its kept plan after the prompt's
+    ``answer_prefix``, ended with the tokenizer's end of sequence."""
+    rows = []
+    for k in kept:
+        if not k.text.startswith(answer_prefix):
+            raise ValueError(f"plan {k.text[:40]!r} does not start with the answer prefix {answer_prefix!r}")
+        rows.append({"prompt": prompts[k.task_id], "completion": k.text[len(answer_prefix) :] + eos})
+    return rows
+
+
+def fine_tune(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Mapping[str, str]],
+    spec: WarmStartSpec,
+    out_dir: Path,
+    seed: int = 0,
+) -> Any:
+    """``trl.SFTTrainer`` on ``examples`` (loss on the completions only); resumes from the latest
+    checkpoint under ``out_dir/checkpoints`` and saves the model under ``out_dir/final``. When
+    ``out_dir/final`` exists already, its weights are loaded instead of training again."""
+    import datasets
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import SFTConfig, SFTTrainer
+
+    final = out_dir / "final"
+    if (final / "config.json").is_file():
+        from puppeteer.backends.hf_models import load_causal_lm
+
+        log.info("warm start: fine-tuned model read from %s", final)
+        loaded, _ = load_causal_lm(final, model.dtype)
+        return loaded
+    checkpoints = out_dir / "checkpoints"
+    args = SFTConfig(
+        output_dir=str(checkpoints),
+        num_train_epochs=spec.epochs,
+        learning_rate=spec.learning_rate,
+        per_device_train_batch_size=spec.batch_size,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=2,
+        save_steps=spec.save_steps,
+        save_total_limit=2,
+        logging_steps=5,
+        report_to=[],
+        seed=seed,
+        completion_only_loss=True,
+        max_length=None,
+        gradient_checkpointing=False,  # trl's default; it turns the KV cache off, which GRPO's shared prefix needs
+        use_cpu=not _cuda(),
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=datasets.Dataset.from_list([dict(e) for e in examples]),
+        processing_class=tokenizer,
+    )
+    last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    trainer.train(resume_from_checkpoint=last)
+    trainer.model.config.use_cache = True
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    (out_dir / "sft_log.json").write_text(json.dumps(trainer.state.log_history, indent=2))
+    return trainer.model
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+__all__ = [
+    "WARM_START_DIR",
+    "KeptPlan",
+    "WarmStartSpec",
+    "fine_tune",
+    "keep_best",
+    "kept_plans",
+    "plan_text",
+    "plan_workflow",
+    "read_plans",
+    "score_plans",
+    "search",
+    "sft_examples",
+    "summarize_kept",
+    "write_plans",
+]
