@@ -5,6 +5,7 @@ figure, and the optimum against the best rule in that world.
         --out agents/sim-local.yaml
     python experiments/sim-calibrated/run.py check --seeds 200      # results/check.{json,md}
     python experiments/sim-calibrated/run.py optimum --seeds 5      # results/optimum.{json,md}
+    python experiments/sim-calibrated/run.py room --seeds 5         # results/room.{json,md}
 
 ``check`` reads the real table (``agents/local-mix.replay/``: llama.cpp, Qwen2.5-Coder 1.5B / 0.5B,
 greedy; replayed, nothing is called) and draws the same items on the simulator (``agents/sim-local.yaml``)
@@ -39,8 +40,15 @@ from sim_check import (
 from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.second_steps import flagged, relations
 from puppeteer.backends.replay import read_outcomes, read_steps
-from puppeteer.evaluation.stats import wilson_interval
-from puppeteer.policies.rule_fit import Answer, fit_from_answers, outcome, solver_names, training_answers
+from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
+from puppeteer.policies.rule_fit import (
+    Answer,
+    choose_and_value,
+    fit_from_answers,
+    outcome,
+    solver_names,
+    training_answers,
+)
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task
 
@@ -179,14 +187,12 @@ def policies_on(
     # the rule spaces' own optimum: rules chosen on these held-out items themselves (in-sample, so an
     # optimistic bound on what a policy of that form, fixed cascades per kind or per kind and visible
     # third, could reach)
-    binned = [replace(t, domain=third[t.id]) for t in tasks]
-    for name, items in (
-        ("rule, chosen in-sample", tasks),
-        ("rule per kind and visible third, in-sample", binned),
+    for name, bins in (
+        ("rule, chosen in-sample", None),
+        ("rule per kind and visible third, in-sample", third),
     ):
-        chosen = dict(fit_from_answers(items, singles, {}, solvers, lam, "rule"))
-        got = [outcome(chosen[t.domain], t.id, singles, {}) for t in items]
-        out[name] = _value([g for g in got if g is not None], lam)
+        chosen = choose_and_value(tasks, singles, tasks, singles, solvers, lam, "rule", bins)
+        out[name] = _value(chosen.outcomes, lam)
     # expected returns (no luck of the draws) of the kind, visible and item choices, each scored by the
     # item-latent probabilities: the paired measure of what the visible share is worth
     for given in ("kind", "visible", "item"):
@@ -374,9 +380,113 @@ def optimum(args: argparse.Namespace) -> None:
     print("\n".join(lines))
 
 
+# --------------------------------------------------------------------------- the room, out of sample
+
+ROOM_FORMS = ("per kind", "per kind x visible third")
+
+
+def room(args: argparse.Namespace) -> None:
+    """The rules' optimum of each form (per kind; per kind and visible-difficulty third) chosen on the
+    held-out items themselves (in-sample, as ``optimum`` reports it) and chosen on the training items
+    (world 0, where the best rule is chosen), each valued on the held-out items of every world, against
+    the best rule: return deltas and an exact McNemar test on correctness over the (world, item) pairs."""
+    pool = load_pool(args.pool)
+    train = load_suite(args.suite, "train", n=args.n_train)
+    test = load_suite(args.suite, "test", n=args.n_test)
+    solvers = solver_names(pool)
+    lams = [float(x) for x in args.lams.split(",")]
+    work = args.work / f"{args.pool}-{args.cost}"
+    train_answers = cached_answers(pool, train, args.cost, 0, work / f"train{len(train)}-world0.json")
+    third = thirds(pool, list(train) + list(test))
+    worlds = [
+        cached_answers(pool, test, args.cost, seed, work / f"test{len(test)}-world{seed}.json")
+        for seed in range(args.seeds)
+    ]
+    out: dict[str, object] = {
+        "backend": SIM,
+        "cost": args.cost,
+        "n_train": len(train),
+        "n_test": len(test),
+        "worlds": args.seeds,
+        "reference": "best rule (per kind, the whole rule space), chosen on the training items of world 0",
+    }
+    lines = [
+        f"Backend: {SIM}. Held-out: the {len(test)} test items of {args.suite} in {args.seeds} worlds "
+        f"(simulator seeds 0..{args.seeds - 1}); training: its first {len(train)} training items in "
+        f"world 0. Cost: model {args.cost} at the real models' declared speeds. Return = accuracy - "
+        "lambda x cost; delta = return minus the best rule's (chosen on train), points, mean over the "
+        "worlds (worst world); McNemar: exact, on correctness, over the "
+        f"{args.seeds * len(test)} (world, item) pairs (ref right only / policy right only); the "
+        "in-sample rows' p values are no test (their rules were chosen on those very items), only a "
+        "yardstick of how far the in-sample choice moves the outcomes.",
+        "",
+    ]
+    by_lam: dict[str, object] = {}
+    for lam in lams:
+        ref = [choose_and_value(train, train_answers, test, w, solvers, lam, "rule") for w in worlds]
+        ref_ret = [r.value(lam) for r in ref]
+        ref_correct = [c for r in ref for c in r.correct]
+        rows: dict[str, object] = {
+            "best rule (chosen on train)": {
+                "return": ref_ret,
+                "accuracy": [r.accuracy for r in ref],
+                "cost": [r.cost for r in ref],
+                "rules": {k: r.text for k, r in ref[0].routes},
+            }
+        }
+        lines += [
+            f"### lambda = {lam:g} per model minute",
+            "",
+            "| policy (held-out, simulator sim-local) | accuracy | min / item | return: mean (worst) "
+            "| delta vs best rule, points: mean (worst world) | McNemar ref-only / policy-only, p |",
+            "|---|---|---|---|---|---|",
+            f"| best rule (chosen on train) | {np.mean([r.accuracy for r in ref]):.3f} | "
+            f"{np.mean([r.cost for r in ref]):.3f} | {np.mean(ref_ret):.3f} ({min(ref_ret):.3f}) | - | - |",
+        ]
+        for form, bins in zip(ROOM_FORMS, (None, third), strict=True):
+            for where in ("in-sample", "chosen on train"):
+                got = [
+                    choose_and_value(test, w, test, w, solvers, lam, "rule", bins)
+                    if where == "in-sample"
+                    else choose_and_value(train, train_answers, test, w, solvers, lam, "rule", bins)
+                    for w in worlds
+                ]
+                ret = [g.value(lam) for g in got]
+                delta = [100 * (a - b) for a, b in zip(ret, ref_ret, strict=True)]
+                test_ = mcnemar_exact(ref_correct, [c for g in got for c in g.correct])
+                name = f"{form}, {where}"
+                entry: dict[str, object] = {
+                    "return": ret,
+                    "accuracy": [g.accuracy for g in got],
+                    "cost": [g.cost for g in got],
+                    "delta_points": float(np.mean(delta)),
+                    "delta_points_worst_world": float(min(delta)),
+                    "mcnemar": asdict(test_),
+                    "identical_to_reference": all(
+                        g.outcomes == r.outcomes for g, r in zip(got, ref, strict=True)
+                    ),
+                }
+                if where == "chosen on train":
+                    entry["rules"] = {k: r.text for k, r in got[0].routes}
+                rows[name] = entry
+                lines.append(
+                    f"| {name} | {np.mean([g.accuracy for g in got]):.3f} | "
+                    f"{np.mean([g.cost for g in got]):.3f} | {np.mean(ret):.3f} ({min(ret):.3f}) | "
+                    f"{np.mean(delta):+.1f} ({min(delta):+.1f}) | {test_.only_a} / {test_.only_b}, "
+                    f"p = {test_.p_value:.2g} |"
+                )
+        lines.append("")
+        by_lam[str(lam)] = rows
+    out["lams"] = by_lam
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "room.json").write_text(json.dumps(out, indent=1) + "\n")
+    (args.out / "room.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("check", "optimum"))
+    p.add_argument("what", choices=("check", "optimum", "room"))
     p.add_argument("--pool", default="sim-local")
     p.add_argument("--real-pool", default="local-mix-steps")
     p.add_argument("--suite", default="mix-local")
@@ -391,8 +501,8 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("runs/sim-calibrated"), help="scratch: cached answers")
     args = p.parse_args()
     if args.seeds is None:
-        args.seeds = 200 if args.what == "check" else 5
-    {"check": check, "optimum": optimum}[args.what](args)
+        args.seeds = 200 if args.what == "check" else 5  # optimum and room: the same 5 worlds
+    {"check": check, "optimum": optimum, "room": room}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from puppeteer.agents.pool import Pool
@@ -197,6 +197,68 @@ def fit_from_answers(
         space = rule_space(solvers, usable, vote_k, forms)
         routes.append((kind, choose(space, items, singles, chains, lam)[0]))
     return tuple(routes)
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """Rules chosen on one item set and valued on another: the rule per kind (or bin), and each valued
+    item's (correct, cost) in the order of the items valued."""
+
+    routes: tuple[tuple[str, Rule], ...]
+    outcomes: tuple[tuple[bool, float], ...]
+
+    @property
+    def correct(self) -> tuple[bool, ...]:
+        return tuple(c for c, _ in self.outcomes)
+
+    @property
+    def accuracy(self) -> float:
+        return sum(self.correct) / len(self.outcomes)
+
+    @property
+    def cost(self) -> float:
+        return sum(x for _, x in self.outcomes) / len(self.outcomes)
+
+    def value(self, lam: float) -> float:
+        """Accuracy - lam x mean cost on the items valued."""
+        return self.accuracy - lam * self.cost
+
+
+def choose_and_value(
+    choose_on: Sequence[Task],
+    choose_answers: Singles,
+    value_on: Sequence[Task],
+    value_answers: Singles,
+    solvers: Sequence[str],
+    lam: float,
+    forms: str = "rule",
+    bins: Mapping[str, str] | None = None,
+    chains: Chains | None = None,
+) -> Chosen:
+    """The best rules of the ``forms`` space chosen on ``choose_on`` (:func:`fit_from_answers`) and
+    valued on ``value_on``: pass the same items and answers twice for the in-sample optimum, the
+    training items then the held-out ones for its out-of-sample counterpart.
+
+    ``bins`` (task id -> label, e.g. ``gsm8k:hard``) chooses a rule per label instead of per kind; a
+    valued item whose label the choosing items lack takes its kind's rule, chosen on the same items.
+    """
+    chains = chains or {}
+    by_kind = dict(fit_from_answers(choose_on, choose_answers, chains, solvers, lam, forms))
+    routes = by_kind
+    if bins is not None:
+        binned = [replace(t, domain=bins[t.id]) for t in choose_on]
+        routes = dict(fit_from_answers(binned, choose_answers, chains, solvers, lam, forms))
+    outcomes = []
+    for t in value_on:
+        key = bins[t.id] if bins is not None else t.domain
+        rule = routes.get(key) or by_kind.get(t.domain) or by_kind["*"]
+        got = outcome(rule, t.id, value_answers, chains)
+        if got is None:
+            raise ValueError(f"rule {rule.text!r} lacks an answer on {t.id!r}")
+        outcomes.append(got)
+    if not outcomes:
+        raise ValueError("no items to value the rules on")
+    return Chosen(tuple(sorted(routes.items())), tuple(outcomes))
 
 
 def fit_rules(

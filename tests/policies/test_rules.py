@@ -10,7 +10,15 @@ import pytest
 
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.policies.registry import load_policy, make_policy
-from puppeteer.policies.rule_fit import Answer, choose, fit_from_answers, outcome, rule_space, rule_value
+from puppeteer.policies.rule_fit import (
+    Answer,
+    choose,
+    choose_and_value,
+    fit_from_answers,
+    outcome,
+    rule_space,
+    rule_value,
+)
 from puppeteer.policies.rules import Rule, RulePolicy
 from puppeteer.types import Task
 from tests.policies.test_cascade import TASKS, Scripted, _pool
@@ -78,6 +86,46 @@ def test_the_best_rule_per_kind_at_a_price_by_hand() -> None:
     assert [(k, r.text) for k, r in fit_from_answers(TOY, ANSWERS, {}, ["a", "b", "c"], 0.0, "single")] == [
         ("*", "c")
     ]
+
+
+# two held-out items with other answers: x/4 (a and c right), x/5 (b and c right)
+HELD = {
+    "x/4": {"a": Answer(True, "4", 0.1), "b": Answer(False, "5", 1.0), "c": Answer(True, "4", 2.0)},
+    "x/5": {"a": Answer(False, "6", 0.1), "b": Answer(True, "5", 1.0), "c": Answer(True, "5", 2.0)},
+}
+HELD_TASKS = tuple(Task(t, "q", "", "toy", "x", "numeric") for t in HELD)
+
+
+def test_rules_chosen_on_one_item_set_and_valued_on_another_by_hand() -> None:
+    solvers = ["a", "b", "c"]
+    # in-sample, per kind at lam 0: x -> b (right on x/1, x/2), y -> c (right on both): 4/5 at cost 7/5
+    ins = choose_and_value(TOY, ANSWERS, TOY, ANSWERS, solvers, 0.0, "kind")
+    assert [(k, r.text) for k, r in ins.routes] == [("x", "b"), ("y", "c")]
+    assert ins.correct == (True, True, False, True, True)
+    assert (ins.accuracy, ins.cost) == (pytest.approx(4 / 5), pytest.approx(7 / 5))
+    assert ins.value(0.5) == pytest.approx(4 / 5 - 0.5 * 7 / 5)
+    # chosen on TOY, valued on HELD: x's b is wrong on x/4 (1.0), right on x/5 (1.0): 1/2 at 1.0
+    out = choose_and_value(TOY, ANSWERS, HELD_TASKS, HELD, solvers, 0.0, "kind")
+    assert out.outcomes == ((False, 1.0), (True, 1.0))
+    # HELD's own in-sample choice: on x, a and b are right once each, c twice: c, 2/2 at 2.0
+    assert choose_and_value(HELD_TASKS, HELD, HELD_TASKS, HELD, solvers, 0.0, "kind").outcomes == (
+        (True, 2.0),
+        (True, 2.0),
+    )
+    # per bin: x:easy (x/1, all right) -> a, the cheapest; x:hard (x/2 needs b, x/3 needs c) -> b, 1/2
+    # at 1.0 beats c's 1/2 at 2.0; y:mid -> c. x/4's bin x:mid is not among the choosing items: its
+    # kind's rule b (wrong, 1.0); x/5 is x:easy -> a (wrong, 0.1)
+    bins = {"x/1": "x:easy", "x/2": "x:hard", "x/3": "x:hard", "y/1": "y:mid", "y/2": "y:mid"}
+    bins |= {"x/4": "x:mid", "x/5": "x:easy"}
+    binned = choose_and_value(TOY, ANSWERS, HELD_TASKS, HELD, solvers, 0.0, "kind", bins=bins)
+    assert [(k, r.text) for k, r in binned.routes] == [("x:easy", "a"), ("x:hard", "b"), ("y:mid", "c")]
+    assert binned.outcomes == ((False, 1.0), (False, 0.1))
+    assert binned.accuracy == 0.0 and binned.cost == pytest.approx(0.55)
+    # one agent for everything: c (4/5), through the "*" route
+    single = choose_and_value(TOY, ANSWERS, TOY, ANSWERS, solvers, 0.0, "single")
+    assert [(k, r.text) for k, r in single.routes] == [("*", "c")] and single.accuracy == pytest.approx(4 / 5)
+    with pytest.raises(ValueError):
+        choose_and_value(TOY, ANSWERS, (), HELD, solvers, 0.0, "kind")
 
 
 # ----------------------------------------------------------------------------- run step by step
