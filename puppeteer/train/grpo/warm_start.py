@@ -55,6 +55,7 @@ class WarmStartSpec:
     plans: tuple[str, ...] = ()  # plan specs to search; () = plan_specs over the agents on offer
     draws: int = 3  # reset seeds each (question, plan) is scored on; the kept plan has the best mean
     subtask: str = "Solve the question."  # every step's subtask in a kept plan
+    keep: str = "kind"  # kind: the best plan of the question's kind | question: the best on the question
     epochs: float = 2.0
     learning_rate: float = 5.0e-5
     batch_size: int = 4
@@ -64,6 +65,8 @@ class WarmStartSpec:
     def __post_init__(self) -> None:
         if self.draws < 1:
             raise ValueError(f"warm_start.draws must be >= 1, got {self.draws}")
+        if self.keep not in KEEP_BY:
+            raise ValueError(f"warm_start.keep must be one of {', '.join(KEEP_BY)}, got {self.keep!r}")
         if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
             raise ValueError("warm_start.epochs and learning_rate must be > 0 and batch_size >= 1")
 
@@ -85,6 +88,7 @@ class KeptPlan:
     text: str  # the whole plan as the conductor writes it (format_workflow, with its final line)
     reward: float  # the mean reward over ``draws``
     draws: tuple[int, ...]
+    keep: str = "kind"  # how it was kept (:func:`keep_best`'s ``by``)
 
 
 def plan_workflow(spec: str, task: Task, pool: Pool, subtask: str) -> Workflow:
@@ -136,9 +140,20 @@ def score_plans(
     return dict(totals)
 
 
-def keep_best(rewards: Mapping[str, Mapping[str, float]], kinds: Mapping[str, str]) -> dict[str, str]:
-    """Per task id, the spec of highest reward there; ties to the spec with the highest mean reward over
-    the task's kind, then fewer steps, then the spec's name."""
+KEEP_BY = ("kind", "question")
+
+
+def keep_best(
+    rewards: Mapping[str, Mapping[str, float]], kinds: Mapping[str, str], by: str = "kind"
+) -> dict[str, str]:
+    """The plan each task id keeps (``rewards``: spec -> task id -> mean reward).
+
+    ``by="kind"``: every question keeps the plan of highest mean reward over its kind's questions (ties
+    to fewer steps, then the spec's name). ``by="question"``: the plan of highest reward on the question
+    itself; ties to the plan with the highest mean reward over the question's kind, then fewer steps,
+    then the name."""
+    if by not in KEEP_BY:
+        raise ValueError(f"warm_start.keep must be one of {', '.join(KEEP_BY)}, got {by!r}")
     kind_mean: dict[tuple[str, str], float] = {}
     for spec, row in rewards.items():
         by_kind: dict[str, list[float]] = defaultdict(list)
@@ -148,8 +163,9 @@ def keep_best(rewards: Mapping[str, Mapping[str, float]], kinds: Mapping[str, st
             kind_mean[spec, kind] = float(np.mean(values))
     kept = {}
     for task_id, kind in kinds.items():
+        own = 0.0 if by == "kind" else 1.0
         scored = [
-            (-row[task_id], -kind_mean[spec, kind], spec.count(",") + 1, spec)
+            (-own * row[task_id], -kind_mean[spec, kind], spec.count(",") + 1, spec)
             for spec, row in rewards.items()
             if task_id in row
         ]
@@ -159,16 +175,35 @@ def keep_best(rewards: Mapping[str, Mapping[str, float]], kinds: Mapping[str, st
 
 
 def search(
-    env: ConductorEnv, rows: Sequence[Mapping[str, Any]], spec: WarmStartSpec, max_workers: int = 8
+    env: ConductorEnv,
+    rows: Sequence[Mapping[str, Any]],
+    spec: WarmStartSpec,
+    max_workers: int = 8,
+    scores_file: Path | None = None,
 ) -> list[KeptPlan]:
-    """Score the plan space on ``rows`` (the run's conductor rows) and keep the best plan per question."""
+    """Score the plan space on ``rows`` (the run's conductor rows) and keep a plan per question
+    (:func:`keep_best`). ``scores_file``: every (plan, question) mean reward, read when it holds these
+    questions, else written (so the choice can be made again without executing the plans again)."""
     pool = env.pool
     offered = sorted({i for r in rows for i in r["available"]})
     specs = spec.plans or tuple(plan_specs([pool.agent(i).name for i in offered]))
-    rewards = score_plans(env, rows, specs, spec.subtask, spec.draws, max_workers)
+    wanted = {r["task_id"] for r in rows}
+    rewards: dict[str, dict[str, float]] | None = None
+    if scores_file is not None and scores_file.is_file():
+        cached = json.loads(scores_file.read_text())
+        if cached.get("draws") == spec.draws and set(cached["specs"]) == set(specs):
+            rewards = cached["rewards"]
+            if {t for row in rewards.values() for t in row} != wanted:
+                rewards = None
+    if rewards is None:
+        rewards = score_plans(env, rows, specs, spec.subtask, spec.draws, max_workers)
+        if scores_file is not None:
+            scores_file.parent.mkdir(parents=True, exist_ok=True)
+            payload = {"draws": spec.draws, "specs": list(specs), "rewards": rewards}
+            scores_file.write_text(json.dumps(payload))
     tasks = {t.id: t for t in env.tasks}
     kinds = {r["task_id"]: tasks[r["task_id"]].domain for r in rows}
-    chosen = keep_best(rewards, kinds)
+    chosen = keep_best(rewards, kinds, spec.keep)
     draws = tuple(range(spec.draws))
     return [
         KeptPlan(
@@ -178,6 +213,7 @@ def search(
             plan_text(plan, tasks[task_id], pool, spec.subtask),
             rewards[plan][task_id],
             draws,
+            spec.keep,
         )
         for task_id, plan in chosen.items()
     ]
@@ -209,11 +245,11 @@ def kept_plans(
     wanted = {r["task_id"] for r in rows}
     if path.is_file():
         kept = read_plans(path)
-        if {k.task_id for k in kept} == wanted:
+        if {k.task_id for k in kept} == wanted and {k.keep for k in kept} == {spec.keep}:
             log.info("warm start: %d kept plans read from %s", len(kept), path)
             return kept
-        log.warning("warm start: %s holds other questions; searching again", path)
-    kept = search(env, rows, spec, max_workers)
+        log.warning("warm start: %s holds other questions or another keep; choosing again", path)
+    kept = search(env, rows, spec, max_workers, path.with_suffix(".scores.json"))
     write_plans(path, kept)
     return kept
 
@@ -280,12 +316,12 @@ def fine_tune(
         warmup_steps=2,
         save_steps=spec.save_steps,
         save_total_limit=2,
-        logging_steps=5,
+        logging_steps=1,
         report_to=[],
         seed=seed,
         completion_only_loss=True,
         max_length=None,
-        gradient_checkpointing=False,  # trl's default; it turns the KV cache off, which GRPO's shared prefix needs
+        activation_checkpointing=False,  # on, it turns off the KV cache that GRPO's shared prefix needs
         use_cpu=not _cuda(),
     )
     trainer = SFTTrainer(
@@ -310,6 +346,7 @@ def _cuda() -> bool:
 
 
 __all__ = [
+    "KEEP_BY",
     "WARM_START_DIR",
     "KeptPlan",
     "WarmStartSpec",

@@ -1,0 +1,138 @@
+"""The warm-started conductor against the best rule, the best single agent and the step-wise routers.
+
+Reads the arms of one ``puppeteer ab`` run (every arm on the same held-out items and draws), prices each
+item at ``--lam`` per US cent, and writes, for every conductor arm and pooled over the conductor seeds:
+accuracy, cents per item, return (accuracy - lambda x cents), the delta against ``best-rule`` and
+``best-single`` in points with the exact McNemar test on correctness, and the plans it wrote (how many
+distinct plans, how many on at least 10% of the items, the commonest per kind)::
+
+    python experiments/conductor-warm/report.py runs/conductor-warm/ab --lam 0.1 --out experiments/conductor-warm/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
+
+
+def read_arm(path: Path) -> dict[str, dict[str, Any]]:
+    """Per task id: correct, cents and the plan (the workflow's agents and final choice, for conductors)."""
+    out = {}
+    for line in (path / "trajectories.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        workflow = row.get("workflow") or {}
+        plan = None
+        if workflow:
+            plan = f"{workflow.get('model_id')} final={workflow.get('final') or 'last'}"
+        out[row["task_id"]] = {
+            "correct": bool(row["correct"]),
+            "cents": 100.0 * float(row.get("cost_usd") or 0.0),
+            "domain": row.get("domain") or row["task_id"].split("/")[0],
+            "plan": plan,
+            "parsed": row.get("parse_error") is None,
+        }
+    return out
+
+
+def summary(rows: Sequence[Mapping[str, Any]], lam: float) -> dict[str, float]:
+    n = len(rows)
+    acc = sum(r["correct"] for r in rows) / n
+    cents = sum(r["cents"] for r in rows) / n
+    low, high = wilson_interval(sum(r["correct"] for r in rows), n)
+    return {"n": n, "accuracy": acc, "ci": [low, high], "cents": cents, "return": acc - lam * cents}
+
+
+def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], lam: float) -> dict[str, Any]:
+    """``a`` against the reference ``b`` on the same items, in points of return, with McNemar."""
+    test = mcnemar_exact([r["correct"] for r in a], [r["correct"] for r in b])
+    delta = 100 * (summary(a, lam)["return"] - summary(b, lam)["return"])
+    return {"delta_points": delta, "p": test.p_value, "only_arm": test.only_a, "only_ref": test.only_b}
+
+
+def plans_used(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    counts = Counter(r["plan"] for r in rows if r["plan"])
+    by_kind: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in rows:
+        by_kind[r["domain"]][r["plan"] or "unparsed"] += 1
+    n = len(rows)
+    return {
+        "distinct": len(counts),
+        "at_least_10pct": sum(c >= 0.1 * n for c in counts.values()),
+        "parse_rate": sum(r["parsed"] for r in rows) / n,
+        "by_kind": {k: c.most_common(3) for k, c in sorted(by_kind.items())},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("ab", type=Path)
+    ap.add_argument("--lam", type=float, default=0.1)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    arms = {d.name: read_arm(d) for d in sorted(args.ab.iterdir()) if (d / "trajectories.jsonl").is_file()}
+    rule = next(k for k in arms if "best-rule" in k)
+    single = next(k for k in arms if "best-single" in k)
+    items = sorted(set.intersection(*(set(a) for a in arms.values())))
+    table: dict[str, Any] = {"lam_per_cent": args.lam, "items": len(items), "arms": {}}
+    for name, arm in arms.items():
+        rows = [arm[i] for i in items]
+        entry: dict[str, Any] = summary(rows, args.lam)
+        for ref_name, ref in (("best_rule", rule), ("best_single", single)):
+            entry[f"vs_{ref_name}"] = compare(rows, [arms[ref][i] for i in items], args.lam)
+        if any(r["plan"] for r in rows):
+            entry["plans"] = plans_used(rows)
+        table["arms"][name] = entry
+    conductors = [k for k in arms if "conductor_grpo" in k]
+    for group, members in (
+        ("warm-started (before GRPO)", [k for k in conductors if k.endswith("warm_start")]),
+        ("after GRPO", [k for k in conductors if not k.endswith("warm_start")]),
+    ):
+        if not members:
+            continue
+        pooled = [arms[k][i] for k in members for i in items]
+        refs = {r: [arms[r][i] for _ in members for i in items] for r in (rule, single)}
+        deltas = [table["arms"][k]["vs_best_rule"]["delta_points"] for k in members]
+        table.setdefault("pooled", {})[group] = {
+            "seeds": len(members),
+            **summary(pooled, args.lam),
+            "vs_best_rule": compare(pooled, refs[rule], args.lam),
+            "vs_best_single": compare(pooled, refs[single], args.lam),
+            "worst_seed_vs_best_rule": min(deltas),
+        }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "report.json").write_text(json.dumps(table, indent=2))
+    lines = [
+        f"Backend: sim (`sim-routing`, suite `mix-routing`); {len(items)} held-out items, every arm on the same "
+        f"draws; return = accuracy - {args.lam} x US cents per item; delta in points of return.",
+        "",
+        "| arm | accuracy [95% Wilson] | cents / item | return | vs best-rule (McNemar p, arm only / rule only) "
+        "| vs best-single | plans (distinct, >= 10%) |",
+        "|---|---|---:|---:|---|---|---|",
+    ]
+    for name, e in table["arms"].items():
+        vr, vs = e["vs_best_rule"], e["vs_best_single"]
+        plans = f"{e['plans']['distinct']}, {e['plans']['at_least_10pct']}" if "plans" in e else "-"
+        lines.append(
+            f"| `{name}` | {e['accuracy']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}] | {e['cents']:.3f} | "
+            f"{e['return']:.3f} | {vr['delta_points']:+.1f} (p = {vr['p']:.2g}, {vr['only_arm']} / {vr['only_ref']}) "
+            f"| {vs['delta_points']:+.1f} (p = {vs['p']:.2g}) | {plans} |"
+        )
+    for group, e in table.get("pooled", {}).items():
+        vr, vs = e["vs_best_rule"], e["vs_best_single"]
+        lines.append(
+            f"| **conductor {group}, {e['seeds']} seeds pooled** | {e['accuracy']:.3f} | {e['cents']:.3f} | "
+            f"{e['return']:.3f} | {vr['delta_points']:+.1f} (p = {vr['p']:.2g}, {vr['only_arm']} / {vr['only_ref']}); "
+            f"worst seed {e['worst_seed_vs_best_rule']:+.1f} | {vs['delta_points']:+.1f} (p = {vs['p']:.2g}) | |"
+        )
+    (args.out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
