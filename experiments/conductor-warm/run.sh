@@ -4,6 +4,8 @@
 # them), then every arm on the same 200 held-out items and draws: each seed's conductor after its warm start
 # (RUN/warm_start) and after GRPO (RUN), the step-wise routers of experiments/train-defaults (the same world and
 # price), the best rule and the best single agent (chosen on the 200 training items at the same price).
+# The conductor's reward is 1 right, 0.5 wrong (0 unparsable) minus workflow_lam x cents: half a point per right
+# answer, so workflow_lam 0.05 prices a cent as lambda 0.1 does in the rules' return (accuracy - 0.1 x cents).
 # Backend: sim (workers); the conductor runs on transformers on the CPU.
 #   experiments/conductor-warm/run.sh                 # SEEDS="601 602 603" by default
 #   SEEDS="601" GRPO_STEPS=15 experiments/conductor-warm/run.sh
@@ -19,7 +21,7 @@ ARMS=()
 for seed in $SEEDS; do
   [ -f "$OUT/s$seed/results.json" ] || \
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} puppeteer train track=conductor conductor=cpu-smollm2-warm \
-      pool=sim-routing suite=mix-routing final_answer=plan cost_model=usd workflow_lam=0.1 seed=$seed \
+      pool=sim-routing suite=mix-routing final_answer=plan cost_model=usd workflow_lam=0.05 seed=$seed \
       out=$OUT/s$seed n_eval=20 warm_start.plans_file=$OUT/plans.jsonl grpo.max_steps=$GRPO_STEPS \
       wandb.enabled=false
   cp "$OUT/s$seed/results.json" "$RES/s$seed.json"
