@@ -6,7 +6,8 @@ accuracy, cents per item, return (accuracy - lambda x cents), the delta against 
 ``best-single`` in points with the exact McNemar test on correctness, and the plans it wrote (how many
 distinct plans, how many on at least 10% of the items, the commonest per kind)::
 
-    python experiments/conductor-warm/report.py runs/conductor-warm/ab --lam 0.1 --out experiments/conductor-warm/results
+    python experiments/conductor-warm/report.py runs/conductor-warm/ab --lam 0.1 \\
+        --out experiments/conductor-warm/results
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def plans_used(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _vs(c: Mapping[str, Any], counts: bool = True) -> str:
+    pair = f", {c['only_arm']} / {c['only_ref']}" if counts else ""
+    return f"{c['delta_points']:+.1f} (p = {c['p']:.2g}{pair})"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ab", type=Path)
@@ -108,27 +114,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(table, indent=2))
     lines = [
-        f"Backend: sim (`sim-routing`, suite `mix-routing`); {len(items)} held-out items, every arm on the same "
-        f"draws; return = accuracy - {args.lam} x US cents per item; delta in points of return.",
+        f"Backend: sim (`sim-routing`, suite `mix-routing`); {len(items)} held-out items, every arm on "
+        f"the same draws; return = accuracy - {args.lam} x US cents per item; delta in points of return.",
         "",
-        "| arm | accuracy [95% Wilson] | cents / item | return | vs best-rule (McNemar p, arm only / rule only) "
-        "| vs best-single | plans (distinct, >= 10%) |",
+        "| arm | accuracy [95% Wilson] | cents / item | return | vs best-rule (McNemar p, "
+        "arm only / rule only) | vs best-single | plans (distinct, >= 10%) |",
         "|---|---|---:|---:|---|---|---|",
     ]
     for name, e in table["arms"].items():
-        vr, vs = e["vs_best_rule"], e["vs_best_single"]
         plans = f"{e['plans']['distinct']}, {e['plans']['at_least_10pct']}" if "plans" in e else "-"
+        ci = f"[{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]"
         lines.append(
-            f"| `{name}` | {e['accuracy']:.3f} [{e['ci'][0]:.3f}, {e['ci'][1]:.3f}] | {e['cents']:.3f} | "
-            f"{e['return']:.3f} | {vr['delta_points']:+.1f} (p = {vr['p']:.2g}, {vr['only_arm']} / {vr['only_ref']}) "
-            f"| {vs['delta_points']:+.1f} (p = {vs['p']:.2g}) | {plans} |"
+            f"| `{name}` | {e['accuracy']:.3f} {ci} | {e['cents']:.3f} | {e['return']:.3f} | "
+            f"{_vs(e['vs_best_rule'])} | {_vs(e['vs_best_single'], counts=False)} | {plans} |"
         )
     for group, e in table.get("pooled", {}).items():
-        vr, vs = e["vs_best_rule"], e["vs_best_single"]
+        worst = f"worst seed {e['worst_seed_vs_best_rule']:+.1f}"
         lines.append(
             f"| **conductor {group}, {e['seeds']} seeds pooled** | {e['accuracy']:.3f} | {e['cents']:.3f} | "
-            f"{e['return']:.3f} | {vr['delta_points']:+.1f} (p = {vr['p']:.2g}, {vr['only_arm']} / {vr['only_ref']}); "
-            f"worst seed {e['worst_seed_vs_best_rule']:+.1f} | {vs['delta_points']:+.1f} (p = {vs['p']:.2g}) | |"
+            f"{e['return']:.3f} | {_vs(e['vs_best_rule'])}; {worst} | "
+            f"{_vs(e['vs_best_single'], counts=False)} | |"
         )
     (args.out / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
