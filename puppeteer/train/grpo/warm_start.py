@@ -58,8 +58,9 @@ class WarmStartSpec:
     keep: str = "kind"  # kind: the best plan of the question's kind | question: the best on the question
     epochs: float = 2.0
     learning_rate: float = 5.0e-5
-    batch_size: int = 4
-    save_steps: int = 25
+    batch_size: int = 4  # examples a forward pass
+    accumulation: int = 1  # passes an optimizer step (batch_size x accumulation examples a step)
+    save_steps: int = 5
     plans_file: str | None = None  # the kept plans (JSON lines); None: <run>/warm_start/plans.jsonl
 
     def __post_init__(self) -> None:
@@ -67,8 +68,8 @@ class WarmStartSpec:
             raise ValueError(f"warm_start.draws must be >= 1, got {self.draws}")
         if self.keep not in KEEP_BY:
             raise ValueError(f"warm_start.keep must be one of {', '.join(KEEP_BY)}, got {self.keep!r}")
-        if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1:
-            raise ValueError("warm_start.epochs and learning_rate must be > 0 and batch_size >= 1")
+        if self.epochs <= 0 or self.learning_rate <= 0 or self.batch_size < 1 or self.accumulation < 1:
+            raise ValueError("warm_start.epochs, learning_rate must be > 0, batch_size, accumulation >= 1")
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any]) -> WarmStartSpec:
@@ -312,6 +313,7 @@ def fine_tune(
         num_train_epochs=spec.epochs,
         learning_rate=spec.learning_rate,
         per_device_train_batch_size=spec.batch_size,
+        gradient_accumulation_steps=spec.accumulation,
         lr_scheduler_type="constant_with_warmup",
         warmup_steps=2,
         save_steps=spec.save_steps,
