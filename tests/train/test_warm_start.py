@@ -157,11 +157,12 @@ def test_a_warm_started_run_learns_the_kept_plans_and_evaluates_before_grpo(tmp_
     from puppeteer.train.grpo.policy import load_job
     from tests.train.test_conductor_grpo import TINY, conductor_cfg
 
-    cfg = conductor_cfg(
-        "conductor=cpu-smollm2-warm", *TINY, "grpo.max_steps=1", "suite=mix-paper", "pool=sim-paper",
-        "final_answer=plan", "warm_start.draws=1", "warm_start.epochs=3", "warm_start.learning_rate=1e-3",
-        "warm_start.batch_size=2", f"warm_start.plans={list(PLANS[:2])}", "eval.before=false",
+    cfg_overrides = (
+        "conductor=cpu-smollm2-warm", *TINY, "suite=mix-paper", "pool=sim-paper", "final_answer=plan",
+        "warm_start.draws=1", "warm_start.epochs=3", "warm_start.learning_rate=1e-3",
+        "warm_start.batch_size=2", "warm_start.accumulation=1", f"warm_start.plans={list(PLANS[:2])}",
     )  # fmt: skip
+    cfg = conductor_cfg(*cfg_overrides, "grpo.max_steps=1", "eval.before=false")
     results = run_conductor_training(cfg, tmp_path)
     warm = tmp_path / "warm_start"
     assert (warm / "final" / "config.json").is_file() and (warm / "plans.jsonl").is_file()
@@ -173,4 +174,11 @@ def test_a_warm_started_run_learns_the_kept_plans_and_evaluates_before_grpo(tmp_
     run_conductor_training(cfg, tmp_path)  # resumes: no new search, no new fine-tune
     assert (warm / "sft_log.json").stat().st_mtime_ns == stamp
     assert len(read_plans(warm / "plans.jsonl")) == 4
+    # grpo.max_steps=0: the warm start alone, saved as the run's final conductor, no GRPO step
+    alone = run_conductor_training(
+        conductor_cfg(*cfg_overrides, "grpo.max_steps=0", "eval.before=true"), tmp_path / "alone"
+    )
+    assert alone["steps"] == 0 and (tmp_path / "alone" / "final" / "config.json").is_file()
+    assert alone["heldout_after"] == alone["heldout_before"] and alone["heldout_before"]["n"] == 3
+    assert not (tmp_path / "alone" / "checkpoints").exists()
     assert load_pool("sim-paper").name == results["pool"]

@@ -81,6 +81,31 @@ def warm_start(job: GRPOJob, model: Any, tokenizer: Any, env: ConductorEnv, run:
     return fine_tune(model, tokenizer, examples, spec, out, job.seed)
 
 
+def _warm_start_only(
+    job: GRPOJob, model: Any, tokenizer: Any, run: Path, label: str, before: Any, wall: float
+) -> dict[str, Any]:
+    """``grpo.max_steps=0`` with a warm start: the fine-tuned conductor is saved as ``final/`` (so
+    ``conductor:grpo:RUN`` plans with it) and its held-out figures are the run's."""
+    model.save_pretrained(str(run / "final"))
+    tokenizer.save_pretrained(str(run / "final"))
+    results = {
+        "track": "conductor",
+        "backend": label,
+        "model": job.model.id,
+        "suite": job.suite,
+        "pool": job.pool,
+        "steps": 0,
+        "heldout_before": before,
+        "heldout_after": before,
+        "wall_s": wall,
+        "peak_rss_mb": _peak_rss_mb(),
+        "seed": job.seed,
+        "warm_start": json.loads((run / WARM_START_DIR / "summary.json").read_text()),
+    }
+    (run / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    return results
+
+
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -156,6 +181,9 @@ def run_conductor_training(
     if before is not None:
         logger.log({f"eval/{k}": v for k, v in before.items() if isinstance(v, int | float)}, step=0)
 
+    if job.warm_start is not None and int(job.grpo.get("max_steps", -1)) == 0:
+        logger.close()  # the warm start alone: its model is the run's final conductor
+        return _warm_start_only(job, model, tokenizer, run, label, before, time.perf_counter() - start)
     checkpoints = run / "checkpoints"
     args = grpo_config(job, checkpoints)
     shaping = []
