@@ -7,14 +7,14 @@
 # The conductor's reward is 1 right, 0.5 wrong (0 unparsable) minus workflow_lam x cents: half a point per right
 # answer, so workflow_lam 0.05 prices a cent as lambda 0.1 does in the rules' return (accuracy - 0.1 x cents).
 # Backend: sim (workers); the conductor runs on transformers on the CPU.
-#   experiments/conductor-warm/run.sh                 # SEEDS="601 602 603" by default
-#   SEEDS="601" GRPO_STEPS=15 experiments/conductor-warm/run.sh
+#   SEEDS=601 experiments/conductor-warm/run.sh                 # the committed run: the warm start alone
+#   SEEDS="601 602 603" GRPO_STEPS=10 experiments/conductor-warm/run.sh   # then GRPO (the run's own arm too)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=runs/conductor-warm
 RES=experiments/conductor-warm/results
 SEEDS=${SEEDS:-"601 602 603"}
-GRPO_STEPS=${GRPO_STEPS:-15}
+GRPO_STEPS=${GRPO_STEPS:-0}   # 0: no GRPO, the warm-started conductor is the run's final one
 ROUTERS=runs/train-defaults/independent-repeats   # experiments/train-defaults/run.sh independent-repeats
 mkdir -p "$OUT" "$RES"
 ARMS=()
@@ -25,7 +25,9 @@ for seed in $SEEDS; do
       out=$OUT/s$seed n_eval=20 warm_start.plans_file=$OUT/plans.jsonl grpo.max_steps=$GRPO_STEPS \
       wandb.enabled=false
   cp "$OUT/s$seed/results.json" "$RES/s$seed.json"
-  ARMS+=("conductor:grpo:$OUT/s$seed/warm_start" "conductor:grpo:$OUT/s$seed")
+  cp "$OUT/s$seed/warm_start/sft_log.json" "$RES/s${seed}_sft_log.json"
+  ARMS+=("conductor:grpo:$OUT/s$seed/warm_start")
+  [ "$GRPO_STEPS" -gt 0 ] && ARMS+=("conductor:grpo:$OUT/s$seed")
 done
 cp "$OUT/plans.jsonl" "$RES/kept_plans.jsonl"
 for seed in 21 22 23; do
