@@ -35,10 +35,10 @@ PLANS = (
 )
 
 
-def _env(n: int = 12) -> ConductorEnv:
+def _env(n: int = 12, workflow_lam: float = 0.01) -> ConductorEnv:
     return ConductorEnv(
         mode="workflow", pool="sim-paper", suite="mix-paper", split="train", n_tasks=n,
-        aggregate="plan", workflow_lam=0.01, cost_model="tokens",
+        aggregate="plan", workflow_lam=workflow_lam, cost_model="tokens",
     )  # fmt: skip
 
 
@@ -121,6 +121,10 @@ def test_each_kept_plan_rescored_on_its_draws_equals_its_recorded_reward(tmp_pat
     edited = [dataclasses.replace(first, reward=-1.0), *kept[1:]]
     write_plans(tmp_path / "plans.jsonl", edited)
     assert kept_plans(env, rows, spec, tmp_path / "plans.jsonl")[0].reward == -1.0
+    # another price is another setting: the cached scores are not used, every plan runs again
+    dearer = _env(workflow_lam=0.5)
+    repriced = kept_plans(dearer, conductor_rows(dearer, chat=True, seed=0), spec, tmp_path / "plans.jsonl")
+    assert [k.reward for k in repriced] != [k.reward for k in kept]
     summary = summarize_kept(kept)
     assert summary["questions"] == len(kept) and sum(summary["plans"].values()) == len(kept)
 

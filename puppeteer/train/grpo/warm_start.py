@@ -175,6 +175,31 @@ def keep_best(
     return kept
 
 
+def searched_plans(
+    env: ConductorEnv, rows: Sequence[Mapping[str, Any]], spec: WarmStartSpec
+) -> tuple[str, ...]:
+    """``spec.plans``, or the declared space over every agent some row's prompt offers."""
+    offered = sorted({i for r in rows for i in r["available"]})
+    return spec.plans or tuple(plan_specs([env.pool.agent(i).name for i in offered]))
+
+
+def search_setting(
+    env: ConductorEnv, rows: Sequence[Mapping[str, Any]], spec: WarmStartSpec, specs: Sequence[str]
+) -> dict[str, Any]:
+    """What the scores depend on: the env's settings and pool, the questions with their agents and
+    prices, the plans, the subtask and the draws (a cached score is used only in the same setting)."""
+    config = json.loads(json.dumps(asdict(env.config), default=str))
+    questions = [[r["task_id"], list(r["available"]), r["lam"]] for r in rows]
+    return {
+        "pool": env.pool.name,
+        "env": config,
+        "questions": sorted(questions),
+        "plans": sorted(specs),
+        "subtask": spec.subtask,
+        "draws": spec.draws,
+    }
+
+
 def search(
     env: ConductorEnv,
     rows: Sequence[Mapping[str, Any]],
@@ -183,25 +208,24 @@ def search(
     scores_file: Path | None = None,
 ) -> list[KeptPlan]:
     """Score the plan space on ``rows`` (the run's conductor rows) and keep a plan per question
-    (:func:`keep_best`). ``scores_file``: every (plan, question) mean reward, read when it holds these
-    questions, else written (so the choice can be made again without executing the plans again)."""
+    (:func:`keep_best`). ``scores_file``: every (plan, question) mean reward, read when it was scored in
+    this setting (:func:`search_setting`), else written (so the choice can be made again without
+    executing the plans again)."""
     pool = env.pool
-    offered = sorted({i for r in rows for i in r["available"]})
-    specs = spec.plans or tuple(plan_specs([pool.agent(i).name for i in offered]))
-    wanted = {r["task_id"] for r in rows}
+    specs = searched_plans(env, rows, spec)
+    setting = search_setting(env, rows, spec, specs)
     rewards: dict[str, dict[str, float]] | None = None
     if scores_file is not None and scores_file.is_file():
         cached = json.loads(scores_file.read_text())
-        if cached.get("draws") == spec.draws and set(cached["specs"]) == set(specs):
+        if cached.get("setting") == setting:
             rewards = cached["rewards"]
-            if {t for row in rewards.values() for t in row} != wanted:
-                rewards = None
+        else:
+            log.warning("warm start: %s was scored in another setting; scoring again", scores_file)
     if rewards is None:
         rewards = score_plans(env, rows, specs, spec.subtask, spec.draws, max_workers)
         if scores_file is not None:
             scores_file.parent.mkdir(parents=True, exist_ok=True)
-            payload = {"draws": spec.draws, "specs": list(specs), "rewards": rewards}
-            scores_file.write_text(json.dumps(payload))
+            scores_file.write_text(json.dumps({"setting": setting, "rewards": rewards}))
     tasks = {t.id: t for t in env.tasks}
     kinds = {r["task_id"]: tasks[r["task_id"]].domain for r in rows}
     chosen = keep_best(rewards, kinds, spec.keep)
@@ -242,15 +266,19 @@ def kept_plans(
     path: Path,
     max_workers: int = 8,
 ) -> list[KeptPlan]:
-    """The kept plans of ``path`` when it exists (for the same questions), else searched and written."""
+    """The kept plans of ``path`` when it exists for the same questions, keep and scores (the scores
+    beside it, ``<path>.scores.json``, in this run's setting), else chosen again and written."""
     wanted = {r["task_id"] for r in rows}
-    if path.is_file():
+    scores = path.with_suffix(".scores.json")
+    if path.is_file() and scores.is_file():
         kept = read_plans(path)
-        if {k.task_id for k in kept} == wanted and {k.keep for k in kept} == {spec.keep}:
+        setting = search_setting(env, rows, spec, searched_plans(env, rows, spec))
+        same = json.loads(scores.read_text()).get("setting") == setting
+        if same and {k.task_id for k in kept} == wanted and {k.keep for k in kept} == {spec.keep}:
             log.info("warm start: %d kept plans read from %s", len(kept), path)
             return kept
-        log.warning("warm start: %s holds other questions or another keep; choosing again", path)
-    kept = search(env, rows, spec, max_workers, path.with_suffix(".scores.json"))
+        log.warning("warm start: %s was kept in another setting; choosing again", path)
+    kept = search(env, rows, spec, max_workers, scores)
     write_plans(path, kept)
     return kept
 
@@ -360,6 +388,8 @@ __all__ = [
     "read_plans",
     "score_plans",
     "search",
+    "search_setting",
+    "searched_plans",
     "sft_examples",
     "summarize_kept",
     "write_plans",
