@@ -62,12 +62,15 @@ def train_dataset(job: GRPOJob, env: ConductorEnv, tokenizer: PreTrainedTokenize
     return datasets.Dataset.from_list(rows)
 
 
-def warm_start(job: GRPOJob, model: Any, tokenizer: Any, env: ConductorEnv, run: Path) -> Any:
+def warm_start(
+    job: GRPOJob, model: Any, tokenizer: Any, env: ConductorEnv, run: Path
+) -> tuple[Any, dict[str, Any] | None]:
     """The conductor fine-tuned on the best plan per training question (:mod:`.warm_start`), from the
-    run's ``warm_start/`` when it is there; the model unchanged when the job has no warm start."""
+    run's ``warm_start/`` when it is there, and the kept plans' summary; the model unchanged and None
+    when the job has no warm start."""
     spec = job.warm_start
     if spec is None:
-        return model
+        return model, None
     out = run / WARM_START_DIR
     rows = conductor_rows(env, chat=job.chat, seed=job.seed)
     kept = kept_plans(env, rows, spec, Path(spec.plans_file or out / "plans.jsonl"), job.reward_workers)
@@ -78,29 +81,41 @@ def warm_start(job: GRPOJob, model: Any, tokenizer: Any, env: ConductorEnv, run:
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log.info("warm start: %d kept plans, %d distinct", len(kept), len(summary["plans"]))
-    return fine_tune(model, tokenizer, examples, spec, out, job.seed)
+    return fine_tune(model, tokenizer, examples, spec, out, job.seed), summary
+
+
+def _run_facts(
+    job: GRPOJob, label: str, train_env: ConductorEnv, eval_env: ConductorEnv, warm: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What every conductor run's ``results.json`` states about the run itself."""
+    return {
+        "track": "conductor",
+        "backend": label,
+        "model": job.model.id,
+        "suite": job.suite,
+        "pool": train_env.pool.name,
+        "eval_split": job.eval_split,
+        "n_train": len(train_env.tasks),
+        "n_eval": len(eval_env.tasks),
+        "seed": job.seed,
+        "warm_start": warm,
+    }
 
 
 def _warm_start_only(
-    job: GRPOJob, model: Any, tokenizer: Any, run: Path, label: str, before: Any, wall: float
+    model: Any, tokenizer: Any, run: Path, facts: dict[str, Any], before: Any, wall: float
 ) -> dict[str, Any]:
     """``grpo.max_steps=0`` with a warm start: the fine-tuned conductor is saved as ``final/`` (so
     ``conductor:grpo:RUN`` plans with it) and its held-out figures are the run's."""
     model.save_pretrained(str(run / "final"))
     tokenizer.save_pretrained(str(run / "final"))
     results = {
-        "track": "conductor",
-        "backend": label,
-        "model": job.model.id,
-        "suite": job.suite,
-        "pool": job.pool,
+        **facts,
         "steps": 0,
         "heldout_before": before,
         "heldout_after": before,
         "wall_s": wall,
         "peak_rss_mb": _peak_rss_mb(),
-        "seed": job.seed,
-        "warm_start": json.loads((run / WARM_START_DIR / "summary.json").read_text()),
     }
     (run / "results.json").write_text(json.dumps(results, indent=2, default=str))
     return results
@@ -141,7 +156,7 @@ def run_conductor_training(
     train_env = job.env(job.train_split, job.n_train)
     eval_env = job.env(job.eval_split, job.n_eval, pool=train_env.pool, training=False)
     model, tokenizer = load_conductor_model(job.model)
-    model = warm_start(job, model, tokenizer, train_env, run)
+    model, warm = warm_start(job, model, tokenizer, train_env, run)
     if job.stop_after_access_list:
         install_access_list_stop(model, tokenizer)
     if job.share_prompt_prefix:
@@ -183,7 +198,8 @@ def run_conductor_training(
 
     if job.warm_start is not None and int(job.grpo.get("max_steps", -1)) == 0:
         logger.close()  # the warm start alone: its model is the run's final conductor
-        return _warm_start_only(job, model, tokenizer, run, label, before, time.perf_counter() - start)
+        facts = _run_facts(job, label, train_env, eval_env, warm)
+        return _warm_start_only(model, tokenizer, run, facts, before, time.perf_counter() - start)
     checkpoints = run / "checkpoints"
     args = grpo_config(job, checkpoints)
     shaping = []
@@ -241,14 +257,7 @@ def run_conductor_training(
         logger.close()
     history = [dict(h) for h in trainer.state.log_history]
     results = {
-        "track": "conductor",
-        "backend": label,
-        "model": job.model.id,
-        "suite": job.suite,
-        "pool": train_env.pool.name,
-        "eval_split": job.eval_split,
-        "n_train": len(train_env.tasks),
-        "n_eval": len(eval_env.tasks),
+        **_run_facts(job, label, train_env, eval_env, warm),
         "steps": int(trainer.state.global_step),
         "resumed_from": resumed,
         "heldout_before": before,
@@ -257,12 +266,8 @@ def run_conductor_training(
         "wall_s": time.perf_counter() - start,
         "train_wall_s": train_wall,
         "peak_rss_mb": _peak_rss_mb(),
-        "seed": job.seed,
         "grpo": {k: v for k, v in dict(job.grpo).items()},
         "lora": job.lora.__dict__ if job.lora else None,
-        "warm_start": json.loads((run / WARM_START_DIR / "summary.json").read_text())
-        if job.warm_start
-        else None,
     }
     (run / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (run / "log_history.json").write_text(json.dumps(history, indent=2))

@@ -95,7 +95,10 @@ class KeptPlan:
 def plan_workflow(spec: str, task: Task, pool: Pool, subtask: str) -> Workflow:
     """The plan ``spec`` for ``task`` as a conductor writes it: every step's subtask ``subtask``, and
     ``final = 'vote'`` where the plan votes (None, no line: the last step's answer)."""
-    policy = make_policy(spec, pool)
+    return _written(make_policy(spec, pool), task, pool, subtask)
+
+
+def _written(policy: Any, task: Task, pool: Pool, subtask: str) -> Workflow:
     workflow = policy.plan(task, pool, np.random.default_rng(0))
     final = None if getattr(policy, "aggregate", "last") == "last" else policy.aggregate
     return Workflow(workflow.model_id, (subtask,) * len(workflow), workflow.access_list, final)
@@ -122,7 +125,8 @@ def score_plans(
     totals: dict[str, dict[str, float]] = defaultdict(dict)
     scorers = [WorkflowScorer(env, max_workers=max_workers, seed=d) for d in range(draws)]
     for spec in tqdm(specs, desc="warm start: plans searched", unit="plan"):
-        plans = {r["task_id"]: plan_workflow(spec, tasks[r["task_id"]], env.pool, subtask) for r in rows}
+        policy = make_policy(spec, env.pool)  # built once a plan, written for each question
+        plans = {r["task_id"]: _written(policy, tasks[r["task_id"]], env.pool, subtask) for r in rows}
         texts = {task_id: format_workflow(w) for task_id, w in plans.items()}
         usable = [r for r in rows if set(plans[r["task_id"]].model_id) <= set(r["available"])]
         if not usable:
@@ -162,9 +166,9 @@ def keep_best(
             by_kind[kinds[task_id]].append(value)
         for kind, values in by_kind.items():
             kind_mean[spec, kind] = float(np.mean(values))
+    own = 0.0 if by == "kind" else 1.0  # the weight of the question's own reward in the choice
     kept = {}
     for task_id, kind in kinds.items():
-        own = 0.0 if by == "kind" else 1.0
         scored = [
             (-own * row[task_id], -kind_mean[spec, kind], spec.count(",") + 1, spec)
             for spec, row in rewards.items()
