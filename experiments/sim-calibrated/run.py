@@ -276,14 +276,24 @@ def through_env(
     return [f"{inside} of {len(cells)} cells inside the real interval.", "", *lines]
 
 
-def optimum(args: argparse.Namespace) -> None:
+def _study_inputs(
+    args: argparse.Namespace,
+) -> tuple[
+    Pool, Sequence[Task], Sequence[Task], Sequence[str], list[float], Path, dict[str, dict[str, Answer]]
+]:
+    """What ``optimum`` and ``room`` both start from: the pool, the train and test items, the solvers,
+    the prices, the work folder and every solver's answers on the training items in world 0."""
     pool = load_pool(args.pool)
     train = load_suite(args.suite, "train", n=args.n_train)
     test = load_suite(args.suite, "test", n=args.n_test)
-    solvers = solver_names(pool)
     lams = [float(x) for x in args.lams.split(",")]
     work = args.work / f"{args.pool}-{args.cost}"
     train_answers = cached_answers(pool, train, args.cost, 0, work / f"train{len(train)}-world0.json")
+    return pool, train, test, solver_names(pool), lams, work, train_answers
+
+
+def optimum(args: argparse.Namespace) -> None:
+    pool, train, test, solvers, lams, work, train_answers = _study_inputs(args)
     mean_cost = {
         (a, k): float(np.mean([train_answers[t.id][a].cost for t in train if t.domain == k]))
         for a in solvers
@@ -390,13 +400,7 @@ def room(args: argparse.Namespace) -> None:
     held-out items themselves (in-sample, as ``optimum`` reports it) and chosen on the training items
     (world 0, where the best rule is chosen), each valued on the held-out items of every world, against
     the best rule: return deltas and an exact McNemar test on correctness over the (world, item) pairs."""
-    pool = load_pool(args.pool)
-    train = load_suite(args.suite, "train", n=args.n_train)
-    test = load_suite(args.suite, "test", n=args.n_test)
-    solvers = solver_names(pool)
-    lams = [float(x) for x in args.lams.split(",")]
-    work = args.work / f"{args.pool}-{args.cost}"
-    train_answers = cached_answers(pool, train, args.cost, 0, work / f"train{len(train)}-world0.json")
+    pool, train, test, solvers, lams, work, train_answers = _study_inputs(args)
     third = thirds(pool, list(train) + list(test))
     worlds = [
         cached_answers(pool, test, args.cost, seed, work / f"test{len(test)}-world{seed}.json")
