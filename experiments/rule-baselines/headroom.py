@@ -9,7 +9,11 @@ drawn by the simulator), then on the held-out items:
   so what a policy that only learns *which rule per kind* could gain at most;
 - the best single agent chosen on the training items;
 - the per-item oracle over single agents (the first right agent, cheapest first): an upper bound no
-  policy that sees only the question can reach.
+  policy that sees only the question can reach;
+- where the table records verifier chains on every item: the same two choices (on the training items,
+  on the held-out items) over the rule space plus the flag escalations of
+  :mod:`puppeteer.analytics.flag_room` (first agent, verifier, and a third agent only when the verifier
+  disagrees), the signal a step-wise policy reads and a rule cannot.
 
     PUPPETEER_REPLAY=strict python experiments/rule-baselines/headroom.py --lam 1 --cost minutes \
         --out experiments/rule-baselines/results/headroom_lam1.json
@@ -23,6 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from puppeteer.agents.pool import load_pool
+from puppeteer.analytics.flag_room import choose_per_kind, space, valued
+from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.policies.rule_fit import (
     Chains,
     Singles,
@@ -61,6 +67,36 @@ def oracle(tasks: Sequence[Task], singles: Singles, solvers: Sequence[str]) -> d
     return {"n": len(tasks), "accuracy": right / len(tasks), "cost": cost / len(tasks)}
 
 
+RULE, FLAG = "best rule per kind (same space)", "best rule or flag escalation per kind"
+
+
+def flag_rows(
+    chains: Sequence[tuple[str, str]],
+    solvers: Sequence[str],
+    lam: float,
+    train: Sequence[Task],
+    test: Sequence[Task],
+    answers_train: tuple[Singles, Chains],
+    answers_test: tuple[Singles, Chains],
+) -> dict[str, dict]:
+    """The rule space with the chains held on every item, with and without the flag escalations,
+    chosen on the training items and (the bound) on the held-out items, valued on the held-out items."""
+    rules, flags = space(solvers, chains, flags=False), space(solvers, chains, flags=True)
+    choices = {
+        f"{RULE} (chosen on train)": (rules, train, answers_train),
+        f"{FLAG} (chosen on train)": (flags, train, answers_train),
+        f"{FLAG} chosen on the held-out items": (flags, test, answers_test),
+    }
+    out, correct = {}, {}
+    for name, (candidates, items, (s, c)) in choices.items():
+        v = valued(choose_per_kind(candidates, items, s, c, lam), candidates, test, *answers_test)
+        out[name] = {"n": len(test), "accuracy": v.accuracy, "cost": v.cost, "rules": dict(v.picks)}
+        correct[name] = v.correct
+    test_ = mcnemar_exact(correct[f"{FLAG} (chosen on train)"], correct[f"{RULE} (chosen on train)"])
+    out[f"{FLAG} (chosen on train)"]["mcnemar_vs_rule"] = [test_.only_a, test_.only_b, test_.p_value]
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pool", default="local-mix")
@@ -79,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     singles_test = training_answers(pool, test, args.cost)
     chains_train = recorded_chains(pool, train, "train", args.cost)
     chains_test = recorded_chains(pool, test, "test", args.cost)
+    answers_train, answers_test = (singles_train, chains_train), (singles_test, chains_test)
     fit = {
         form: fit_from_answers(train, singles_train, chains_train, solvers, args.lam, form)
         for form in ("single", "kind", "rule")
@@ -91,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "best rule per kind chosen on the held-out items": score(on_test, test, singles_test, chains_test),
         "per-item oracle over single agents": oracle(test, singles_test, solvers),
     }
+    recorded = [p for p in chains_train if p in chains_test]
+    if recorded:  # a kind's pick needs its chain on the kind's every item: pass --n-* the shards recorded
+        rows.update(flag_rows(recorded, solvers, args.lam, train, test, answers_train, answers_test))
     for row in rows.values():
         row["value"] = row["accuracy"] - args.lam * row["cost"]
     summary = {"pool": args.pool, "suite": args.suite, "lam": args.lam, "cost_model": args.cost, "rows": rows}
