@@ -10,10 +10,11 @@ drawn by the simulator), then on the held-out items:
 - the best single agent chosen on the training items;
 - the per-item oracle over single agents (the first right agent, cheapest first): an upper bound no
   policy that sees only the question can reach;
-- where the table records verifier chains on every item: the same two choices (on the training items,
-  on the held-out items) over the rule space plus the flag escalations of
-  :mod:`puppeteer.analytics.flag_room` (first agent, verifier, and a third agent only when the verifier
-  disagrees), the signal a step-wise policy reads and a rule cannot.
+- the same two choices (on the training items, on the held-out items) over the rule space plus the
+  cascades of :mod:`puppeteer.analytics.cascade_room` that read a second step's answer, which a rule
+  cannot: two agents, a third only where they disagree (``agreement``); a first agent and a verifier
+  shown its work, a third only where the verifier flags it (``flag``, where the table records the
+  verifier's chains: pass ``--n-train``/``--n-test`` within the shards recorded).
 
     PUPPETEER_REPLAY=strict python experiments/rule-baselines/headroom.py --lam 1 --cost minutes \
         --out experiments/rule-baselines/results/headroom_lam1.json
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from puppeteer.agents.pool import load_pool
-from puppeteer.analytics.flag_room import choose_per_kind, space, valued
+from puppeteer.analytics.cascade_room import choose_per_kind, space, valued
 from puppeteer.evaluation.stats import mcnemar_exact
 from puppeteer.policies.rule_fit import (
     Chains,
@@ -67,10 +68,7 @@ def oracle(tasks: Sequence[Task], singles: Singles, solvers: Sequence[str]) -> d
     return {"n": len(tasks), "accuracy": right / len(tasks), "cost": cost / len(tasks)}
 
 
-RULE, FLAG = "best rule per kind (same space)", "best rule or flag escalation per kind"
-
-
-def flag_rows(
+def cascade_rows(
     chains: Sequence[tuple[str, str]],
     solvers: Sequence[str],
     lam: float,
@@ -79,21 +77,26 @@ def flag_rows(
     answers_train: tuple[Singles, Chains],
     answers_test: tuple[Singles, Chains],
 ) -> dict[str, dict]:
-    """The rule space with the chains held on every item, with and without the flag escalations,
-    chosen on the training items and (the bound) on the held-out items, valued on the held-out items."""
-    rules, flags = space(solvers, chains, flags=False), space(solvers, chains, flags=True)
+    """The rule space alone and with each cascade family (and all of them), chosen on the training
+    items, and the whole space chosen on the held-out items (the bound), all valued on the held-out
+    items; McNemar of each against the rule space alone."""
+    families = ["agreement", "flag"] if chains else ["agreement"]
+    spaces = {"rules": [], **{f: [f] for f in families}, "all": families}
     choices = {
-        f"{RULE} (chosen on train)": (rules, train, answers_train),
-        f"{FLAG} (chosen on train)": (flags, train, answers_train),
-        f"{FLAG} chosen on the held-out items": (flags, test, answers_test),
+        f"best per kind of rules + {k} (chosen on train)": (v, answers_train, train)
+        for k, v in spaces.items()
     }
+    choices["best per kind of rules + all chosen on the held-out items"] = (families, answers_test, test)
     out, correct = {}, {}
-    for name, (candidates, items, (s, c)) in choices.items():
+    for name, (extra, (s, c), items) in choices.items():
+        candidates = space(solvers, chains, extra)
         v = valued(choose_per_kind(candidates, items, s, c, lam), candidates, test, *answers_test)
         out[name] = {"n": len(test), "accuracy": v.accuracy, "cost": v.cost, "rules": dict(v.picks)}
         correct[name] = v.correct
-    test_ = mcnemar_exact(correct[f"{FLAG} (chosen on train)"], correct[f"{RULE} (chosen on train)"])
-    out[f"{FLAG} (chosen on train)"]["mcnemar_vs_rule"] = [test_.only_a, test_.only_b, test_.p_value]
+    ref = correct["best per kind of rules + rules (chosen on train)"]
+    for name, row in out.items():
+        t = mcnemar_exact(correct[name], ref)
+        row["mcnemar_vs_rules"] = {"only_this": t.only_a, "only_rules": t.only_b, "p": t.p_value}
     return out
 
 
@@ -128,9 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "best rule per kind chosen on the held-out items": score(on_test, test, singles_test, chains_test),
         "per-item oracle over single agents": oracle(test, singles_test, solvers),
     }
-    recorded = [p for p in chains_train if p in chains_test]
-    if recorded:  # a kind's pick needs its chain on the kind's every item: pass --n-* the shards recorded
-        rows.update(flag_rows(recorded, solvers, args.lam, train, test, answers_train, answers_test))
+    recorded = [p for p in chains_train if p in chains_test]  # a pick needs its chain on its kind's items
+    rows.update(cascade_rows(recorded, solvers, args.lam, train, test, answers_train, answers_test))
     for row in rows.values():
         row["value"] = row["accuracy"] - args.lam * row["cost"]
     summary = {"pool": args.pool, "suite": args.suite, "lam": args.lam, "cost_model": args.cost, "rows": rows}
