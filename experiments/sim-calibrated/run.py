@@ -38,11 +38,13 @@ from sim_check import (
 )
 
 from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.analytics.cascade_room import Valued, choose_per_kind, space, valued
 from puppeteer.analytics.second_steps import flagged, relations
 from puppeteer.backends.replay import read_outcomes, read_steps
 from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
 from puppeteer.policies.rule_fit import (
     Answer,
+    Chosen,
     choose_and_value,
     fit_from_answers,
     outcome,
@@ -395,6 +397,42 @@ def optimum(args: argparse.Namespace) -> None:
 ROOM_FORMS = ("per kind", "per kind x visible third")
 
 
+CASCADE_FORM = "per kind, rules or agreement cascades"
+
+
+def _room_row(
+    name: str,
+    got: Sequence[Chosen | Valued],
+    ref: Sequence[Chosen],
+    lam: float,
+    picks: Mapping[str, str] | None,
+) -> tuple[dict[str, object], str]:
+    """One policy's row of the room table (``got``, ``ref``: per world, the chosen rules valued on the
+    held-out items: accuracy, cost, correct, value(lam)) and its line."""
+    ret, ref_ret = [g.value(lam) for g in got], [r.value(lam) for r in ref]
+    delta = [100 * (a - b) for a, b in zip(ret, ref_ret, strict=True)]
+    test_ = mcnemar_exact([c for r in ref for c in r.correct], [c for g in got for c in g.correct])
+    entry: dict[str, object] = {
+        "return": ret,
+        "accuracy": [g.accuracy for g in got],
+        "cost": [g.cost for g in got],
+        "delta_points": float(np.mean(delta)),
+        "delta_points_worst_world": float(min(delta)),
+        "mcnemar": asdict(test_),
+        "identical_to_reference": all(
+            g.correct == r.correct and g.cost == r.cost for g, r in zip(got, ref, strict=True)
+        ),
+    }
+    if picks is not None:
+        entry["rules"] = dict(picks)
+    line = (
+        f"| {name} | {np.mean([g.accuracy for g in got]):.3f} | {np.mean([g.cost for g in got]):.3f} | "
+        f"{np.mean(ret):.3f} ({min(ret):.3f}) | {np.mean(delta):+.1f} ({min(delta):+.1f}) | "
+        f"{test_.only_a} / {test_.only_b}, p = {test_.p_value:.2g} |"
+    )
+    return entry, line
+
+
 def room(args: argparse.Namespace) -> None:
     """The rules' optimum of each form (per kind; per kind and visible-difficulty third) chosen on the
     held-out items themselves (in-sample, as ``optimum`` reports it) and chosen on the training items
@@ -429,7 +467,6 @@ def room(args: argparse.Namespace) -> None:
     for lam in lams:
         ref = [choose_and_value(train, train_answers, test, w, solvers, lam, "rule") for w in worlds]
         ref_ret = [r.value(lam) for r in ref]
-        ref_correct = [c for r in ref for c in r.correct]
         rows: dict[str, object] = {
             "best rule (chosen on train)": {
                 "return": ref_ret,
@@ -455,30 +492,23 @@ def room(args: argparse.Namespace) -> None:
                     else choose_and_value(train, train_answers, test, w, solvers, lam, "rule", bins)
                     for w in worlds
                 ]
-                ret = [g.value(lam) for g in got]
-                delta = [100 * (a - b) for a, b in zip(ret, ref_ret, strict=True)]
-                test_ = mcnemar_exact(ref_correct, [c for g in got for c in g.correct])
-                name = f"{form}, {where}"
-                entry: dict[str, object] = {
-                    "return": ret,
-                    "accuracy": [g.accuracy for g in got],
-                    "cost": [g.cost for g in got],
-                    "delta_points": float(np.mean(delta)),
-                    "delta_points_worst_world": float(min(delta)),
-                    "mcnemar": asdict(test_),
-                    "identical_to_reference": all(
-                        g.outcomes == r.outcomes for g, r in zip(got, ref, strict=True)
-                    ),
-                }
-                if where == "chosen on train":
-                    entry["rules"] = {k: r.text for k, r in got[0].routes}
-                rows[name] = entry
-                lines.append(
-                    f"| {name} | {np.mean([g.accuracy for g in got]):.3f} | "
-                    f"{np.mean([g.cost for g in got]):.3f} | {np.mean(ret):.3f} ({min(ret):.3f}) | "
-                    f"{np.mean(delta):+.1f} ({min(delta):+.1f}) | {test_.only_a} / {test_.only_b}, "
-                    f"p = {test_.p_value:.2g} |"
+                picks = {k: r.text for k, r in got[0].routes} if where == "chosen on train" else None
+                rows[f"{form}, {where}"], line = _room_row(f"{form}, {where}", got, ref, lam, picks)
+                lines.append(line)
+        cascades = space(solvers, (), ["agreement"])  # the simulator's verifier is no solver: no flags
+        on_train = choose_per_kind(cascades, train, train_answers, {}, lam)
+        for where in ("in-sample", "chosen on train"):
+            got = [
+                valued(
+                    choose_per_kind(cascades, test, w, {}, lam) if where == "in-sample" else on_train,
+                    cascades, test, w, {},
                 )
+                for w in worlds
+            ]  # fmt: skip
+            name = f"{CASCADE_FORM}, {where}"
+            picks = dict(on_train) if where == "chosen on train" else None
+            rows[name], line = _room_row(name, got, ref, lam, picks)
+            lines.append(line)
         lines.append("")
         by_lam[str(lam)] = rows
     out["lams"] = by_lam
