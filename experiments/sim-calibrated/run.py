@@ -2,7 +2,7 @@
 figure, and the optimum against the best rule in that world.
 
     python -m puppeteer outcomes fit-sim --pool local-mix-steps --suite mix-local --name sim-local \
-        --out agents/sim-local.yaml
+        --verifier qwen0.5b-verify --chains train:40 --chains test:40 --out agents/sim-local.yaml
     python experiments/sim-calibrated/run.py check --seeds 200      # results/check.{json,md}
     python experiments/sim-calibrated/run.py optimum --seeds 5      # results/optimum.{json,md}
     python experiments/sim-calibrated/run.py room --seeds 5         # results/room.{json,md}

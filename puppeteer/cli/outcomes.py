@@ -142,6 +142,18 @@ def configure_outcomes(p: argparse.ArgumentParser) -> None:
     fit.add_argument("--name", default="sim-local", help="the simulated pool's name")
     fit.add_argument("--out", required=True, help="the pool file to write (e.g. agents/sim-local.yaml)")
     fit.add_argument("--no-group", action="store_true", help="no per-model correlation (group_corr 0)")
+    fit.add_argument(
+        "--verifier",
+        action="append",
+        default=[],
+        help="fit only this verifier's chains; repeatable (default: all)",
+    )
+    fit.add_argument(
+        "--chains",
+        action="append",
+        default=[],
+        help="SPLIT:N, read only the chains on the first N items of a split; repeatable (default: all)",
+    )
 
 
 def _import(args: argparse.Namespace, console: Console) -> int:
@@ -235,9 +247,18 @@ def _routers(args: argparse.Namespace, console: Console) -> int:
 def _fit_sim(args: argparse.Namespace, console: Console) -> int:
     from pathlib import Path
 
+    from puppeteer.jobs.outcomes import Shard
     from puppeteer.jobs.sim_fit import FitSimConfig, fit_sim
 
-    config = FitSimConfig(args.pool, args.suite, args.name, Path(args.out), fit_group=not args.no_group)
+    config = FitSimConfig(
+        args.pool,
+        args.suite,
+        args.name,
+        Path(args.out),
+        fit_group=not args.no_group,
+        verifiers=tuple(args.verifier),
+        chains=tuple(Shard.parse(c) for c in args.chains),
+    )
     fit, _ = fit_sim(config)
     lat = fit.latent
     console.print(

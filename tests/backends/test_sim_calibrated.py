@@ -248,3 +248,60 @@ def test_a_pot_agent_writes_the_function_itself_on_a_code_item() -> None:
     )
     text = sim.complete(request).text
     assert f"```python\n{gold}\n```" in text and "print(answer)" not in text
+
+
+# --------------------------------------------------------------------------- the shipped fit regenerates
+
+
+def test_the_fit_reads_only_the_named_verifiers_chains_on_the_named_shards() -> None:
+    from puppeteer.errors import UserError
+    from puppeteer.jobs.outcomes import Shard
+    from puppeteer.jobs.sim_fit import FitSimConfig, chains_read
+
+    first_train = [t.id for t in load_suite("mix-local", "train", n=2)]
+    later_train = next(t.id for t in load_suite("mix-local", "train") if t.id not in first_train)
+    first_test = load_suite("mix-local", "test", n=1)[0].id
+
+    def step(split: str, task: str, agent: str, suite: str = "mix-local") -> StepOutcome:
+        kind = task.split("/")[0]
+        return StepOutcome(suite, split, task, kind, "first", agent, True, "1", True, "1", 10, 5, 1.0, False)
+
+    steps = [
+        step("train", first_train[0], "v-small"),
+        step("train", first_train[1], "v-big"),
+        step("train", later_train, "v-small"),  # outside train:2
+        step("test", first_test, "v-small"),  # test is not named
+        step("train", first_train[0], "v-small", suite="other"),
+    ]
+    every = chains_read(steps, FitSimConfig())
+    assert every == steps[:4]  # every chain of the suite
+    named = FitSimConfig(verifiers=("v-small",), chains=(Shard("train", 2),))
+    assert chains_read(steps, named) == [steps[0]]
+    with pytest.raises(UserError, match="no chain of verifier 'v-none'"):
+        chains_read(steps, FitSimConfig(verifiers=("v-none",)))
+
+
+@pytest.mark.data
+def test_the_shipped_sim_local_regenerates_from_the_command_in_its_header() -> None:
+    import re
+    import shlex
+    from pathlib import Path
+
+    from puppeteer.jobs.outcomes import Shard
+    from puppeteer.jobs.sim_fit import FitSimConfig, fit_sim
+
+    shipped = Path("agents/sim-local.yaml").read_text(encoding="utf-8")
+    command = re.search(r"`puppeteer outcomes fit-sim (.*?)`", shipped)
+    assert command is not None
+    words = shlex.split(command.group(1))
+    pairs = list(zip(words[::2], words[1::2], strict=True))
+    arg = dict(pairs)
+    config = FitSimConfig(
+        pool=arg["--pool"],
+        suite=arg["--suite"],
+        name=arg["--name"],
+        verifiers=tuple(v for k, v in pairs if k == "--verifier"),
+        chains=tuple(Shard.parse(v) for k, v in pairs if k == "--chains"),
+    )
+    _, text = fit_sim(config)
+    assert text == shipped
