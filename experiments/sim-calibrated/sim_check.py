@@ -234,9 +234,11 @@ def verifier_figures(
     is_flag: Callable[[StepOutcome], bool],
 ) -> list[Figure]:
     """Each verifier's detection, false alarm, fix and break on its recorded chains, real and simulated
-    (the first agent's call, then the verifier's shown its answer, in one simulated episode)."""
+    (the first agent's call, then the verifier's shown its answer, in one simulated episode). A verifier
+    the simulated pool does not have (the table may record more than the fit took) has no figures."""
     figures = []
-    for agent in sorted({s.agent for s in steps}):
+    simulated = {a.name for a in pool.agents}
+    for agent in sorted({s.agent for s in steps} & simulated):
         rows = [s for s in steps if s.agent == agent and s.error is None]
         verifier = pool.agent(pool.index(agent))
         real = {
