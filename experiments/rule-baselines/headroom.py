@@ -81,10 +81,9 @@ def cascade_rows(
     items, and the whole space chosen on the held-out items (the bound), all valued on the held-out
     items; McNemar of each against the rule space alone."""
     families = ["agreement", "flag"] if chains else ["agreement"]
-    spaces = {"rules": [], **{f: [f] for f in families}, "all": families}
+    spaces = {"": [], **{f" + {f}": [f] for f in families}, " + all": families}
     choices = {
-        f"best per kind of rules + {k} (chosen on train)": (v, answers_train, train)
-        for k, v in spaces.items()
+        f"best per kind of rules{k} (chosen on train)": (v, answers_train, train) for k, v in spaces.items()
     }
     choices["best per kind of rules + all chosen on the held-out items"] = (families, answers_test, test)
     out, correct = {}, {}
@@ -93,7 +92,7 @@ def cascade_rows(
         v = valued(choose_per_kind(candidates, items, s, c, lam), candidates, test, *answers_test)
         out[name] = {"n": len(test), "accuracy": v.accuracy, "cost": v.cost, "rules": dict(v.picks)}
         correct[name] = v.correct
-    ref = correct["best per kind of rules + rules (chosen on train)"]
+    ref = correct["best per kind of rules (chosen on train)"]
     for name, row in out.items():
         t = mcnemar_exact(correct[name], ref)
         row["mcnemar_vs_rules"] = {"only_this": t.only_a, "only_rules": t.only_b, "p": t.p_value}
