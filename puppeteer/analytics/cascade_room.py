@@ -4,7 +4,8 @@ A rule of :mod:`puppeteer.policies.rules` reads the first answer only (its trigg
 whole number, a failed visible check) or calls a fixed set. A step-wise policy also sees what a
 *second* step said. Two cascades use that:
 
-- ``agree(A,B)>C``: A and B answer alone; when B says what A said, stop; else C answers alone too;
+- ``agree(A,B)>C``: A and B answer alone; when B says what A said, stop; else (one of them silent
+  too) C answers alone;
 - ``A>V>C@flag``: A answers, then the verifier V is shown A's work (a chain the table recorded); when
   V states A's answer (or none), stop; when it *flags* (states another), C answers alone too.
 
@@ -60,7 +61,8 @@ class Cascade:
         a, b = row.get(self.first), self._second(task_id, singles, chains)
         if a is None or b is None:
             return None
-        if b.answer is None or same_answer(a.answer, b.answer):
+        silent_check = self.chain and b.answer is None  # a verifier that states nothing flags nothing
+        if silent_check or (a.answer is not None and same_answer(a.answer, b.answer)):
             return a.correct, a.cost + b.cost
         c = row.get(self.third)
         if c is None:

@@ -54,6 +54,15 @@ def test_agreement_stops_after_two_and_otherwise_takes_the_vote_of_three() -> No
     assert got == [(True, 3.25), (True, 3.0), (False, 3.25), (True, 3.25)]
 
 
+def test_a_silent_answer_is_no_agreement_but_a_silent_verifier_is_no_flag() -> None:
+    singles = {
+        "k/0": {"F": Answer(False, None, 1.0), "B": Answer(False, None, 2.0), "C": Answer(True, "1", 0.25)}
+    }
+    assert Cascade("F", "B", "C", chain=False).play("k/0", singles, {}) == (True, 3.25)
+    chains = {("F", "V"): {"k/0": Answer(False, None, 0.5)}}
+    assert Cascade("F", "V", "C", chain=True).play("k/0", singles, chains) == (False, 1.5)
+
+
 def test_each_family_is_chosen_only_where_it_pays_at_the_price() -> None:
     rules = space(["F", "B", "C"], CHAINS)
     flags = space(["F", "B", "C"], CHAINS, ["flag"])
