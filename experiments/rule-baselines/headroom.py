@@ -90,7 +90,7 @@ def cascade_rows(
     for name, (extra, (s, c), items) in choices.items():
         candidates = space(solvers, chains, extra)
         v = valued(choose_per_kind(candidates, items, s, c, lam), candidates, test, *answers_test)
-        out[name] = {"n": len(test), "accuracy": v.accuracy, "cost": v.cost, "rules": dict(v.picks)}
+        out[name] = {"n": len(test), "accuracy": v.accuracy, "cost": v.cost, "rules": dict(v.routes)}
         correct[name] = v.correct
     ref = correct["best per kind of rules (chosen on train)"]
     for name, row in out.items():

@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sim_check import (
@@ -38,7 +39,7 @@ from sim_check import (
 )
 
 from puppeteer.agents.pool import Pool, load_pool
-from puppeteer.analytics.cascade_room import Valued, choose_per_kind, space, valued
+from puppeteer.analytics.cascade_room import choose_per_kind, space, valued
 from puppeteer.analytics.second_steps import flagged, relations
 from puppeteer.backends.replay import read_outcomes, read_steps
 from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
@@ -402,8 +403,8 @@ CASCADE_FORM = "per kind, rules or agreement cascades"
 
 def _room_row(
     name: str,
-    got: Sequence[Chosen | Valued],
-    ref: Sequence[Chosen],
+    got: Sequence[Chosen[Any]],
+    ref: Sequence[Chosen[Any]],
     lam: float,
     picks: Mapping[str, str] | None,
 ) -> tuple[dict[str, object], str]:
@@ -419,9 +420,7 @@ def _room_row(
         "delta_points": float(np.mean(delta)),
         "delta_points_worst_world": float(min(delta)),
         "mcnemar": asdict(test_),
-        "identical_to_reference": all(
-            g.correct == r.correct and g.cost == r.cost for g, r in zip(got, ref, strict=True)
-        ),
+        "identical_to_reference": all(g.outcomes == r.outcomes for g, r in zip(got, ref, strict=True)),
     }
     if picks is not None:
         entry["rules"] = dict(picks)

@@ -28,7 +28,7 @@ from types import MappingProxyType
 
 from puppeteer.analytics.second_steps import same_answer
 from puppeteer.envs.aggregate import majority_vote
-from puppeteer.policies.rule_fit import Answer, Chains, Singles, outcome, rule_space
+from puppeteer.policies.rule_fit import Answer, Chains, Chosen, Singles, outcome, rule_space
 from puppeteer.types import Task
 
 Got = tuple[bool, float] | None  # (correct, cost) on one item; None: an answer it needs is missing
@@ -132,25 +132,14 @@ def choose_per_kind(
     return chosen
 
 
-@dataclass(frozen=True)
-class Valued:
-    accuracy: float
-    cost: float
-    correct: tuple[bool, ...]  # per valued item, in order
-    picks: Mapping[str, str]  # kind -> candidate text
-
-    def value(self, lam: float) -> float:
-        return self.accuracy - lam * self.cost
-
-
 def valued(
     picks: Mapping[str, str],
     candidates: Mapping[str, Play],
     tasks: Sequence[Task],
     singles: Singles,
     chains: Chains,
-) -> Valued:
-    """Each item played by its kind's pick."""
+) -> Chosen[str]:
+    """Each item played by its kind's pick (the routes: kind -> the pick's text)."""
     got = []
     for t in tasks:
         g = candidates[picks[t.domain]](t.id, singles, chains)
@@ -159,10 +148,4 @@ def valued(
         got.append(g)
     if not got:
         raise ValueError("no items to value")
-    n = len(got)
-    return Valued(
-        accuracy=sum(c for c, _ in got) / n,
-        cost=sum(x for _, x in got) / n,
-        correct=tuple(c for c, _ in got),
-        picks=dict(picks),
-    )
+    return Chosen(tuple(sorted(picks.items())), tuple(got))

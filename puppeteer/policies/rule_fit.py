@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from puppeteer.agents.pool import Pool
 from puppeteer.backends.replay import read_steps
@@ -199,12 +200,16 @@ def fit_from_answers(
     return tuple(routes)
 
 
-@dataclass(frozen=True)
-class Chosen:
-    """Rules chosen on one item set and valued on another: the rule per kind (or bin), and each valued
-    item's (correct, cost) in the order of the items valued."""
+R = TypeVar("R")
 
-    routes: tuple[tuple[str, Rule], ...]
+
+@dataclass(frozen=True)
+class Chosen(Generic[R]):
+    """Rules chosen on one item set and valued on another: the rule per kind (or bin; a :class:`Rule`,
+    or a candidate's text where the space holds more than rules), and each valued item's (correct,
+    cost) in the order of the items valued."""
+
+    routes: tuple[tuple[str, R], ...]
     outcomes: tuple[tuple[bool, float], ...]
 
     @property
@@ -234,7 +239,7 @@ def choose_and_value(
     forms: str = "rule",
     bins: Mapping[str, str] | None = None,
     chains: Chains | None = None,
-) -> Chosen:
+) -> Chosen[Rule]:
     """The best rules of the ``forms`` space chosen on ``choose_on`` (:func:`fit_from_answers`) and
     valued on ``value_on``: pass the same items and answers twice for the in-sample optimum, the
     training items then the held-out ones for its out-of-sample counterpart.
