@@ -44,6 +44,9 @@ class Pool:
     independent_solvers: bool = False
     # a shipped outcome table (``puppeteer.backends.replay``): its calls are served without loading a model
     replay: Path | None = None
+    # step mode offers only the calls the replay table holds after the steps so far
+    # (:mod:`puppeteer.envs.recorded`): a table with second steps after some first agents only
+    recorded_only: bool = False
     # measured agent cards (``<pool>.cards.json`` beside the YAML, :mod:`puppeteer.agents.cards`); None: none
     cards: PoolCards | None = None
     # agent name -> the model that answers live traffic for it (an agent's ``live:`` model in the YAML),
@@ -131,6 +134,7 @@ class Pool:
             context_layout=self.context_layout,
             independent_solvers=self.independent_solvers,
             replay=self.replay,
+            recorded_only=self.recorded_only,
             cards=self.cards,
             live=MappingProxyType({n: m for n, m in self.live.items() if n in names}),
         )
@@ -144,7 +148,7 @@ class Pool:
                 f"pool {self.name!r}: agents {missing} name no live: model to answer live traffic"
             )
         agents = tuple(replace(a, model=self.live[a.name]) for a in self.agents)
-        return replace(self, agents=agents, replay=None, live=EMPTY)
+        return replace(self, agents=agents, replay=None, recorded_only=False, live=EMPTY)
 
     def backends(self) -> tuple[str, ...]:
         return tuple(sorted({a.model.backend for a in self.agents}))
@@ -277,6 +281,11 @@ def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
     replay = raw.get("replay")
     if replay is not None and not isinstance(replay, str):
         raise PoolError(f"replay must be a folder name, got {replay!r}")
+    recorded_only = raw.get("recorded_only", False)
+    if not isinstance(recorded_only, bool):
+        raise PoolError(f"recorded_only must be true or false, got {recorded_only!r}")
+    if recorded_only and replay is None:
+        raise PoolError("recorded_only offers the calls of the pool's replay table: it needs replay:")
     return Pool(
         name=_text(raw, "name", "the pool", default="pool"),
         agents=tuple(agents),
@@ -285,6 +294,7 @@ def pool_from_dict(raw: Mapping[str, Any], base: Path | None = None) -> Pool:
         context_layout=layout,
         independent_solvers=independent,
         replay=(base or Path.cwd()) / replay if replay else None,
+        recorded_only=recorded_only,
         live=MappingProxyType(live),
     )
 

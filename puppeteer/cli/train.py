@@ -47,6 +47,19 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
         help="pool name or YAML path with the job's eight agents (default local-mix, replayed; sim-local: "
         "the same agents on the simulator calibrated on its table)",
     )
+    p.add_argument(
+        "--agents",
+        type=lambda text: tuple(a.strip() for a in text.split(",") if a.strip()),
+        default=d.agents,
+        help="comma-separated agents of the pool the job routes between (default: local-mix's eight "
+        "solvers; e.g. add qwen0.5b-verify on local-mix-steps, whose table holds its second steps)",
+    )
+    p.add_argument(
+        "--baselines",
+        type=lambda text: tuple(a.strip() for a in text.split(",") if a.strip()),
+        default=d.baselines,
+        help=f"comma-separated baseline policies beside the fitted rules (default {','.join(d.baselines)})",
+    )
     p.add_argument("--n-train", type=int, default=d.n_train)
     p.add_argument("--n-eval", type=int, default=d.n_eval)
     p.add_argument("--episodes", type=int, default=d.episodes)
@@ -94,6 +107,8 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
     apply_replay_flag(args)
     cfg = QuickstartConfig(
         pool=args.pool,
+        agents=args.agents,
+        baselines=args.baselines,
         n_train=args.n_train,
         n_eval=args.n_eval,
         episodes=args.episodes,

@@ -137,6 +137,8 @@ class ConductorEnv(StepMode, WorkflowMode, Observation, gym.Env[dict[str, Any], 
         self._patterns = tuple(a.pattern for a in self.pool.agents)
         self._sees_work = tuple(self.pool.sees_earlier_work(i) for i in range(len(self.pool)))
         self._mask = self._base_mask.copy()
+        self._offer = self._mask
+        self._recorded = parts.recorded
         n_base = int(self._base_mask[: len(self.pool)].sum())
         k_available = config.k_available
         if k_available is not None and not 1 <= k_available <= n_base:
@@ -358,7 +360,8 @@ class ConductorEnv(StepMode, WorkflowMode, Observation, gym.Env[dict[str, Any], 
         self._grades = {}
         self._depth, self._rounds, self._followup, self._workflow = 0, [], None, None
         self._final, self._conductor = (self._final_default, 0), []
-        self._mask = self._episode_mask(options)
+        self._offer = self._episode_mask(options)  # this episode's agents; the mask adds the table's
+        self._mask = self._recorded_mask()
         self._lam = self._episode_lam(options)
         self._lam_array = np.array([self._lam])
         if self.config.mode == "step" and not _same_number(self._reward.lam, self._lam):
@@ -383,6 +386,21 @@ class ConductorEnv(StepMode, WorkflowMode, Observation, gym.Env[dict[str, Any], 
         if self._lam_range is not None:
             return self._lam_range.sample(self.np_random)
         return self._default_lam()
+
+    def _recorded_mask(self) -> np.ndarray:
+        """The episode's mask, less the agents whose next call the pool's table lacks (``recorded_only``)."""
+        if self._recorded is None:
+            return self._offer
+        n = len(self.pool)
+        mask = self._offer.copy()
+        acted = [s.agent_id for s in self._steps]
+        mask[:n] &= self._recorded.agents(self.pool, self.task.id, acted).astype(mask.dtype)
+        if not self._steps and not mask[:n].any():
+            raise ValueError(
+                f"item {self.task.id!r} has no call in pool {self.pool.name!r}'s replay table "
+                "(recorded_only offers only recorded calls)"
+            )
+        return mask
 
     def _episode_mask(self, options: Mapping[str, Any]) -> np.ndarray:
         """The action mask of a new episode: ``options["available"]``, a random k of n, or the base."""

@@ -34,6 +34,7 @@ from puppeteer.backends.base import Backend
 from puppeteer.envs.aggregate import FINAL_CHOICES
 from puppeteer.envs.conductor_prompt import DEFAULT_PROMPT
 from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.recorded import RecordedCalls
 from puppeteer.tasks import load_suite
 from puppeteer.tasks.visible import VISIBLE_CHECKS
 from puppeteer.types import Task
@@ -187,6 +188,8 @@ class EnvParts:
     programs: ProgramMemo = field(default_factory=lambda: ProgramMemo())
     # visible checks' verdicts (EnvConfig.visible_checks), shared likewise: one sandbox run per answer
     checks: CheckMemo = field(default_factory=lambda: CheckMemo())
+    # a pool with ``recorded_only``: the calls its replay table holds (step mode offers only these)
+    recorded: RecordedCalls | None = None
 
 
 class CheckMemo(BoundedMemo[tuple[str, str, "str | None"], "bool | None"]):
@@ -282,10 +285,11 @@ def env_parts(
     items = tuple(tasks) if tasks is not None else load_suite(suite, split, n=n_tasks)
     if not items:
         raise ValueError("the environment needs at least one task")
+    recorded = RecordedCalls.of_pool(resolved) if resolved.recorded_only and config.mode == "step" else None
     if backend is not None:
-        return EnvParts(config, resolved, items, backend, None)
+        return EnvParts(config, resolved, items, backend, None, recorded=recorded)
     spec = BackendSpec.of(backend_options, cache)
-    return EnvParts(config, resolved, items, build_backend(resolved, items, spec), spec)
+    return EnvParts(config, resolved, items, build_backend(resolved, items, spec), spec, recorded=recorded)
 
 
 __all__ = [

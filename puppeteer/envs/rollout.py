@@ -16,6 +16,7 @@ Nothing here knows about training or evaluation files: callers record what they 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -235,6 +236,10 @@ class Episode:
     # per action after the first: what stopping instead would have returned (the env's info["stop_return"]
     # after the previous step: the answer so far graded, nothing more paid); stop_returns[t - 1] is step t's
     stop_returns: list[float] = field(default_factory=list)
+    # a forced action the env did not offer (a pool with ``recorded_only``: a call its table lacks): the
+    # episode ends before it, unstepped; its feats and actions include that state and action, its
+    # returns are the NaNs of an outcome nobody saw, and a trainer leaves the action out
+    unoffered: bool = False
 
     @property
     def ret(self) -> float:
@@ -304,8 +309,19 @@ def run_lockstep(
             actions = [
                 _forced(forced[k], len(eps[k].actions), a) for k, a in zip(active, actions, strict=True)
             ]
+            offered = [bool(obs[k]["mask"][a]) for k, a in zip(active, actions, strict=True)]
+            for k, f, a, ok in zip(active, feats, actions, offered, strict=True):
+                if not ok:  # only a forced action can be one the env does not offer now
+                    ep = eps[k]
+                    ep.feats.append(f)
+                    ep.actions.append(a)
+                    ep.unoffered = True
+                    ep.returns = [math.nan] * len(ep.actions)
+            active = [k for k, ok in zip(active, offered, strict=True) if ok]
+            feats = [f for f, ok in zip(feats, offered, strict=True) if ok]
+            actions = [a for a, ok in zip(actions, offered, strict=True) if ok]
             still = []
-            results = group.step_many(list(zip(active, actions, strict=True)))
+            results = group.step_many(list(zip(active, actions, strict=True))) if active else []
             for k, f, a, result in zip(active, feats, actions, results, strict=True):
                 obs[k], r, terminated, truncated, info = result
                 ep = eps[k]

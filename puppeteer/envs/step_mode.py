@@ -37,6 +37,8 @@ class StepMode:
         # sends the same request in both modes and a table built from one replays the other
         step = self.executor.run_step(self._context(), t, a, self._task.question.strip(), visible)
         self._steps.append(step)
+        if self._recorded is not None:  # the next step offers what the table holds after this one
+            self._mask = self._recorded_mask()
         f = self._step_cost(step)
         if len(self._steps) >= self.config.max_steps:
             return self._end_episode(f=f, t=t + 1, terminated_by="max_steps")

@@ -204,6 +204,12 @@ def test_the_command_keeps_training_trajectories_only_on_request(monkeypatch: py
     assert [c.trajectories for c in seen] == [False, True] and seen[0].episodes == 8
     assert main(["quickstart", "--pool", "sim-local"]) == 0  # the same job on the calibrated simulator
     assert [c.pool for c in seen] == ["local-mix", "local-mix", "sim-local"]
+    # the table with second steps: the eight solvers and the verifier, baselines named by the user
+    argv = ["quickstart", "--pool", "local-mix-steps", "--agents", "qwen1.5b-pot, qwen0.5b-verify"]
+    assert main([*argv, "--baselines", "single:qwen1.5b-pot"]) == 0
+    assert seen[-1].agents == ("qwen1.5b-pot", "qwen0.5b-verify")
+    assert seen[-1].baselines == ("single:qwen1.5b-pot",)
+    assert seen[0].baselines == QuickstartConfig().baselines
 
 
 def test_over_seeds_the_headline_gives_the_mean_and_the_worst_against_the_rule_and_the_single() -> None:

@@ -24,7 +24,9 @@ def first_actions(
 
 def second_actions(env: ConductorEnv, policy: PuppeteerPolicy) -> list[int]:
     """The actions open at an episode's second step (``second_step: all`` tries each after every first
-    action): the available agents, and the Terminator unless one step is not yet enough to stop."""
+    action): the available agents, and the Terminator unless one step is not yet enough to stop. On a
+    pool with ``recorded_only`` an item may not offer some of them after some first actions: those
+    pairs are not stepped (``Episode.unoffered``) and the loss leaves them out."""
     return _open_actions(env, policy, 1)
 
 
@@ -33,6 +35,9 @@ def _open_actions(
 ) -> list[int]:
     """The available agents, and the Terminator where ``acted`` calls meet both min_steps."""
     mask = env.pool.availability(env.config.unavailable) if available is None else available
+    recorded = env.parts.recorded
+    if acted == 0 and recorded is not None:  # recorded_only: what the table holds first on every item
+        mask = mask[: len(env.pool)] & recorded.first_agents(env.pool, [t.id for t in env.tasks])
     out = [a for a in range(len(env.pool)) if mask[a]]
     if env.config.min_steps <= acted and policy.config.min_steps <= acted:
         out.append(env.pool.terminator_id)

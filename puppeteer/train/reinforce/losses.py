@@ -190,11 +190,15 @@ def _all_pairs_loss(
     second = None
     if s1_feats:
         second_logp = torch.log_softmax(policy.logits(s1_feats), dim=-1)
-        tried = second_logp[:, list(seconds)]  # (states, S)
-        pi2 = tried.exp().detach()
+        # a second action the env did not offer on that item (``Episode.unoffered``) is masked out of
+        # the logits too: it weighs nothing and is left out of the target
+        offered = torch.as_tensor([[not e.unoffered for e in block] for block in blocks])
+        tried = second_logp[:, list(seconds)].masked_fill(~offered, 0.0)  # (states, S)
+        pi2 = tried.exp().detach() * offered
         pi2 = pi2 / pi2.sum(dim=1, keepdim=True).clamp_min(1e-12)
         q = torch.as_tensor([[e.returns[1] for e in block] for block in blocks], dtype=torch.float32)
         g0 = torch.as_tensor([[e.returns[0] for e in block] for block in blocks], dtype=torch.float32)
+        q, g0 = q.masked_fill(~offered, 0.0), g0.masked_fill(~offered, 0.0)
         for row, (gi, ai) in enumerate(s1_rows):
             returns0[gi, ai] = (pi2[row] * g0[row]).sum()
         second = (pi2, q, (pi2 * q).sum(dim=1, keepdim=True), tried)
@@ -215,7 +219,7 @@ def _all_pairs_loss(
         if second_target is None:
             loss = loss - (weight[:, None] * pi2 * (q - v1) * tried).sum()
         else:  # cross-entropy to the Boltzmann target over the tried actions' returns
-            target = torch.softmax(q / second_target, dim=1)
+            target = torch.softmax((q / second_target).masked_fill(~offered, float("-inf")), dim=1)
             loss = loss - (weight[:, None] * target * tried).sum()
     greedy = [
         f[int(i)] for f, i in zip(firsts, torch.argmax(first_logp.gather(1, index), dim=1), strict=True)

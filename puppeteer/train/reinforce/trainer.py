@@ -310,6 +310,11 @@ def train(
                 f"{state.failed + failed} of {state.episodes + len(flat)} episodes ended on a failed call "
                 f"(limit {config.max_failed_fraction:.0%}; last: {first})"
             )
+        if seconds is None and any(e.unoffered for e in flat):
+            raise stop(
+                "a forced first action was not on offer (its call is not in the pool's table?): "
+                f"{next(e for e in flat if e.unoffered).task_id}"
+            )
         groups = [flat[i : i + size] for i in range(0, len(flat), size)]
         value: float | None = None  # first_step=all: the policy's expected return on the batch's items
         if firsts is None:
@@ -333,9 +338,10 @@ def train(
         torch.nn.utils.clip_grad_norm_(trained, config.max_grad_norm)
         opt.step()
 
-        batch = [e for g in groups for e in g]
+        tried_all = [e for g in groups for e in g]
+        batch = [e for e in tried_all if not e.unoffered]  # what ran: unoffered pairs were not stepped
         state.update += 1
-        state.episodes += len(batch)
+        state.episodes += len(tried_all)
         state.failed += failed
         metrics = {f"train/{k}": v for k, v in summarize(batch).items()}
         metrics.update(
