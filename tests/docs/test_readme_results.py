@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS = (
     ("| mixed traffic on real models", "experiments/quickstart/results/seeds101-105/results.json"),
     ("| the same traffic on the simulator", "experiments/sim-local-learner/results/lam1/results.json"),
+    ("| the same traffic with real second steps", "experiments/steps-learner/results/lam1/results.json"),
 )
 
 
