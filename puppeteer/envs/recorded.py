@@ -1,4 +1,4 @@
-"""The calls a replay table holds, as a step-mode action mask (``EnvConfig.recorded_only``).
+"""The calls a replay table holds, as a step-mode action mask (a pool's ``recorded_only``).
 
 A shipped outcome table (:mod:`puppeteer.backends.replay`) holds every solver's call alone on each of
 its items and, in ``steps.jsonl.gz``, a reader's call (a verifier, a reviser) after one named first

@@ -236,9 +236,10 @@ class Episode:
     # per action after the first: what stopping instead would have returned (the env's info["stop_return"]
     # after the previous step: the answer so far graded, nothing more paid); stop_returns[t - 1] is step t's
     stop_returns: list[float] = field(default_factory=list)
-    # a forced action the env did not offer (a pool with ``recorded_only``: a call its table lacks): the
-    # episode ends before it, unstepped; its feats and actions include that state and action, its
-    # returns are the NaNs of an outcome nobody saw, and a trainer leaves the action out
+    # a forced later action the env did not offer (a pool with ``recorded_only``: a call its table
+    # lacks; ``first_actions`` pairs only): the episode ends before it, unstepped; its feats and actions
+    # include that state and action, its returns are the NaNs of an outcome nobody saw, and a trainer
+    # leaves the action out
     unoffered: bool = False
 
     @property
@@ -309,9 +310,12 @@ def run_lockstep(
             actions = [
                 _forced(forced[k], len(eps[k].actions), a) for k, a in zip(active, actions, strict=True)
             ]
-            offered = [bool(obs[k]["mask"][a]) for k, a in zip(active, actions, strict=True)]
+            offered = [
+                _offered(forced[k], len(eps[k].actions), obs[k]["mask"], a)
+                for k, a in zip(active, actions, strict=True)
+            ]
             for k, f, a, ok in zip(active, feats, actions, offered, strict=True):
-                if not ok:  # only a forced action can be one the env does not offer now
+                if not ok:
                     ep = eps[k]
                     ep.feats.append(f)
                     ep.actions.append(a)
@@ -347,6 +351,13 @@ def run_lockstep(
             active = still
         out += [eps[k] for k in range(len(chunk))]
     return out
+
+
+def _offered(forced: int | tuple[int, ...] | None, step: int, mask: np.ndarray, action: int) -> bool:
+    """False for a later action of a forced tuple that the env does not offer now (the pairs of every
+    first and second action, where an item's table lacks some): that episode ends unstepped. Any other
+    action is stepped, and an env that forbids it says so."""
+    return not (isinstance(forced, tuple) and 1 <= step < len(forced) and not mask[action])
 
 
 def _forced(forced: int | tuple[int, ...] | None, step: int, chosen: int) -> int:

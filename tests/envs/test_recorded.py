@@ -175,3 +175,16 @@ def test_training_every_pair_never_calls_what_the_table_lacks(world, tmp_path: P
             assert agents.index(VERIFIER) == 1 and (line["task_id"], agents[0]) in chained
     # groups of items 0 and 1 try the verifier after the recorded first agents only; item 2 never
     assert verified > 0 and len(lines) < 6 * per_group
+
+
+def test_only_the_later_actions_of_forced_pairs_can_go_unoffered(world) -> None:
+    """A forced first action the env does not offer is refused as before (never skipped in silence)."""
+    pool, tasks, _ = world
+    env = build_env(EnvConfig(mode="step", max_steps=2, min_steps=1), pool=pool, tasks=tasks)
+    policy = PuppeteerPolicy(
+        pool, PolicyConfig(encoder="hashing", hidden=16, max_steps=2, min_steps=1), seed=0
+    )
+    verify = pool.index(VERIFIER)
+    for forced in (verify, (verify, pool.terminator_id)):
+        with pytest.raises(Exception, match="not available"):
+            run_lockstep([env], policy, [(0, 0)], first_actions=[forced])

@@ -310,11 +310,6 @@ def train(
                 f"{state.failed + failed} of {state.episodes + len(flat)} episodes ended on a failed call "
                 f"(limit {config.max_failed_fraction:.0%}; last: {first})"
             )
-        if seconds is None and any(e.unoffered for e in flat):
-            raise stop(
-                "a forced first action was not on offer (its call is not in the pool's table?): "
-                f"{next(e for e in flat if e.unoffered).task_id}"
-            )
         groups = [flat[i : i + size] for i in range(0, len(flat), size)]
         value: float | None = None  # first_step=all: the policy's expected return on the batch's items
         if firsts is None:
