@@ -28,35 +28,32 @@ from typing import Any
 
 import numpy as np
 
-from puppeteer.agents.pool import load_pool
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.backends.replay import read_steps
 from puppeteer.envs.build import EnvConfig, build_env
+from puppeteer.jobs.quickstart import QuickstartConfig
 from puppeteer.tasks import load_suite
 from puppeteer.types import Task
 
-SOLVERS = (
-    "qwen1.5b-cot",
-    "qwen1.5b-pot",
-    "qwen1.5b-direct",
-    "qwen1.5b-code",
-    "qwen0.5b-pot",
-    "qwen0.5b-direct",
-    "qwen0.5b-calc",
-    "qwen0.5b-code",
-)
-AGENTS = (*SOLVERS, "qwen0.5b-verify")
-# each kind's first agent: the one the verifier's chains were recorded after (experiments/second-steps)
-FIRST = {
-    "arith": "qwen1.5b-pot",
-    "gsm8k": "qwen1.5b-pot",
-    "humaneval": "qwen0.5b-code",
-    "mmlu": "qwen1.5b-direct",
-}
+VERIFIER = "qwen0.5b-verify"
+AGENTS = (*QuickstartConfig().agents, VERIFIER)  # the quickstart's eight solvers and the verifier
 
 
-def outcomes(lam: float, tasks: Sequence[Task]) -> list[dict[str, Any]]:
-    """Per item: its kind, the signals after the first call, and per second action (the Terminator
-    included) the return, the grade and the model seconds of the two-step episode."""
-    pool = load_pool("local-mix-steps").subset(list(AGENTS))
+def first_agents(pool: Pool) -> dict[str, str]:
+    """Each kind's first agent: the one the verifier's chains were recorded after
+    (experiments/second-steps), read from the pool's table."""
+    firsts: dict[str, set[str]] = defaultdict(set)
+    for s in read_steps(pool.replay):
+        if s.agent == VERIFIER:
+            firsts[s.domain].add(s.first)
+    if any(len(f) != 1 for f in firsts.values()):
+        raise ValueError(f"the verifier's chains follow more than one first agent in a kind: {dict(firsts)}")
+    return {kind: next(iter(f)) for kind, f in sorted(firsts.items())}
+
+
+def outcomes(lam: float, tasks: Sequence[Task], pool: Pool, firsts: dict[str, str]) -> list[dict[str, Any]]:
+    """Per item: its kind, the signals after its kind's first call, and per second action (the
+    Terminator included) the return, the grade and the model seconds of the two-step episode."""
     config = EnvConfig(
         mode="step",
         lam=lam,
@@ -71,7 +68,7 @@ def outcomes(lam: float, tasks: Sequence[Task]) -> list[dict[str, Any]]:
     rows = []
     for index, task in enumerate(tasks):
         kind = task.id.split("/")[0]
-        first = pool.index(FIRST[kind])
+        first = pool.index(firsts[kind])
         obs, _ = env.reset(seed=0, options={"task_index": index})
         obs, *_ = env.step(first)
         offered = np.flatnonzero(obs["mask"]).tolist()
@@ -131,14 +128,16 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    train = outcomes(args.lam, load_suite("mix-local", "train", n=200))
-    test = outcomes(args.lam, load_suite("mix-local", "test", n=320))
+    pool = load_pool("local-mix-steps").subset(list(AGENTS))
+    firsts = first_agents(pool)
+    train = outcomes(args.lam, load_suite("mix-local", "train", n=200), pool, firsts)
+    test = outcomes(args.lam, load_suite("mix-local", "test", n=320), pool, firsts)
     fits = fit(train, args.target)
     result = {
         "lam": args.lam,
         "target": args.target,
         "backend": "llamacpp (replayed table local-mix.replay, strict)",
-        "first_agents": FIRST,
+        "first_agents": firsts,
         "policies": {
             name: {
                 "train": value(train, policy),

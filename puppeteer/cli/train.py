@@ -33,6 +33,11 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (agents, policy specs), blanks dropped."""
+    return tuple(a.strip() for a in text.split(",") if a.strip())
+
+
 def configure_quickstart(p: argparse.ArgumentParser) -> None:
     from puppeteer.jobs.quickstart import QuickstartConfig
 
@@ -49,14 +54,14 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--agents",
-        type=lambda text: tuple(a.strip() for a in text.split(",") if a.strip()),
+        type=_names,
         default=d.agents,
         help="comma-separated agents of the pool the job routes between (default: local-mix's eight "
         "solvers; e.g. add qwen0.5b-verify on local-mix-steps, whose table holds its second steps)",
     )
     p.add_argument(
         "--baselines",
-        type=lambda text: tuple(a.strip() for a in text.split(",") if a.strip()),
+        type=_names,
         default=d.baselines,
         help=f"comma-separated baseline policies beside the fitted rules (default {','.join(d.baselines)})",
     )
