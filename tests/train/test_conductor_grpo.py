@@ -479,3 +479,15 @@ def test_constrained_grpo_run_parses_every_sample_and_heldout_plan(tmp_path: Pat
     assert results["heldout_after"]["parse_rate"] == 1.0
     samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert samples and all(s["parsed"] for s in samples)
+
+
+@pytest.mark.parametrize("preset", ["cpu-qwen05", "cpu-smollm2", "cpu-smollm2-warm", "gpu-paper"])
+def test_a_run_keeps_a_bounded_number_of_checkpoints(tmp_path: Path, preset: str) -> None:
+    # every checkpoint of the 0.5B with its optimizer state is 1.6 GB: an unbounded run of 40 steps
+    # saved every 5 filled 13 GB of disk and the next CI install failed for want of space
+    job = GRPOJob.from_mapping(conductor_cfg(f"conductor={preset}"))
+    limit = grpo_config(job, tmp_path / "unused").save_total_limit
+    assert limit is not None and 1 <= limit <= 3
+    unset = {k: v for k, v in job.grpo.items() if k != "save_total_limit"}
+    bare = GRPOJob.from_mapping({**conductor_cfg(f"conductor={preset}"), "grpo": unset})
+    assert grpo_config(bare, tmp_path / "unused").save_total_limit == 2  # the wiring's default

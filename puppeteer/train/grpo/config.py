@@ -262,6 +262,7 @@ def grpo_config(job: GRPOJob, output_dir: Path) -> Any:
     kwargs: dict[str, Any] = {
         "logging_steps": 1,
         "save_strategy": "steps",
+        "save_total_limit": 2,  # a 0.5B checkpoint with its optimizer state is 1.6 GB; a job may keep more
         "report_to": "none",  # metrics go to the project's logger through MetricForwarder
         "disable_tqdm": True,
         **dict(job.grpo),
