@@ -7,6 +7,7 @@ The evaluation itself is :func:`puppeteer.evaluation.evaluate.evaluate_policy`; 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -92,6 +93,12 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-workers", type=int, default=None, help="shards for --ray (default: cluster CPUs)")
     p.add_argument("--overwrite", action="store_true", help="replace a finished result in --out")
     p.add_argument(
+        "--agents",
+        default=None,
+        help="comma-separated agents: the pool of these agents only, in this order (as `quickstart "
+        "--agents`; a policy trained on a subset of a pool is evaluated on the same subset)",
+    )
+    p.add_argument(
         "--available",
         default=None,
         help="comma-separated agent names: evaluate on this fixed subset of the pool",
@@ -152,6 +159,36 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
 
     from puppeteer.analytics.tables import summary_rows
 
+    if args.json:
+        # stdout carries the one JSON object only: what a library prints while the evaluation runs
+        # (transformers prints a line on import when WANDB_MODE=offline) goes to stderr
+        with contextlib.redirect_stdout(sys.stderr):
+            result = _evaluate(args)
+        sys.stdout.write(json.dumps(result.to_dict(), default=str) + "\n")
+        return 0 if not _all_failed(result) else 1
+    result = _evaluate(args)
+    table = Table(title="evaluation", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("")
+    for label, value in summary_rows(result):
+        table.add_row(label, value)
+    console.print(table)
+    console.print(
+        f"results: {Path(result.out_dir) / 'results.json'}\ntrajectories: {Path(result.out_dir) / 'trajectories.jsonl'}"
+    )
+    if _all_failed(result):  # not a result: say so and exit non-zero (the run is on disk to inspect)
+        console.print(
+            f"error: every one of the {result.n} items failed on a call (the warnings above name the "
+            "first; trajectories.jsonl has each); check the pool's backend",
+            markup=False,
+            soft_wrap=True,
+        )
+        return 1
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> Any:
+    """The evaluation ``puppeteer eval`` asks for: its flags checked, its pool and cache, the result."""
     apply_replay_flag(args)
     conductor = args.policy.strip().lower().startswith("conductor")
     prompt_flags = {
@@ -165,6 +202,8 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
             f"{', '.join(given)}: for conductor policies only (the conductor's prompt); got {args.policy!r}"
         )
     pool = load_pool(args.pool)
+    if args.agents:
+        pool = pool.subset([a.strip() for a in args.agents.split(",") if a.strip()])
     cache = resolve_cache(pool, args.cache, args.no_cache, model_policy=conductor)
     out = (
         Path(args.out)
@@ -188,7 +227,7 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         from puppeteer.evaluation.settings import RayExecutor
 
         ray = RayExecutor(address=args.ray, workers=args.ray_workers)
-    result = evaluate_policy(
+    return evaluate_policy(
         args.policy,
         pool,
         args.suite,
@@ -204,25 +243,6 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
         concurrency=args.concurrency,
         ray=ray,
     )
-    if args.json:
-        sys.stdout.write(json.dumps(result.to_dict(), default=str) + "\n")
-        return 0 if not _all_failed(result) else 1
-    table = Table(title="evaluation", show_header=False)
-    table.add_column("", style="bold")
-    table.add_column("")
-    for label, value in summary_rows(result):
-        table.add_row(label, value)
-    console.print(table)
-    console.print(f"results: {out / 'results.json'}\ntrajectories: {out / 'trajectories.jsonl'}")
-    if _all_failed(result):  # not a result: say so and exit non-zero (the run is on disk to inspect)
-        console.print(
-            f"error: every one of the {result.n} items failed on a call (the warnings above name the "
-            "first; trajectories.jsonl has each); check the pool's backend",
-            markup=False,
-            soft_wrap=True,
-        )
-        return 1
-    return 0
 
 
 def _all_failed(result: Any) -> bool:

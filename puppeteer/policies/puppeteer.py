@@ -386,7 +386,15 @@ class PuppeteerPolicy:
         names = [a.name for a in pool.agents]
         if meta["agents"] != names:
             if not raw.get("cards"):
-                raise ValueError(f"policy was trained on agents {meta['agents']}, pool {pool.name!r} differs")
+                hint = ""
+                if set(meta["agents"]) <= set(names):
+                    hint = (
+                        f"; the pool holds them all: load it on pool.subset() of them (`--agents "
+                        f"{','.join(meta['agents'])}` on the command line)"
+                    )
+                raise ValueError(
+                    f"policy was trained on agents {meta['agents']}, pool {pool.name!r} differs{hint}"
+                )
             if list(card_domains(pool)) != meta["card_domains"]:
                 raise ValueError(
                     f"policy reads cards of domains {meta['card_domains']}; pool {pool.name!r}'s cards "

@@ -283,3 +283,60 @@ def test_train_takes_a_pool_file_as_eval_does(tmp_path) -> None:
     ]
     assert main(argv) == 0
     assert json.loads((out / "results.json").read_text())["pool"] == "my-pool"
+
+
+def test_eval_json_stdout_is_one_object_whatever_a_library_prints(
+    tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # transformers prints "[INFO] Running in WANDB offline mode" to stdout on import when WANDB_MODE is
+    # offline; a trained policy's encoder imports it during the evaluation, which broke `--json | jq`
+    import puppeteer.cli.eval as eval_cli
+
+    real = eval_cli.evaluate_policy
+
+    def noisy(*args, **kwargs):
+        print("[INFO] Running in WANDB offline mode")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(eval_cli, "evaluate_policy", noisy)
+    args = ["eval", "--pool", "sim-paper", "--suite", "arith", "--policy", "single:gpt5-cot", "--n", "3"]
+    assert main([*args, "--json", "--out", str(tmp_path / "e")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["n"] == 3  # the whole of stdout parses
+    assert "WANDB offline" in captured.err
+
+
+def test_eval_agents_evaluates_a_policy_trained_on_a_subset_of_the_pool(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.policies.puppeteer import PolicyConfig, PuppeteerPolicy
+
+    pool = load_pool("sim-paper")
+    names = [a.name for a in pool.agents][:3]
+    policy_dir = PuppeteerPolicy(pool.subset(names), PolicyConfig(encoder="hashing", hidden=8), seed=0).save(
+        tmp_path / "policy"
+    )
+    args = [
+        "eval",
+        "--pool",
+        "sim-paper",
+        "--suite",
+        "arith",
+        "--policy",
+        f"puppeteer:{policy_dir}",
+        "--n",
+        "4",
+    ]
+    # on the whole pool: refused, and the message names the flag that fixes it
+    assert main([*args, "--out", str(tmp_path / "whole")]) != 0
+    assert f"--agents {','.join(names)}" in capsys.readouterr().out.replace("\n", "")
+    assert main([*args, "--agents", ",".join(names), "--json", "--out", str(tmp_path / "sub")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n"] == 4 and summary["pool"] == f"sim-paper[{','.join(names)}]"
+    used = {
+        s["agent_name"]
+        for line in (tmp_path / "sub" / "trajectories.jsonl").read_text().splitlines()
+        for s in json.loads(line)["steps"]
+    }
+    assert used and used <= set(names)
