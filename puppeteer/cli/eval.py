@@ -173,9 +173,8 @@ def eval_command(args: argparse.Namespace, console: Console) -> int:
     for label, value in summary_rows(result):
         table.add_row(label, value)
     console.print(table)
-    console.print(
-        f"results: {Path(result.out_dir) / 'results.json'}\ntrajectories: {Path(result.out_dir) / 'trajectories.jsonl'}"
-    )
+    out = Path(result.out_dir)
+    console.print(f"results: {out / 'results.json'}\ntrajectories: {out / 'trajectories.jsonl'}")
     if _all_failed(result):  # not a result: say so and exit non-zero (the run is on disk to inspect)
         console.print(
             f"error: every one of the {result.n} items failed on a call (the warnings above name the "

@@ -82,6 +82,13 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
         help="episodes for the decision after the one-call router's call (0: the router alone; "
         "experiments/local-mix/README.md section 7)",
     )
+    p.add_argument(
+        "--first-again-episodes",
+        type=int,
+        default=d.first_again_episodes,
+        help="backward induction (0: off): the decision after every first call is learned, then the "
+        "first call again with that decision fixed, in this many episodes (experiments/steps-learner)",
+    )
     p.add_argument("--encoder", default=d.encoder)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
@@ -120,6 +127,7 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
         lam=args.lam,
         max_steps=args.max_steps,
         after_call_episodes=args.after_call_episodes,
+        first_again_episodes=args.first_again_episodes,
         encoder=args.encoder,
         seed=args.seed,
         seeds=args.seeds,

@@ -126,6 +126,12 @@ class QuickstartConfig:
     after_call_episodes: int = 131072
     after_call_target: float = 0.1
     after_call_lr: float = 0.01
+    # backward induction (0: off). With episodes here, the decision after a call is learned after
+    # *every* first call (the router still fixed, every pair of actions tried: |A| x (|A| + 1) episodes
+    # an item), then the first decision again, from the router, on what each first call is worth when
+    # the learned decision after it acts (that decision fixed): a router learned as if its call were the
+    # last picks the best single call, not the best call to escalate from (experiments/steps-learner)
+    first_again_episodes: int = 0
     # torch threads for the router's training and the question encoder: the thread count changes float
     # reductions, so the same seed trains another router on another count (measured: 0.666 with 1
     # thread, 0.650 with 2); 1 makes the result the same on every machine, and small networks on small
@@ -140,6 +146,13 @@ class QuickstartConfig:
             raise ValueError(f"seeds must be at least 1, got {self.seeds}")
         if self.rule_max_steps < 1:
             raise ValueError(f"rule_max_steps must be at least 1, got {self.rule_max_steps}")
+        if self.first_again_episodes < 0 or (
+            self.first_again_episodes and not (self.after_call_episodes and self.max_steps == 1)
+        ):
+            raise ValueError(
+                f"first_again_episodes={self.first_again_episodes}: 0 (off), or episodes for the first call "
+                "learned again after the decision after a call (after_call_episodes > 0, max_steps 1)"
+            )
 
 
 def replay_note(pool: Pool) -> str | None:
@@ -322,6 +335,7 @@ def _run_quickstart(
         "n_eval": len(eval_tasks),
         "episodes": state.episodes,
         "after_call_episodes": 0 if after is None else after.episodes,
+        "first_again_episodes": 0 if first_run.again is None else first_run.again.episodes,
         "seed": cfg.seed,
         "wall_s": time.perf_counter() - start,
         "results": rows,
@@ -369,6 +383,7 @@ class _SeedRun:
     arms: list[tuple[str, Any, int]]
     state: TrainState
     after: TrainState | None
+    again: TrainState | None = None  # first_again_episodes: the first decision learned again
 
 
 def _train_seed(
@@ -399,9 +414,9 @@ def _train_seed(
     if not (cfg.after_call_episodes and cfg.max_steps == 1):
         return _SeedRun([(TRAINED, policy, cfg.max_steps)], state, None)
     # the one-call router becomes the first stage
-    second, after = _after_call(cfg, job, pool, train_tasks, backend, run, console, backend_name)
+    second, after, again = _after_call(cfg, job, pool, train_tasks, backend, run, console, backend_name)
     second.config = replace(second.config, greedy=True)
-    return _SeedRun([(TRAINED, second, 2), (ONE_CALL, policy, cfg.max_steps)], state, after)
+    return _SeedRun([(TRAINED, second, 2), (ONE_CALL, policy, cfg.max_steps)], state, after, again)
 
 
 def _curves(done: _SeedRun, run: Path, short: str, first_step: str) -> None:
@@ -416,6 +431,13 @@ def _curves(done: _SeedRun, run: Path, short: str, first_step: str) -> None:
             done.after.history,
             run / "learning_curve_after_call.png",
             f"The decision after the router's call: {short}",
+            note=CURVE_NOTE,
+        )
+    if done.again is not None:
+        learning_curve(
+            done.again.history,
+            run / "learning_curve_first_again.png",
+            f"The first call again, the decision after it fixed: {short}",
             note=CURVE_NOTE,
         )
 
@@ -472,20 +494,13 @@ def _slug(name: str) -> str:
     return "puppeteer-one-call" if name == ONE_CALL else name.split(" ")[0].replace(":", "_")
 
 
-def _after_call(
-    cfg: QuickstartConfig,
-    job: StepJob,
-    pool: Pool,
-    tasks: Sequence[Task],
-    backend: Any,
-    run: Path,
-    console: Any,
-    backend_name: str,
-) -> tuple[PuppeteerPolicy, TrainState]:
-    """The second stage: the saved one-call router (``run/policy``) as the fixed first decision, the
-    decision after its call trained on the same items and backend."""
+def _two_step_job(cfg: QuickstartConfig, job: StepJob, pool: Pool, run: Path) -> StepJob:
+    """The decision after the router's call: the saved one-call router (``run/policy``) as the fixed
+    first decision, every second action tried after its choice (after every first action with
+    ``first_again_episodes``: backward induction's first half)."""
     settings = replace(job.settings, max_steps=2, phi=1.0, visible_checks=True)
-    two = replace(
+    firsts = len(pool) if cfg.first_again_episodes else 1
+    return replace(
         job,
         settings=settings,
         policy_config=replace(
@@ -499,7 +514,9 @@ def _after_call(
         trainer=replace(
             job.trainer,
             episodes=cfg.after_call_episodes,
-            batch_episodes=8 * (len(pool) + 1),  # 8 items an update, every second action after the first
+            # 8 items an update, every second action after the first (after each first one, with
+            # backward induction)
+            batch_episodes=8 * firsts * (len(pool) + 1),
             first_step="all",
             second_step="all",
             second_target=cfg.after_call_target,
@@ -507,13 +524,22 @@ def _after_call(
             lr=cfg.after_call_lr,
             parallel_envs=8 * (len(pool) + 1),
             init_first=str(run / "policy"),
+            first_tries="all" if cfg.first_again_episodes else "router",
         ),
     )
-    env = build_env(settings, pool=pool, suite=cfg.suite, tasks=tasks, backend=backend)
-    policy = two.policy()
-    with ProgressReporter(
-        f"train the decision after a call ({backend_name})", cfg.after_call_episodes, console=console
-    ) as bar:
+
+
+def _train_stage(
+    two: StepJob,
+    env: Any,
+    policy: PuppeteerPolicy,
+    label: str,
+    run: Path,
+    save: str,
+    cfg: QuickstartConfig,
+    console: Any,
+) -> TrainState:
+    with ProgressReporter(label, two.trainer.episodes, console=console) as bar:
 
         def on_episode(ep: Episode) -> None:
             bar.update(advance=1, info=f"last: {len(ep.trajectory['steps'])} calls")
@@ -522,12 +548,51 @@ def _after_call(
             env,
             policy,
             two.trainer,
-            run / "train-after-call",
+            run / f"train-{save}",
             on_episode=on_episode,
             save_trajectories=cfg.trajectories,
         )
-    policy.save(run / "policy-after-call")
-    return policy, state
+    policy.save(run / f"policy-{save}")
+    return state
+
+
+def _after_call(
+    cfg: QuickstartConfig,
+    job: StepJob,
+    pool: Pool,
+    tasks: Sequence[Task],
+    backend: Any,
+    run: Path,
+    console: Any,
+    backend_name: str,
+) -> tuple[PuppeteerPolicy, TrainState, TrainState | None]:
+    """The later stages: the decision after the router's call (:func:`_two_step_job`) trained on the
+    same items and backend; with ``first_again_episodes``, then the first decision again, from the
+    router, on what each first call is worth when the decision after it (now fixed) acts (backward
+    induction's second half). Returns the two-step policy and each stage's state."""
+    two = _two_step_job(cfg, job, pool, run)
+    env = build_env(two.settings, pool=pool, suite=cfg.suite, tasks=tasks, backend=backend)
+    policy = two.policy()
+    label = f"train the decision after a call ({backend_name})"
+    state = _train_stage(two, env, policy, label, run, "after-call", cfg, console)
+    if not cfg.first_again_episodes:
+        return policy, state, None
+    again = replace(
+        two,
+        trainer=replace(
+            two.trainer,
+            episodes=cfg.first_again_episodes,
+            init_first=None,
+            first_tries="router",
+            init_policy=str(run / "policy-after-call"),
+            freeze_later=True,
+            lr=job.trainer.lr,  # the router's own
+            first_weights="uniform",
+        ),
+    )
+    policy = again.policy()
+    label = f"train the first call again, the decision after it fixed ({backend_name})"
+    return policy, state, _train_stage(again, env, policy, label, run, "first-again", cfg, console)
 
 
 def _model_s(row: Mapping[str, Any]) -> str:
@@ -576,7 +641,14 @@ def _report(s: dict[str, Any]) -> str:
         + (
             f"then {s['after_call_episodes']} for the decision after the router's call (its first decision "
             "kept fixed, experiments/local-mix/README.md section 7), "
-            if s.get("after_call_episodes")
+            if s.get("after_call_episodes") and not s.get("first_again_episodes")
+            else ""
+        )
+        + (
+            f"then {s['after_call_episodes']} for the decision after every first call (the router fixed) and "
+            f"{s['first_again_episodes']} for the first call again, that decision fixed (backward "
+            "induction, experiments/steps-learner), "
+            if s.get("first_again_episodes")
             else ""
         )
         + f"{s['wall_s'] / 60:.1f} min in all.",
@@ -607,6 +679,11 @@ def _report(s: dict[str, Any]) -> str:
         *(
             [f"![learning curve after the call]({_curves_dir(s)}learning_curve_after_call.png)", ""]
             if s.get("after_call_episodes")
+            else []
+        ),
+        *(
+            [f"![learning curve, the first call again]({_curves_dir(s)}learning_curve_first_again.png)", ""]
+            if s.get("first_again_episodes")
             else []
         ),
         "![agent usage](agent_usage.png)",

@@ -167,6 +167,34 @@ class PuppeteerPolicy:
             )
         self.scorer.load_state_dict({**self.scorer.state_dict(), **state})
 
+    def load_weights(self, directory: str | Path) -> None:
+        """Start from a saved policy's weights (and the statistics it read its training tasks by): one
+        saved with the same settings on the same agents."""
+        d = Path(directory)
+        if not (d / "policy.json").exists():
+            raise FileNotFoundError(f"{d} holds no saved policy (policy.json); give a run's best/ or final/")
+        meta = read_policy_file(d / "policy.json", PolicyConfig)
+        if meta["agents"] != [a.name for a in self.pool.agents]:
+            raise ValueError(f"{d} was trained on agents {meta['agents']}, this pool's differ")
+        state = safe_torch_load(d / "policy.pt")
+        mine = self.scorer.state_dict()
+        odd = sorted(set(state) ^ set(mine)) + sorted(
+            k for k in set(state) & set(mine) if state[k].shape != mine[k].shape
+        )
+        if odd:
+            raise ValueError(
+                f"{d}'s scorer does not fit this policy's (differs in {', '.join(odd[:4])}): save it with "
+                "the same policy settings"
+            )
+        self.scorer.load_state_dict(state)
+
+    def freeze_later(self) -> None:
+        """Keep the decisions after the first call fixed in training (the later scorer takes no gradient)."""
+        if self.scorer.later is None:
+            raise ValueError("only a policy with policy.step_heads has a later scorer of its own to freeze")
+        for param in self.scorer.later.parameters():
+            param.requires_grad_(False)
+
     def freeze_first(self) -> None:
         """Keep the first decision's scorer fixed in training (its parameters take no gradient)."""
         if self.scorer.later is None:

@@ -290,3 +290,39 @@ def test_several_seeds_and_the_fitted_rules_in_one_run(tmp_path: Path) -> None:
         if a[item][0] == b[item][0]
     ]
     assert len(shared) >= SIM.n_eval and all(x == y for x, y in shared), shared
+
+
+def test_backward_induction_learns_after_every_first_call_then_the_first_call_again(tmp_path: Path) -> None:
+    """first_again_episodes: the decision after a call is learned after every first call (3 agents x 4
+    second actions = 12 episodes an item, the router fixed), then the first call again with that
+    decision fixed (its later scorer's weights are those saved after the second stage)."""
+    import torch
+
+    from puppeteer.policies.puppeteer import PuppeteerPolicy
+
+    cfg = replace(
+        SIM, after_call_episodes=96, first_again_episodes=96, baselines=("random",), trajectories=True
+    )
+    with (tmp_path / "log").open("w") as log:
+        summary = run_quickstart(cfg, tmp_path, cache=tmp_path / "c.sqlite", console=Console(file=log))
+    assert summary["after_call_episodes"] == 96 and summary["first_again_episodes"] == 96
+    for stage in ("after-call", "first-again"):
+        lines = (tmp_path / f"train-{stage}" / "trajectories.jsonl").read_text().splitlines()
+        firsts = [json.loads(x)["steps"][0]["agent_id"] for x in lines]
+        assert len(lines) == 96 and sorted(set(firsts)) == [0, 1, 2]  # every first call, every item
+    pool = load_pool("sim-paper").subset(list(SIM.agents))
+    second = PuppeteerPolicy.load(tmp_path / "policy-after-call", pool)
+    final = PuppeteerPolicy.load(tmp_path / "policy-first-again", pool)
+    assert second.scorer.later is not None and final.scorer.later is not None
+    for (name, a), b in zip(
+        second.scorer.later.state_dict().items(), final.scorer.later.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, msg=name)  # the decision after the call: kept fixed
+    first = [n for n in second.scorer.state_dict() if not n.startswith("later.")]
+    assert any(
+        not torch.equal(second.scorer.state_dict()[n], final.scorer.state_dict()[n]) for n in first
+    )  # the first call: learned again
+    assert (tmp_path / "learning_curve_first_again.png").stat().st_size > 1000
+    assert "backward induction" in (tmp_path / "report.md").read_text()
+    with pytest.raises(ValueError, match="first_again_episodes"):
+        replace(SIM, after_call_episodes=0, first_again_episodes=96)

@@ -539,3 +539,98 @@ def test_a_planning_round_records_the_answer_that_grading_takes() -> None:
     )
     assert done and info["correct"] and info["final_answer"] == "4"
     assert info["rounds"][0]["answer"] == "4"
+
+
+def _stage(
+    env: ConductorEnv, run: Path, seed: int, episodes: int, **trainer: object
+) -> tuple[PuppeteerPolicy, Path]:
+    """A two-step router (step heads, one-call first scorer) trained on every pair of actions; saved."""
+    config = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **COMMON)
+    policy = PuppeteerPolicy(env.pool, config, seed=seed)
+    settings = ReinforceConfig(
+        episodes=episodes,
+        batch_episodes=48,
+        lr=1e-2,
+        seed=seed,
+        first_step="all",
+        later_baseline="stop",
+        second_step="all",
+        second_target=0.1,
+        **trainer,  # type: ignore[arg-type]
+    )
+    train(env, policy, settings, run)
+    return policy, policy.save(run / "policy")
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_backward_induction_moves_the_first_call_to_the_one_worth_escalating_from(
+    tmp_path: Path, seed: int
+) -> None:
+    """At lambda 0.3 the best single call is the strong agent (~0.66 a call against 0.5 for the cheap
+    one, silent on half the items), so a one-call router calls it, and the decision after its call,
+    learned on top of it, stops: ~0.66. The best two-step policy opens with the cheap agent and escalates
+    only after its silence (~0.83). Learning the decision after *every* first call (``first_tries=all``,
+    the router fixed), then the first call again with that decision fixed (``init_policy``,
+    ``freeze_later``), finds it; the decision after the router's own call alone does not."""
+    one_env = _cascade_env(max_steps=1, lam=0.3)
+    router = PuppeteerPolicy(one_env.pool, PolicyConfig(max_steps=1, **COMMON), seed=seed)
+    train(
+        one_env,
+        router,
+        ReinforceConfig(episodes=256, batch_episodes=32, lr=1e-2, seed=seed),
+        tmp_path / "one",
+    )
+    saved = router.save(tmp_path / "router")
+    env = _cascade_env()
+    obs0, _ = env.reset(seed=0, options={"task_index": 0})
+    assert router.choose(router.features(obs0), greedy=True) == 1  # the premise: the strong agent alone
+
+    fixed, _ = _stage(env, tmp_path / "router-only", seed, 1536, init_first=str(saved))
+    assert fixed.choose(fixed.features(obs0), greedy=True) == 1  # its first call stays the router's
+
+    every, after_every = _stage(env, tmp_path / "every", seed, 1536, init_first=str(saved), first_tries="all")
+    lines = (tmp_path / "every" / "trajectories.jsonl").read_text().splitlines()
+    assert {json.loads(x)["steps"][0]["agent_id"] for x in lines} == {0, 1}  # every first call tried
+    terminator = env.pool.terminator_id
+    assert [_after_cheap(every, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]
+
+    again, _ = _stage(
+        env,
+        tmp_path / "again",
+        seed,
+        768,
+        init_policy=str(after_every),
+        freeze_later=True,
+        first_weights="uniform",
+    )
+    assert again.choose(again.features(obs0), greedy=True) == 0  # now the cheap agent first
+    for i in range(4):  # the decision after the call is the one loaded, unchanged
+        torch.testing.assert_close(_after_cheap(again, env, i)[1], _after_cheap(every, env, i)[1])
+    assert [_after_cheap(again, env, i)[0] for i in range(4)] == [1, 1, terminator, terminator]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"first_tries": "all"}, "init_first"),  # chooses what follows init_first's router
+        ({"first_tries": "some", "init_first": "x"}, "first_tries"),
+        ({"freeze_later": True, "init_first": "x"}, "train nothing"),
+    ],
+)
+def test_backward_induction_settings_that_cannot_apply_are_refused(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReinforceConfig(episodes=48, batch_episodes=48, **settings)  # type: ignore[arg-type]
+
+
+def test_freeze_later_needs_every_pair_and_a_later_scorer(tmp_path: Path) -> None:
+    policy, env = _trained(tmp_path, signals=True, episodes=0)
+    with pytest.raises(ValueError, match=r"first_step=all and trainer\.second_step=all"):
+        train(env, policy, ReinforceConfig(episodes=48, batch_episodes=48, freeze_later=True), tmp_path)
+    every = ReinforceConfig(
+        episodes=48, batch_episodes=48, freeze_later=True, first_step="all", second_step="all"
+    )
+    with pytest.raises(ValueError, match="step_heads"):
+        train(env, policy, every, tmp_path)

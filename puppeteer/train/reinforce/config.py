@@ -46,6 +46,18 @@ class ReinforceConfig:
     # first action and every second action after it, so a router that already routes by kind learns
     # only when to call again
     init_first: str | None = None
+    # init_first: the first actions a group tries. "router": only the router's greedy choice (the decision
+    # after the router's call is learned); "all": every first action, the router still fixed, each state
+    # after a first action weighed alike (the decision after *any* call is learned: the first half of
+    # backward induction, which a later run with freeze_later completes)
+    first_tries: str = "router"
+    # a saved policy of the same settings and agents (a run's final/ or best/) whose weights the run
+    # starts from (the statistics it read its training tasks by included)
+    init_policy: str | None = None
+    # keep the decisions after the first call fixed (policy.step_heads): with first_step=all and
+    # second_step=all the first decision is then learned on what each first call is worth when the
+    # fixed later decisions act after it (the second half of backward induction)
+    freeze_later: bool = False
     # a lambda-conditioned run (lam_range) of one-call episodes (max_steps=1) with first_step=all: each
     # group's first decision is also learned at this many more lambdas drawn from the range, the same
     # calls' returns re-priced (exact for one call: R(x) = R(lam) + (lam - x) C); 0: only its own lambda
@@ -89,6 +101,16 @@ class ReinforceConfig:
             raise ValueError(
                 f"trainer.first_step: unknown {self.first_step!r}; known: {', '.join(FIRST_STEPS)}"
             )
+        if self.first_tries not in FIRST_TRIES:
+            raise ValueError(
+                f"trainer.first_tries: unknown {self.first_tries!r}; known: {', '.join(FIRST_TRIES)}"
+            )
+        if self.first_tries != "router" and self.init_first is None:
+            raise ValueError(
+                "trainer.first_tries chooses what a group tries after init_first's router: set that too"
+            )
+        if self.freeze_later and self.init_first is not None:
+            raise ValueError("trainer.freeze_later with trainer.init_first would train nothing: choose one")
         if self.baseline not in BASELINES:
             raise ValueError(f"trainer.baseline: unknown {self.baseline!r}; known: {', '.join(BASELINES)}")
         if self.batch_episodes % self.group_size:
@@ -99,6 +121,7 @@ class ReinforceConfig:
 
 
 FIRST_STEPS = ("sample", "all")
+FIRST_TRIES = ("router", "all")  # trainer.init_first: the first actions a group tries
 
 
 LATER_BASELINES = ("first", "stop")  # first_step=all: the later decisions' baseline (ReinforceConfig)

@@ -155,6 +155,7 @@ def _all_pairs_loss(
     seconds: Sequence[int],
     first_weights: str = "policy",
     second_target: float | None = None,
+    state_weights: str = "policy",
 ) -> tuple[torch.Tensor, torch.Tensor, list[int], float]:
     """Each group tried every (first, second) pair of actions on one task (first-major: the episodes of
     first action i are ``g[i * S : (i + 1) * S]``, S = len(seconds)). Both decisions' losses are exact
@@ -171,7 +172,11 @@ def _all_pairs_loss(
     With ``second_target`` t the second decision is instead fitted to softmax(Q / t) over the actions
     tried (cross-entropy, each state weighed as above): bounded, and its pull on an action that pays
     does not shrink with the action's probability, where the policy gradient's does. Also returns the
-    policy's own expected return, V's mean over the groups."""
+    policy's own expected return, V's mean over the groups.
+
+    ``state_weights="uniform"`` weighs every state after a first action alike (1 / |A0|), whatever the
+    policy gives that action: with the first decision fixed (``trainer.init_first``, every first action
+    tried) the decision after each call is learned for its own sake, as backward induction does."""
     n_second = len(seconds)
     first_logp = torch.log_softmax(policy.logits([g[0].feats[0] for g in groups]), dim=-1)  # (groups, A)
     index = torch.as_tensor([list(f) for f in firsts])
@@ -209,11 +214,9 @@ def _all_pairs_loss(
         # of uniform: pi(a0) alone is the gradient of the expected return, but a first action the policy
         # has turned from then never learns its second step, and is judged by an untrained one
         pi2, q, v1, tried = second
+        share = 1.0 if state_weights == "uniform" else UNIFORM_SHARE
         weight = torch.as_tensor(
-            [
-                (1 - UNIFORM_SHARE) * float(pi1[gi, ai]) + UNIFORM_SHARE / len(firsts[gi])
-                for gi, ai in s1_rows
-            ],
+            [(1 - share) * float(pi1[gi, ai]) + share / len(firsts[gi]) for gi, ai in s1_rows],
             dtype=torch.float32,
         )
         if second_target is None:

@@ -147,6 +147,13 @@ def check_training(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforce
                 "trainer.init_first loads a one-call router as the first scorer: set "
                 "policy.step_heads=true and policy.one_call_first=true"
             )
+    if config.freeze_later and (config.first_step != "all" or config.second_step != "all"):
+        raise ValueError(
+            "trainer.freeze_later learns the first decision on what each first call is worth under the "
+            "fixed later decisions: it needs trainer.first_step=all and trainer.second_step=all"
+        )
+    if config.freeze_later and not policy.config.step_heads:
+        raise ValueError("trainer.freeze_later keeps the later scorer fixed: set policy.step_heads=true")
     return lam_range
 
 
@@ -176,6 +183,8 @@ def train(
     ckpt_path, traj_path = run / "checkpoint.pt", run / "trajectories.jsonl"
     if config.init_first is not None:
         policy.freeze_first()
+    if config.freeze_later:
+        policy.freeze_later()
     trained = [p for p in policy.scorer.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay)
     rng = np.random.default_rng(config.seed)
@@ -198,6 +207,8 @@ def train(
         log.info("resumed from update %d (%d episodes)", state.update, state.episodes)
     else:  # a fresh start: lines left by a run killed before its first checkpoint are not kept
         policy.fit_inputs([t.question for t in env.tasks], [t.domain for t in env.tasks])
+        if config.init_policy is not None:  # after fit_inputs: it keeps the statistics it read by
+            policy.load_weights(config.init_policy)
         if config.init_first is not None:  # after fit_inputs: the router keeps the statistics it read by
             policy.load_first(config.init_first)
         if traj_path.exists():
@@ -244,7 +255,8 @@ def train(
     if config.first_step == "all":  # the first actions a group tries (with subsets: how many)
         firsts = first_actions(env, policy, None if draw is None else draw.example)
     # init_first: the fixed router's greedy choice is the one first action a group tries
-    router_first = _RouterFirst(env, policy) if config.init_first is not None else None
+    by_router = config.init_first is not None and config.first_tries == "router"
+    router_first = _RouterFirst(env, policy) if by_router else None
     phi = float(env.config.phi if env.config.phi is not None else env.config.max_steps)
     seconds = second_actions(env, policy) if config.second_step == "all" else None
     size = config.group_size if firsts is None else 1 if router_first is not None else len(firsts)
@@ -318,7 +330,14 @@ def train(
             )
         elif seconds is not None:  # every pair of actions was tried
             pg_loss, entropy, first_choices, value = _all_pairs_loss(
-                policy, groups, tried, seconds, config.first_weights, config.second_target
+                policy,
+                groups,
+                tried,
+                seconds,
+                config.first_weights,
+                config.second_target,
+                # the router fixed and every first action tried: each state after one counts alike
+                state_weights="uniform" if config.init_first is not None else "policy",
             )
         else:  # every first action was tried: the watch reads the policy's greedy first choice
             pg_loss, entropy, first_choices, value = _all_first_loss(
