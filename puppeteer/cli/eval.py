@@ -52,9 +52,20 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool", required=True, help="pool name (agents/<name>.yaml) or a YAML path")
     p.add_argument("--suite", required=True, help="suite name (envs/<name>.yaml)")
     p.add_argument("--policy", required=True, help="policy spec, see below")
-    p.add_argument("--n", type=int, default=None, help="first N items of the split (default: all)")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="the first N items of the split in --seed's order (default: all); the quickstart and "
+        "`puppeteer train` take their N items in seed 0's order, whatever their own seed",
+    )
     p.add_argument("--split", default="test")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="orders the split's items (which N --n takes) and seeds each item's episode",
+    )
     p.add_argument("--max-steps", type=int, default=5)
     p.add_argument(
         "--lam",
