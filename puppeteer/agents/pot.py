@@ -2,7 +2,7 @@
 
 The model writes one Python program (``reasoning.PATTERNS["pot"]``); ``run_program`` takes
 the last fenced code block of the completion (``python``/``py`` or an unlabelled fence),
-runs it in the sandbox (``puppeteer.tools.sandbox.run_python``) and appends the output and an
+runs it in the sandbox (``puppeteer.tools.sandbox.run_python_patiently``) and appends the output and an
 ``Answer: <last printed line>`` line to the completion text, so every grader's extractor
 reads the program's result. A completion without a code block, or a program that fails
 or prints nothing, gets no ``Answer:`` line (the failure is appended instead).
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 
 from puppeteer.tools.base import clip
-from puppeteer.tools.sandbox import DEFAULT_LIMITS, SandboxLimits, SandboxResult, run_python
+from puppeteer.tools.sandbox import DEFAULT_LIMITS, SandboxLimits, SandboxResult, run_python_patiently
 from puppeteer.types import Completion
 from puppeteer.utils.memo import BoundedMemo
 
@@ -56,7 +56,7 @@ class ProgramMemo(BoundedMemo[tuple[str, SandboxLimits], SandboxResult]):
     response cache keeps a model's first completion."""
 
     def run(self, program: str, limits: SandboxLimits) -> SandboxResult:
-        return self.get((program, limits), lambda: run_python(program, limits=limits))
+        return self.get((program, limits), lambda: run_python_patiently(program, limits=limits))
 
 
 def run_program(
@@ -72,7 +72,8 @@ def run_program(
         note = "\n\n[no program found]"
         noted = replace(completion, text=completion.text + note, answer_text=None)
         return ProgramRun(noted, None, None, None)
-    result = memo.run(program, limits) if memo is not None else run_python(program, limits=limits)
+    # patiently: the answer (and, replayed, the next request) must not depend on the machine's load
+    result = memo.run(program, limits) if memo is not None else run_python_patiently(program, limits=limits)
     answer = printed_answer(result.stdout) if result.ok else None
     text = f"{completion.text}\n\nProgram output:\n{_shown(result, max_output_chars)}"
     if answer is not None:

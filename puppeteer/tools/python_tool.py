@@ -6,14 +6,14 @@ import re
 from dataclasses import dataclass
 
 from puppeteer.tools.base import ToolResult, clip
-from puppeteer.tools.sandbox import DEFAULT_LIMITS, SandboxLimits, run_python
+from puppeteer.tools.sandbox import DEFAULT_LIMITS, SandboxLimits, run_python_patiently
 
 _BLOCK = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class PythonTool:
-    """Runs the last ```python ...``` block of a completion with ``run_python``.
+    """Runs the last ```python ...``` block of a completion with ``run_python_patiently``.
 
     The output is the program's stdout; on failure a short tail of stderr and the status
     follow. Everything is clipped to ``max_output_chars`` (head and tail kept).
@@ -33,7 +33,8 @@ class PythonTool:
         return blocks[-1] if blocks else None
 
     def run(self, call: str) -> ToolResult:
-        result = run_python(call, limits=self.limits)
+        # patiently: what the model reads next must not depend on the machine's load
+        result = run_python_patiently(call, limits=self.limits)
         parts = [result.stdout.rstrip("\n")] if result.stdout.strip() else []
         if result.status == "timeout":
             limits = self.limits

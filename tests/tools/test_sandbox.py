@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from _procs import live_members
 
-from puppeteer.tools.sandbox import SandboxLimits, SandboxResult, run_python
+from puppeteer.tools.sandbox import SandboxLimits, SandboxResult, run_python, run_python_patiently
 
 FAST = SandboxLimits(timeout_s=3.0, cpu_s=2, memory_mb=256)
 MODES = {
@@ -163,6 +163,30 @@ def test_long_sleep_hits_the_wall_clock(env_before: dict[str, str]) -> None:
     assert 1.0 <= result.wall_s < 2.0
     assert result.stdout == "start\n"  # output before the kill is kept
     assert_parent_unharmed(result, env_before)
+
+
+def test_a_wall_clock_timeout_with_little_cpu_is_run_again_with_a_longer_limit(
+    env_before: dict[str, str],
+) -> None:
+    # a program that waits 1.5 s (as one waits for a core on a loaded machine) against a 1 s wall clock:
+    # run_python times it out; run_python_patiently runs it again with 2 s and it finishes
+    wait = "import time\ntime.sleep(1.5)\nprint('done')"
+    limits = SandboxLimits(timeout_s=1.0, cpu_s=2)
+    assert run_python(wait, limits=limits).status == "timeout"
+    again = run_python_patiently(wait, limits=limits)
+    assert again.ok and again.stdout == "done\n" and 1.5 <= again.wall_s < 2.5
+    assert_parent_unharmed(again, env_before)
+
+
+def test_a_program_past_its_cpu_limit_is_not_run_again_and_retries_are_bounded() -> None:
+    spin = run_python_patiently("while True:\n    pass", limits=SandboxLimits(timeout_s=5.0, cpu_s=1))
+    assert spin.status == "timeout" and spin.wall_s < 4.5  # one run: it computed, it did not wait
+    start = time.monotonic()
+    sleeper = run_python_patiently(
+        "import time\ntime.sleep(1000)", limits=SandboxLimits(timeout_s=0.5), retries=2
+    )
+    assert sleeper.status == "timeout" and 2.0 <= sleeper.wall_s < 3.0  # the last try: 4 x 0.5 s
+    assert time.monotonic() - start < 6.0  # 0.5 + 1 + 2 s of wall clock, and start-up
 
 
 def test_memory_bomb(env_before: dict[str, str]) -> None:
