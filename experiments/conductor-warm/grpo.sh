@@ -27,7 +27,7 @@ for SEED in $SEEDS; do
   ARMS+=("conductor:grpo:$RUN")
 done
 puppeteer ab "${ARMS[@]}" --rules --rule-cost usd --lam 0.1 --pool sim-routing --suite mix-routing \
-  --n 200 --out $OUT/ab-grpo
+  --n 200 --out $OUT/ab-grpo --overwrite  # the script regenerates its own A/B
 # the GRPO arms, their rules, and each seed's warm start from run.sh's A/B (the same items and draws)
 VS=$OUT/ab-grpo-vs
 rm -rf $VS && mkdir -p $VS

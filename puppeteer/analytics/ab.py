@@ -202,6 +202,7 @@ def run_ab(
     lam: float = 0.1,
     cache: str | Path | None = None,
     final_answer: str | None = None,
+    overwrite: bool = False,
 ) -> ABResult:
     """Run (or read) both arms on the same items and write ``ab.md``, ``ab.json`` and ``ab.png``
     (``final_answer``: every arm run here chooses its final answer so; None: each policy's own)."""
@@ -209,6 +210,7 @@ def run_ab(
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(n=n, split=split, seed=seed, max_steps=max_steps, lam=lam, cache=cache)
     kw["final_answer"] = final_answer
+    kw["overwrite"] = overwrite  # an arm's folder holding a finished run: refused unless overwrite
     run_a = run_arm(a, "A", out, pool, suite, **kw)
     run_b = run_arm(b, "B", out, pool, suite, **kw)
     result = compare_runs(run_a, run_b, a, b, speeds=load_pool(pool))

@@ -53,6 +53,11 @@ def configure_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--out", default=None, help="output directory (default runs/ab/<A>_vs_<B>)")
     p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="run again the arms whose folder in --out holds a finished run (without it: refused)",
+    )
+    p.add_argument(
         "--final-answer",
         choices=FINAL_CHOICES,
         default=None,
@@ -108,6 +113,7 @@ def ab_command(args: argparse.Namespace, console: Console) -> int:
         lam=args.lam,
         cache=cache,
         final_answer=args.final_answer,
+        overwrite=args.overwrite,
     )
     if len(args.arms) == 2:
         result = run_ab(args.arms[0], args.arms[1], args.pool, args.suite, out, **kw)

@@ -69,6 +69,12 @@ def test_ab_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert "McNemar" in capsys.readouterr().out
     assert (out / "ab.json").exists()
+    # run again into the same folder: a finished arm is refused, with the flag that runs it again
+    again = ["ab", "single:gpt5-cot", "vote:3", "--pool", "sim-paper", "--suite", "arith", "--n", "20"]
+    assert main([*again, "--out", str(out)]) != 0
+    assert "--overwrite" in capsys.readouterr().out
+    assert main([*again, "--n", "10", "--out", str(out), "--overwrite"]) == 0
+    assert json.loads((out / "ab.json").read_text())["n_pairs"] == 10  # the arms ran again, on 10 items
 
 
 # ----------------------------------------------------------------------------- three or more arms
