@@ -26,8 +26,9 @@ for SEED in $SEEDS; do
       wandb.enabled=false
   ARMS+=("conductor:grpo:$RUN")
 done
+rm -rf $OUT/ab-grpo  # the script's own A/B, regenerated whole (no arm of another run left beside it)
 puppeteer ab "${ARMS[@]}" --rules --rule-cost usd --lam 0.1 --pool sim-routing --suite mix-routing \
-  --n 200 --out $OUT/ab-grpo --overwrite  # the script regenerates its own A/B
+  --n 200 --out $OUT/ab-grpo
 # the GRPO arms, their rules, and each seed's warm start from run.sh's A/B (the same items and draws)
 VS=$OUT/ab-grpo-vs
 rm -rf $VS && mkdir -p $VS
