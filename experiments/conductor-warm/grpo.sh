@@ -4,7 +4,7 @@
 # GRPO, one training question and 8 sampled plans a step, unscaled advantages (the preset's), then evaluated on
 # the same 200 held-out items and draws as run.sh's A/B, beside its own warm start, the best rule and the best
 # single agent. Backend: sim workers; the conductor on transformers on the CPU.
-#   GRPO_STEPS=40 experiments/conductor-warm/grpo.sh    # the committed runs: 18-20 minutes of GRPO a seed, one core
+#   GRPO_STEPS=40 experiments/conductor-warm/grpo.sh    # the committed runs: 16-18 minutes of GRPO a seed alone on one core
 #   SEEDS="601" experiments/conductor-warm/grpo.sh      # one seed
 set -euo pipefail
 cd "$(dirname "$0")/../.."
