@@ -165,13 +165,13 @@ def test_an_env_and_its_clones_run_each_program_once(monkeypatch: pytest.MonkeyP
     from puppeteer.envs.env import ConductorEnv
 
     runs: list[str] = []
-    real = pot.run_python
+    real = pot.run_python_patiently
 
     def counted(program: str, limits: object = None, **kw: object) -> object:
         runs.append(program)
         return real(program, limits=limits, **kw)
 
-    monkeypatch.setattr(pot, "run_python", counted)
+    monkeypatch.setattr(pot, "run_python_patiently", counted)
     env = ConductorEnv(mode="step", pool=_sim_pool(), suite="arith", split="test", n_tasks=1, max_steps=1)
     clone = env.clone()
     answers = []
