@@ -66,14 +66,14 @@ def main() -> None:
     cfg = summary["config"]
     lam, n_train = float(cfg["lam"]), int(summary["n_train"])
     pool = load_pool(cfg["pool"]).subset(list(cfg["agents"]))
-    arms: dict[str, tuple[Any, int, Path]] = {}
+    arms: dict[str, tuple[str, int]] = {}  # eval folder name: (policy spec, call budget)
     for seed in summary["seeds"]:
-        arms[f"puppeteer-seed{seed}"] = (f"puppeteer:{final_policy(args.run / f'seed{seed}')}", 2, args.run)
+        arms[f"puppeteer-seed{seed}"] = (f"puppeteer:{final_policy(args.run / f'seed{seed}')}", 2)
     for rule, steps in RULES:
-        arms[f"{rule}_{n_train}"] = (f"{rule}:{n_train}", steps, args.run)
+        arms[f"{rule}_{n_train}"] = (f"{rule}:{n_train}", steps)
     tasks = load_suite(SUITE, "train", n=n_train)  # the quickstart's training items
     out: dict[str, Any] = {"lam": lam, "n_train": n_train, "arms": {}}
-    for name, (spec, steps, _) in arms.items():
+    for name, (spec, steps) in arms.items():
         train_dir = args.run / "insample" / name
         result = evaluate_policy(
             spec,

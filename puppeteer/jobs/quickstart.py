@@ -426,20 +426,13 @@ def _curves(done: _SeedRun, run: Path, short: str, first_step: str) -> None:
         f"Router training: {short}",
         note=CURVE_NOTE if first_step == "all" else None,
     )
-    if done.after is not None:
-        learning_curve(
-            done.after.history,
-            run / "learning_curve_after_call.png",
-            f"The decision after the router's call: {short}",
-            note=CURVE_NOTE,
-        )
-    if done.again is not None:
-        learning_curve(
-            done.again.history,
-            run / "learning_curve_first_again.png",
-            f"The first call again, the decision after it fixed: {short}",
-            note=CURVE_NOTE,
-        )
+    later = (
+        (done.after, "learning_curve_after_call.png", "The decision after the router's call"),
+        (done.again, "learning_curve_first_again.png", "The first call again, the decision after it fixed"),
+    )
+    for stage, name, title in later:
+        if stage is not None:
+            learning_curve(stage.history, run / name, f"{title}: {short}", note=CURVE_NOTE)
 
 
 def _baseline_specs(cfg: QuickstartConfig) -> list[tuple[str, int]]:

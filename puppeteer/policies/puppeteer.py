@@ -155,16 +155,13 @@ class PuppeteerPolicy:
             raise ValueError(
                 f"{d} is not a one-call router (max_steps={raw.get('max_steps')}); train one first"
             )
-        state = safe_torch_load(d / "policy.pt")
         mine = {k: v for k, v in self.scorer.state_dict().items() if not k.startswith("later.")}
-        odd = sorted(set(state) ^ set(mine)) + sorted(
-            k for k in set(state) & set(mine) if state[k].shape != mine[k].shape
+        state = _fitting_state(
+            d,
+            mine,
+            "this policy's first scorer",
+            "train the one-call router with the same encoder, hidden, layers, task_dims and surface",
         )
-        if odd:
-            raise ValueError(
-                f"{d}'s scorer does not fit this policy's first scorer (differs in {', '.join(odd[:4])}): "
-                "train the one-call router with the same encoder, hidden, layers, task_dims and surface"
-            )
         self.scorer.load_state_dict({**self.scorer.state_dict(), **state})
 
     def load_weights(self, directory: str | Path) -> None:
@@ -176,16 +173,9 @@ class PuppeteerPolicy:
         meta = read_policy_file(d / "policy.json", PolicyConfig)
         if meta["agents"] != [a.name for a in self.pool.agents]:
             raise ValueError(f"{d} was trained on agents {meta['agents']}, this pool's differ")
-        state = safe_torch_load(d / "policy.pt")
-        mine = self.scorer.state_dict()
-        odd = sorted(set(state) ^ set(mine)) + sorted(
-            k for k in set(state) & set(mine) if state[k].shape != mine[k].shape
+        state = _fitting_state(
+            d, self.scorer.state_dict(), "this policy's", "save it with the same policy settings"
         )
-        if odd:
-            raise ValueError(
-                f"{d}'s scorer does not fit this policy's (differs in {', '.join(odd[:4])}): save it with "
-                "the same policy settings"
-            )
         self.scorer.load_state_dict(state)
 
     def freeze_later(self) -> None:
@@ -460,3 +450,14 @@ def pool_cards(pool: Pool) -> np.ndarray:
 
 def card_domains(pool: Pool) -> tuple[str, ...]:
     return pool.cards.domains if pool.cards is not None else ()
+
+
+def _fitting_state(d: Path, mine: dict[str, torch.Tensor], whose: str, fix: str) -> dict[str, torch.Tensor]:
+    """The scorer weights saved in ``d``, refused unless their names and shapes are ``mine``'s."""
+    state = safe_torch_load(d / "policy.pt")
+    odd = sorted(set(state) ^ set(mine)) + sorted(
+        k for k in set(state) & set(mine) if state[k].shape != mine[k].shape
+    )
+    if odd:
+        raise ValueError(f"{d}'s scorer does not fit {whose} (differs in {', '.join(odd[:4])}): {fix}")
+    return state

@@ -365,10 +365,10 @@ def test_step_heads_keep_what_is_learned_after_a_call_out_of_the_first_choice(tm
 COMMON = {"encoder": "hashing", "min_steps": 1, "hidden": 32}
 
 
-def _one_call_router(tmp_path: Path, seed: int) -> tuple[PuppeteerPolicy, Path]:
-    """A one-call router trained at lambda 3, where the cheap agent's half-right answers beat the
-    strong agent's right ones at their price; saved."""
-    one_env = _cascade_env(max_steps=1, lam=3.0)
+def _one_call_router(tmp_path: Path, seed: int, lam: float = 3.0) -> tuple[PuppeteerPolicy, Path]:
+    """A one-call router trained at ``lam``; saved. At lambda 3 the cheap agent's half-right answers beat
+    the strong agent's right ones at their price."""
+    one_env = _cascade_env(max_steps=1, lam=lam)
     router = PuppeteerPolicy(one_env.pool, PolicyConfig(max_steps=1, **COMMON), seed=seed)
     train(
         one_env,
@@ -573,15 +573,7 @@ def test_backward_induction_moves_the_first_call_to_the_one_worth_escalating_fro
     only after its silence (~0.83). Learning the decision after *every* first call (``first_tries=all``,
     the router fixed), then the first call again with that decision fixed (``init_policy``,
     ``freeze_later``), finds it; the decision after the router's own call alone does not."""
-    one_env = _cascade_env(max_steps=1, lam=0.3)
-    router = PuppeteerPolicy(one_env.pool, PolicyConfig(max_steps=1, **COMMON), seed=seed)
-    train(
-        one_env,
-        router,
-        ReinforceConfig(episodes=256, batch_episodes=32, lr=1e-2, seed=seed),
-        tmp_path / "one",
-    )
-    saved = router.save(tmp_path / "router")
+    router, saved = _one_call_router(tmp_path, seed, lam=0.3)
     env = _cascade_env()
     obs0, _ = env.reset(seed=0, options={"task_index": 0})
     assert router.choose(router.features(obs0), greedy=True) == 1  # the premise: the strong agent alone
