@@ -38,6 +38,19 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(a.strip() for a in text.split(",") if a.strip())
 
 
+def _task_dims(text: str) -> int | None:
+    """``--task-dims``: a whole number of directions, at least 1, or ``all`` (the whole embedding)."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number of directions or 'all', got {text!r:.40}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"at least 1 direction, got {value}")
+    return value
+
+
 def configure_quickstart(p: argparse.ArgumentParser) -> None:
     from puppeteer.jobs.quickstart import QuickstartConfig
 
@@ -90,6 +103,13 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
         "first call again with that decision fixed, in this many episodes (experiments/steps-learner)",
     )
     p.add_argument("--encoder", default=d.encoder)
+    p.add_argument(
+        "--task-dims",
+        type=_task_dims,
+        default=d.task_dims,
+        help=f"the question read on its K principal directions among the training items (default "
+        f"{d.task_dims}; fewer: routes closer to one per kind; 'all': the whole embedding)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
         "--seeds",
@@ -129,6 +149,7 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
         after_call_episodes=args.after_call_episodes,
         first_again_episodes=args.first_again_episodes,
         encoder=args.encoder,
+        task_dims=args.task_dims,
         seed=args.seed,
         seeds=args.seeds,
         n_threads=args.threads,

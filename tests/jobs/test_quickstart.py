@@ -210,6 +210,13 @@ def test_the_command_keeps_training_trajectories_only_on_request(monkeypatch: py
     assert seen[-1].agents == ("qwen1.5b-pot", "qwen0.5b-verify")
     assert seen[-1].baselines == ("single:qwen1.5b-pot",)
     assert seen[0].baselines == QuickstartConfig().baselines
+    # how many principal directions of the question the router reads: a number, or the whole embedding
+    assert main(["quickstart", "--task-dims", "3"]) == 0 and seen[-1].task_dims == 3
+    assert main(["quickstart", "--task-dims", "all"]) == 0 and seen[-1].task_dims is None
+    assert seen[0].task_dims == QuickstartConfig().task_dims == 8
+    for bad in ("0", "three"):
+        with pytest.raises(SystemExit):
+            main(["quickstart", "--task-dims", bad])
 
 
 def test_over_seeds_the_headline_gives_the_mean_and_the_worst_against_the_rule_and_the_single() -> None:
