@@ -1,13 +1,16 @@
 """The warm-started conductor against the best rule, the best single agent and the step-wise routers.
 
 Reads the arms of one ``puppeteer ab`` run (every arm on the same held-out items and draws), prices each
-item at ``--lam`` per US cent, and writes, for every conductor arm and pooled over the conductor seeds:
+item at ``--lam`` per US cent (or, with ``--pool P --cost minutes``, per minute of the pool's declared
+single-stream model time), and writes, for every conductor arm and pooled over the conductor seeds:
 accuracy, cents per item, return (accuracy - lambda x cents), the delta against ``best-rule`` and
 ``best-single`` in points with the exact McNemar test on correctness, and the plans it wrote (how many
 distinct plans, how many on at least 10% of the items, the commonest per kind)::
 
     python experiments/conductor-warm/report.py runs/conductor-warm/ab --lam 0.1 \\
         --out experiments/conductor-warm/results
+    python experiments/conductor-warm/report.py runs/conductor-warm/sim-local/ab --lam 1 \
+        --pool sim-local --cost minutes --out experiments/conductor-warm/results/sim-local
 """
 
 from __future__ import annotations
@@ -19,11 +22,26 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from puppeteer.agents.pool import Pool, load_pool
+from puppeteer.envs.trajectories import trajectory_from_dict
 from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
 
+UNITS = {"cents": "US cents", "minutes": "model minutes"}
 
-def read_arm(path: Path) -> dict[str, dict[str, Any]]:
-    """Per task id: correct, cents and the plan (the workflow's agents and final choice, for conductors)."""
+
+def item_cost(row: Mapping[str, Any], pool: Pool | None) -> float:
+    """The item's cost: US cents of its calls, or (with a pool) model minutes at its declared speeds."""
+    if pool is None:
+        return 100.0 * float(row.get("cost_usd") or 0.0)
+    seconds = pool.model_seconds(trajectory_from_dict(dict(row)).steps)
+    if seconds is None:
+        raise SystemExit(f"pool {pool.name!r} declares no speeds for every model: no model minutes")
+    return seconds / 60.0
+
+
+def read_arm(path: Path, pool: Pool | None = None) -> dict[str, dict[str, Any]]:
+    """Per task id: correct, cost (``cents``: US cents, or model minutes with a pool) and the plan (the
+    workflow's agents and final choice, for conductors)."""
     out = {}
     for line in (path / "trajectories.jsonl").read_text().splitlines():
         row = json.loads(line)
@@ -33,7 +51,7 @@ def read_arm(path: Path) -> dict[str, dict[str, Any]]:
             plan = f"{workflow.get('model_id')} final={workflow.get('final') or 'last'}"
         out[row["task_id"]] = {
             "correct": bool(row["correct"]),
-            "cents": 100.0 * float(row.get("cost_usd") or 0.0),
+            "cost": item_cost(row, pool),
             "domain": row.get("domain") or row["task_id"].split("/")[0],
             "plan": plan,
             "parsed": row.get("parse_error") is None,
@@ -41,12 +59,13 @@ def read_arm(path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def summary(rows: Sequence[Mapping[str, Any]], lam: float) -> dict[str, float]:
+def summary(rows: Sequence[Mapping[str, Any]], lam: float, unit: str = "cents") -> dict[str, Any]:
+    """Accuracy with its Wilson interval, the mean cost per item (keyed by its unit) and the return."""
     n = len(rows)
     acc = sum(r["correct"] for r in rows) / n
-    cents = sum(r["cents"] for r in rows) / n
+    cost = sum(r["cost"] for r in rows) / n
     low, high = wilson_interval(sum(r["correct"] for r in rows), n)
-    return {"n": n, "accuracy": acc, "ci": [low, high], "cents": cents, "return": acc - lam * cents}
+    return {"n": n, "accuracy": acc, "ci": [low, high], unit: cost, "return": acc - lam * cost}
 
 
 def compare(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], lam: float) -> dict[str, Any]:
@@ -80,15 +99,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("ab", type=Path)
     ap.add_argument("--lam", type=float, default=0.1)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--cost", choices=sorted(UNITS), default="cents")
+    ap.add_argument("--pool", default=None, help="with --cost minutes: the pool whose speeds price a call")
+    ap.add_argument("--backend", default="sim (`sim-routing`, suite `mix-routing`)", help="for the header")
     args = ap.parse_args(argv)
-    arms = {d.name: read_arm(d) for d in sorted(args.ab.iterdir()) if (d / "trajectories.jsonl").is_file()}
+    if (args.cost == "minutes") != (args.pool is not None):
+        raise SystemExit("--cost minutes needs --pool (and --pool needs --cost minutes)")
+    pool = load_pool(args.pool) if args.pool else None
+    arms = {
+        d.name: read_arm(d, pool) for d in sorted(args.ab.iterdir()) if (d / "trajectories.jsonl").is_file()
+    }
     rule = next(k for k in arms if "best-rule" in k)
     single = next(k for k in arms if "best-single" in k)
     items = sorted(set.intersection(*(set(a) for a in arms.values())))
-    table: dict[str, Any] = {"lam_per_cent": args.lam, "items": len(items), "arms": {}}
+    unit = args.cost
+    table: dict[str, Any] = {f"lam_per_{unit.rstrip('s')}": args.lam, "items": len(items), "arms": {}}
     for name, arm in arms.items():
         rows = [arm[i] for i in items]
-        entry: dict[str, Any] = summary(rows, args.lam)
+        entry: dict[str, Any] = summary(rows, args.lam, unit)
         for ref_name, ref in (("best_rule", rule), ("best_single", single)):
             entry[f"vs_{ref_name}"] = compare(rows, [arms[ref][i] for i in items], args.lam)
         if any(r["plan"] for r in rows):
@@ -106,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         deltas = [table["arms"][k]["vs_best_rule"]["delta_points"] for k in members]
         table.setdefault("pooled", {})[group] = {
             "seeds": len(members),
-            **summary(pooled, args.lam),
+            **summary(pooled, args.lam, unit),
             "vs_best_rule": compare(pooled, refs[rule], args.lam),
             "vs_best_single": compare(pooled, refs[single], args.lam),
             "worst_seed_vs_best_rule": min(deltas),
@@ -114,10 +142,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.json").write_text(json.dumps(table, indent=2))
     lines = [
-        f"Backend: sim (`sim-routing`, suite `mix-routing`); {len(items)} held-out items, every arm on "
-        f"the same draws; return = accuracy - {args.lam} x US cents per item; delta in points of return.",
+        f"Backend: {args.backend}; {len(items)} held-out items, every arm on the same draws; "
+        f"return = accuracy - {args.lam} x {UNITS[args.cost]} per item; delta in points of return.",
         "",
-        "| arm | accuracy [95% Wilson] | cents / item | return | vs best-rule (McNemar p, "
+        f"| arm | accuracy [95% Wilson] | {args.cost} / item | return | vs best-rule (McNemar p, "
         "arm only / rule only) | vs best-single | plans (distinct, >= 10%) |",
         "|---|---|---:|---:|---|---|---|",
     ]
@@ -125,13 +153,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         plans = f"{e['plans']['distinct']}, {e['plans']['at_least_10pct']}" if "plans" in e else "-"
         ci = f"[{e['ci'][0]:.3f}, {e['ci'][1]:.3f}]"
         lines.append(
-            f"| `{name}` | {e['accuracy']:.3f} {ci} | {e['cents']:.3f} | {e['return']:.3f} | "
+            f"| `{name}` | {e['accuracy']:.3f} {ci} | {e[unit]:.3f} | {e['return']:.3f} | "
             f"{_vs(e['vs_best_rule'])} | {_vs(e['vs_best_single'], counts=False)} | {plans} |"
         )
     for group, e in table.get("pooled", {}).items():
         worst = f"worst seed {e['worst_seed_vs_best_rule']:+.1f}"
         lines.append(
-            f"| **conductor {group}, {e['seeds']} seeds pooled** | {e['accuracy']:.3f} | {e['cents']:.3f} | "
+            f"| **conductor {group}, {e['seeds']} seeds pooled** | {e['accuracy']:.3f} | {e[unit]:.3f} | "
             f"{e['return']:.3f} | {_vs(e['vs_best_rule'])}; {worst} | "
             f"{_vs(e['vs_best_single'], counts=False)} | |"
         )

@@ -46,3 +46,35 @@ def test_report_prices_items_and_pairs_each_arm_with_the_rule_and_the_single(tmp
     assert pooled["seeds"] == 1 and pooled["worst_seed_vs_best_rule"] == pytest.approx(1.0)
     assert "after GRPO" in out["pooled"]
     assert "Backend: sim" in (tmp_path / "res" / "report.md").read_text()
+
+
+def test_with_a_pool_the_report_prices_model_minutes_at_its_declared_speeds(tmp_path: Path) -> None:
+    from puppeteer.agents.pool import load_pool
+    from puppeteer.envs.trajectories import trajectory_to_dict
+    from puppeteer.types import Completion, Step, Trajectory
+
+    pool = load_pool("sim-local")
+    pot = pool.index("qwen1.5b-pot")
+    model = pool.agent(pot).model  # prefill 46.7, decode 8.3 tokens/s in agents/sim-local.yaml
+
+    def row(task_id: str, correct: bool, calls: int) -> dict:
+        done = Completion("x", 467, 83, None, 0.0, 0.0, model.name)  # 10 s + 10 s = 1/3 minute a call
+        steps = tuple(Step(k, pot, "qwen1.5b-pot", "", (), done, "1") for k in range(calls))
+        return trajectory_to_dict(Trajectory(task_id, "mix-local", "workflow", steps, "1", correct, 0.0))
+
+    ab = tmp_path / "ab"
+    for name, calls in (("A_conductor_grpo_s1_warm_start", 2), ("B_best-rule", 1), ("C_best-single", 1)):
+        (ab / name).mkdir(parents=True)
+        rows = [row(f"gsm8k/{i}", i < 3, calls) for i in range(4)]
+        (ab / name / "trajectories.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    argv = [str(ab), "--lam", "1", "--out", str(tmp_path / "res")]
+    with pytest.raises(SystemExit):
+        report.main([*argv, "--cost", "minutes"])  # minutes need the pool whose speeds price a call
+    report.main([*argv, "--cost", "minutes", "--pool", "sim-local", "--backend", "sim (`sim-local`)"])
+    out = json.loads((tmp_path / "res" / "report.json").read_text())
+    assert out["lam_per_minute"] == 1.0
+    arm = out["arms"]["A_conductor_grpo_s1_warm_start"]
+    # two calls of 20 s each: 2/3 of a minute an item; the return 0.75 - 2/3
+    assert arm["minutes"] == pytest.approx(2 / 3) and arm["return"] == pytest.approx(0.75 - 2 / 3)
+    assert arm["vs_best_rule"]["delta_points"] == pytest.approx(-100 / 3)
+    assert "model minutes" in (tmp_path / "res" / "report.md").read_text()

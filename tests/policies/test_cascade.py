@@ -507,6 +507,37 @@ def test_a_first_decision_is_loaded_only_from_a_one_call_router_of_the_same_layo
         policy.load_first(wide.save(tmp_path / "wide"))
 
 
+def test_a_fixed_first_decision_is_not_watched_for_collapse(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collapse watch reads the first actions' top share: on a run whose first decision is a saved
+    router kept fixed (init_first), one agent for most items is that router's routing, not this run's
+    exploration gone, so the watch is not consulted there (a plain run of the same size still is)."""
+    from puppeteer.train.collapse import CollapseWatch
+
+    monkeypatch.setattr(CollapseWatch, "check", lambda self, *a: "training collapsed onto one agent")
+    env = _cascade_env()
+    router = PuppeteerPolicy(_cascade_env(max_steps=1).pool, PolicyConfig(max_steps=1, **COMMON), seed=0)
+    saved = router.save(tmp_path / "router")
+    two = PolicyConfig(max_steps=2, signals=True, step_heads=True, one_call_first=True, **COMMON)
+    pairs = {"first_step": "all", "second_step": "all"}
+    with caplog.at_level("WARNING"):
+        train(
+            env,
+            PuppeteerPolicy(env.pool, two),
+            ReinforceConfig(episodes=48, batch_episodes=48, **pairs, init_first=str(saved)),
+            tmp_path / "fixed",
+        )
+        assert "collapsed onto one agent" not in caplog.text
+        train(
+            env,
+            PuppeteerPolicy(env.pool, two),
+            ReinforceConfig(episodes=48, batch_episodes=48, **pairs),
+            tmp_path / "plain",
+        )
+    assert "collapsed onto one agent" in caplog.text
+
+
 def test_a_saved_router_that_reads_the_signals_is_evaluated_with_the_visible_checks(tmp_path: Path) -> None:
     """`puppeteer eval` / `ab` run a saved policy through the registry: it asks for the checks it was
     trained with (a policy without the signals does not pay for them)."""

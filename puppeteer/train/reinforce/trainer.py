@@ -270,7 +270,9 @@ def train(
         level = logging.WARNING if firsts is None else logging.DEBUG
         log.log(level, ROUNDED_UP, config.episodes, size, planned)
 
-    watch, collapse_told = CollapseWatch(), False
+    # a fixed first decision (init_first: a trained router's weights, kept) routes as it was trained to:
+    # one agent for most items is its routing, not a collapse of this run's exploration
+    watch, collapse_told = CollapseWatch(), config.init_first is not None
     while state.episodes < config.episodes:
         rng_before, gen_before = rng.bit_generator.state, gen.get_state()
         specs: list[tuple[int, int | None]] = []

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The warm-started conductor of run.sh in a second world: `sim-local` (the simulator calibrated on the real
+# local-mix table: Qwen2.5-Coder 1.5B / 0.5B, eight solvers and the 0.5B verifier), suite `mix-local`, priced
+# at lambda 1 per model minute (the quickstart's price; the conductor's reward is 1 right, 0.5 wrong, so
+# workflow_lam 0.5 prices a minute as lambda 1 does in the rules' return, accuracy - 1 x minutes).
+# Seeds 611.. (no other page uses them). Warm start (every single, ordered pair and vote of three of the nine
+# agents on each of the 200 training questions, 3 draws; each question keeps its kind's best plan), one epoch
+# of fine-tuning, no GRPO; then the conductors, the best rule and the best single agent (chosen on the 200
+# training items at the same price) on the same 320 held-out items and draws.
+# Backend: sim (workers); the conductor (SmolLM2-135M) runs on transformers on the CPU.
+#   SEEDS="611 612 613" experiments/conductor-warm/world.sh     # about 40 minutes a seed on one core
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+WORLD=sim-local
+OUT=runs/conductor-warm/$WORLD
+RES=experiments/conductor-warm/results/$WORLD
+SEEDS=${SEEDS:-"611 612 613"}
+mkdir -p "$OUT" "$RES"
+ARMS=()
+for seed in $SEEDS; do
+  [ -f "$OUT/s$seed/results.json" ] || \
+    OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} puppeteer train track=conductor conductor=cpu-smollm2-warm \
+      pool=$WORLD suite=mix-local final_answer=plan cost_model=minutes workflow_lam=0.5 seed=$seed \
+      out=$OUT/s$seed n_eval=20 warm_start.plans_file=$OUT/plans.jsonl grpo.max_steps=0 wandb.enabled=false
+  cp "$OUT/s$seed/results.json" "$RES/s$seed.json"
+  cp "$OUT/s$seed/warm_start/sft_log.json" "$RES/s${seed}_sft_log.json"
+  ARMS+=("conductor:grpo:$OUT/s$seed/warm_start")
+done
+cp "$OUT/plans.jsonl" "$RES/kept_plans.jsonl"
+[ "${AB:-1}" = 1 ] || exit 0
+puppeteer ab "${ARMS[@]}" --rules --rule-cost minutes --lam 1 --pool $WORLD --suite mix-local --n 320 \
+  --max-steps 3 --out $OUT/ab --overwrite
+python experiments/conductor-warm/report.py $OUT/ab --lam 1 --pool $WORLD --cost minutes \
+  --backend "sim (\`$WORLD\`, calibrated on the local-mix table; suite \`mix-local\`)" --out "$RES"
+cp $OUT/ab/arms.md $OUT/ab/arms.json $OUT/ab/arms.png "$RES/"
