@@ -4,11 +4,12 @@
 # at lambda 1 per model minute (the quickstart's price; the conductor's reward is 1 right, 0.5 wrong, so
 # workflow_lam 0.5 prices a minute as lambda 1 does in the rules' return, accuracy - 1 x minutes).
 # Seeds 611.. (no other page uses them). Warm start (every single, ordered pair and vote of three of the nine
-# agents on each of the 200 training questions, 3 draws; each question keeps its kind's best plan), one epoch
+# agents on each of the 200 training questions, one draw as in experiments/plan-space world (b): 13 s a plan
+# on one core here, where sim-routing's three draws took 4; each question keeps its kind's best plan), one epoch
 # of fine-tuning, no GRPO; then the conductors, the best rule and the best single agent (chosen on the 200
 # training items at the same price) on the same 320 held-out items and draws.
 # Backend: sim (workers); the conductor (SmolLM2-135M) runs on transformers on the CPU.
-#   SEEDS="611 612 613" experiments/conductor-warm/world.sh     # about 40 minutes a seed on one core
+#   SEEDS="611 612 613" experiments/conductor-warm/world.sh     # the search 12 minutes once, then ~30 minutes a seed
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORLD=sim-local
@@ -21,7 +22,7 @@ for seed in $SEEDS; do
   [ -f "$OUT/s$seed/results.json" ] || \
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} puppeteer train track=conductor conductor=cpu-smollm2-warm \
       pool=$WORLD suite=mix-local final_answer=plan cost_model=minutes workflow_lam=0.5 seed=$seed \
-      out=$OUT/s$seed n_eval=20 warm_start.plans_file=$OUT/plans.jsonl grpo.max_steps=0 wandb.enabled=false
+      out=$OUT/s$seed n_eval=20 warm_start.plans_file=$OUT/plans.jsonl warm_start.draws=1 grpo.max_steps=0 wandb.enabled=false
   cp "$OUT/s$seed/results.json" "$RES/s$seed.json"
   cp "$OUT/s$seed/warm_start/sft_log.json" "$RES/s${seed}_sft_log.json"
   ARMS+=("conductor:grpo:$OUT/s$seed/warm_start")
