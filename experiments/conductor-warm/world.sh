@@ -7,7 +7,7 @@
 # agents on each of the 200 training questions, one draw as in experiments/plan-space world (b): 13 s a plan
 # on one core here, where sim-routing's three draws took 4; each question keeps its kind's best plan), one epoch
 # of fine-tuning, no GRPO; then the conductors, the best rule and the best single agent (chosen on the 200
-# training items at the same price) on the same 320 held-out items and draws.
+# training items at the same price) on the same 320 held-out items and draws as experiments/sim-local-learner.
 # Backend: sim (workers); the conductor (SmolLM2-135M) runs on transformers on the CPU.
 #   SEEDS="611 612 613" experiments/conductor-warm/world.sh     # the search 12 minutes once, then ~30 minutes a seed
 set -euo pipefail
@@ -29,8 +29,10 @@ for seed in $SEEDS; do
 done
 cp "$OUT/plans.jsonl" "$RES/kept_plans.jsonl"
 [ "${AB:-1}" = 1 ] || exit 0
+# --seed 301: the held-out draws of experiments/sim-local-learner (its routers' seed 301 evaluated every arm
+# on them), so the rules here are that page's rows and its routers compare item by item
 puppeteer ab "${ARMS[@]}" --rules --rule-cost minutes --lam 1 --pool $WORLD --suite mix-local --n 320 \
-  --max-steps 3 --out $OUT/ab --overwrite
+  --seed 301 --max-steps 3 --out $OUT/ab --overwrite
 python experiments/conductor-warm/report.py $OUT/ab --lam 1 --pool $WORLD --cost minutes \
   --backend "sim (\`$WORLD\`, calibrated on the local-mix table; suite \`mix-local\`)" --out "$RES"
 cp $OUT/ab/arms.md $OUT/ab/arms.json $OUT/ab/arms.png "$RES/"
