@@ -7,7 +7,7 @@
 # agents on each of the 200 training questions, one draw as in experiments/plan-space world (b): 13 s a plan
 # on one core here, where sim-routing's three draws took 4; each question keeps its kind's best plan), one epoch
 # of fine-tuning, no GRPO; then the conductors, the best rule and the best single agent (chosen on the 200
-# training items at the same price) on the same 320 held-out items and draws as experiments/sim-local-learner.
+# training items at the same price) on the same 320 held-out items and draws.
 # Backend: sim (workers); the conductor (SmolLM2-135M) runs on transformers on the CPU.
 #   SEEDS="611 612 613" experiments/conductor-warm/world.sh     # the search 12 minutes once, then ~30 minutes a seed
 set -euo pipefail
@@ -29,8 +29,8 @@ for seed in $SEEDS; do
 done
 cp "$OUT/plans.jsonl" "$RES/kept_plans.jsonl"
 [ "${AB:-1}" = 1 ] || exit 0
-# --seed 301: the held-out draws of experiments/sim-local-learner (its routers' seed 301 evaluated every arm
-# on them), so the rules here are that page's rows and its routers compare item by item
+# --seed 301: every arm on the held-out draws of run seed 301 (sim-local-learner's first seed; its quickstart
+# evaluates through another path, and its best rule scored 0.684 there against 0.637 here: compare within a page)
 puppeteer ab "${ARMS[@]}" --rules --rule-cost minutes --lam 1 --pool $WORLD --suite mix-local --n 320 \
   --seed 301 --max-steps 3 --out $OUT/ab --overwrite
 python experiments/conductor-warm/report.py $OUT/ab --lam 1 --pool $WORLD --cost minutes \
