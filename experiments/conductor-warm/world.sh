@@ -29,8 +29,9 @@ for seed in $SEEDS; do
 done
 cp "$OUT/plans.jsonl" "$RES/kept_plans.jsonl"
 [ "${AB:-1}" = 1 ] || exit 0
-# --seed 301: every arm on the held-out draws of run seed 301 (sim-local-learner's first seed; its quickstart
-# evaluates through another path, and its best rule scored 0.684 there against 0.637 here: compare within a page)
+# --seed 301: every arm on the held-out draws of run seed 301. Not sim-local-learner's draws, though its first
+# seed is 301: the quickstart's env draws sample 0 of every item (samples_per_item 1), `ab` and `eval` a sample
+# index per item from the seed, so on a simulator the calls differ (its best rule 0.684 there, 0.637 here).
 puppeteer ab "${ARMS[@]}" --rules --rule-cost minutes --lam 1 --pool $WORLD --suite mix-local --n 320 \
   --seed 301 --max-steps 3 --out $OUT/ab --overwrite
 python experiments/conductor-warm/report.py $OUT/ab --lam 1 --pool $WORLD --cost minutes \
