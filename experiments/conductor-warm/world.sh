@@ -29,10 +29,9 @@ for seed in $SEEDS; do
 done
 cp "$OUT/plans.jsonl" "$RES/kept_plans.jsonl"
 [ "${AB:-1}" = 1 ] || exit 0
-# --seed 301: every arm on the held-out items in seed 301's order, episodes seeded by 301. Not sim-local-learner's
-# draws, though its first seed is 301: its quickstart takes the items in seed 0's order, and on a simulated pool
-# the draws depend on that order (measured: qwen1.5b-pot alone 0.588 in seed 0's order, 0.572 in seed 301's,
-# the same seed and items; a defect against evaluate.py's promise, not traced yet). Compare within a page.
+# --seed 301: every arm on the 320 held-out items mix-local draws for seed 301 (80 a kind; a mix suite picks its
+# items by the seed), episodes seeded by 301. Not sim-local-learner's items: its quickstart takes seed 0's draw of
+# the mix (113 items in common with seed 301's). Compare within a page.
 puppeteer ab "${ARMS[@]}" --rules --rule-cost minutes --lam 1 --pool $WORLD --suite mix-local --n 320 \
   --seed 301 --max-steps 3 --out $OUT/ab --overwrite
 python experiments/conductor-warm/report.py $OUT/ab --lam 1 --pool $WORLD --cost minutes \
