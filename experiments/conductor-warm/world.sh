@@ -37,3 +37,6 @@ puppeteer ab "${ARMS[@]}" --rules --rule-cost minutes --lam 1 --pool $WORLD --su
 python experiments/conductor-warm/report.py $OUT/ab --lam 1 --pool $WORLD --cost minutes \
   --backend "sim (\`$WORLD\`, calibrated on the local-mix table; suite \`mix-local\`)" --out "$RES"
 cp $OUT/ab/arms.md $OUT/ab/arms.json $OUT/ab/arms.png "$RES/"
+for seed in $SEEDS; do  # each conductor arm's evaluation record (its own tokens: mean_conductor_*)
+  cp "$OUT"/ab/*_s${seed}_warm_start/results.json "$RES/s${seed}_heldout_eval.json"
+done
