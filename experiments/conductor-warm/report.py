@@ -33,10 +33,7 @@ def item_cost(row: Mapping[str, Any], pool: Pool | None) -> float:
     """The item's cost: US cents of its calls, or (with a pool) model minutes at its declared speeds."""
     if pool is None:
         return 100.0 * float(row.get("cost_usd") or 0.0)
-    seconds = pool.model_seconds(trajectory_from_dict(dict(row)).steps)
-    if seconds is None:
-        raise SystemExit(f"pool {pool.name!r} declares no speeds for every model: no model minutes")
-    return seconds / 60.0
+    return (pool.model_seconds(trajectory_from_dict(dict(row)).steps) or 0.0) / 60.0
 
 
 def read_arm(path: Path, pool: Pool | None = None) -> dict[str, dict[str, Any]]:
@@ -106,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if (args.cost == "minutes") != (args.pool is not None):
         raise SystemExit("--cost minutes needs --pool (and --pool needs --cost minutes)")
     pool = load_pool(args.pool) if args.pool else None
+    if pool is not None and not pool.has_speeds:
+        raise SystemExit(f"pool {pool.name!r} declares no speeds for every model: no model minutes")
     arms = {
         d.name: read_arm(d, pool) for d in sorted(args.ab.iterdir()) if (d / "trajectories.jsonl").is_file()
     }

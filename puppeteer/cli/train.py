@@ -7,7 +7,7 @@ import argparse
 
 from rich.console import Console
 
-from puppeteer.cli.command import Command
+from puppeteer.cli.command import Command, positive_int
 from puppeteer.cli.eval import add_replay_flag, apply_replay_flag
 
 
@@ -40,15 +40,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def _task_dims(text: str) -> int | None:
     """``--task-dims``: a whole number of directions, at least 1, or ``all`` (the whole embedding)."""
-    if text.strip().lower() == "all":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number of directions or 'all', got {text!r:.40}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"at least 1 direction, got {value}")
-    return value
+    return None if text.strip().lower() == "all" else positive_int(text)
 
 
 def configure_quickstart(p: argparse.ArgumentParser) -> None:

@@ -272,7 +272,8 @@ def train(
 
     # a fixed first decision (init_first: a trained router's weights, kept) routes as it was trained to:
     # one agent for most items is its routing, not a collapse of this run's exploration
-    watch, collapse_told = CollapseWatch(), config.init_first is not None
+    watch = None if config.init_first is not None else CollapseWatch()
+    collapse_told = False
     while state.episodes < config.episodes:
         rng_before, gen_before = rng.bit_generator.state, gen.get_state()
         specs: list[tuple[int, int | None]] = []
@@ -384,7 +385,7 @@ def train(
                 state.best, state.best_update = ev["return"], state.update
                 _save_policy(policy, run / "best", stop)
         state.history.append(metrics)
-        if not collapse_told:
+        if watch is not None and not collapse_told:
             told = watch.check(metrics, state.episodes, config.episodes)
             if told is not None:
                 log.warning(told)
