@@ -102,6 +102,12 @@ def configure_quickstart(p: argparse.ArgumentParser) -> None:
         help=f"the question read on its K principal directions among the training items (default "
         f"{d.task_dims}; fewer: routes closer to one per kind; 'all': the whole embedding)",
     )
+    p.add_argument(
+        "--by-kind",
+        action="store_true",
+        help="read the question only as its kind (a classifier fitted on the training items' named "
+        "kinds: the input a per-kind rule reads; replaces --task-dims)",
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument(
         "--seeds",
@@ -141,7 +147,8 @@ def quickstart_command(args: argparse.Namespace, console: Console) -> int:
         after_call_episodes=args.after_call_episodes,
         first_again_episodes=args.first_again_episodes,
         encoder=args.encoder,
-        task_dims=args.task_dims,
+        task_dims=None if args.by_kind else args.task_dims,
+        by_kind=args.by_kind,
         seed=args.seed,
         seeds=args.seeds,
         n_threads=args.threads,

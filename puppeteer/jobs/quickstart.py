@@ -91,6 +91,9 @@ class QuickstartConfig:
     # the question read on its 8 principal directions (fit on the training items): with 200 items the
     # full 384-dimensional embedding let the router memorise items instead of kinds (section 4b)
     task_dims: int | None = 8
+    # True (task_dims None): the question read only as its kind (classified), the input a
+    # per-kind rule reads (experiments/steps-learner/README.md)
+    by_kind: bool = False
     baselines: tuple[str, ...] = (
         "single:qwen1.5b-pot",
         "single:qwen1.5b-cot",
@@ -251,7 +254,11 @@ def _run_quickstart(
         ),
         pool=pool,
         policy_config=PolicyConfig(
-            encoder=cfg.encoder, max_steps=cfg.max_steps, min_steps=cfg.min_steps, task_dims=cfg.task_dims
+            encoder=cfg.encoder,
+            max_steps=cfg.max_steps,
+            min_steps=cfg.min_steps,
+            task_dims=cfg.task_dims,
+            by_kind=cfg.by_kind,
         ),
         trainer=ReinforceConfig(
             episodes=cfg.episodes,

@@ -174,6 +174,7 @@ def job_of(cfg: Mapping[str, Any]) -> StepJob:
             signals=bool(_get(pc, "signals", False)),
             surface=bool(_get(pc, "surface", False)),
             task_dims=int(pc["task_dims"]) if _get(pc, "task_dims", None) is not None else None,
+            by_kind=bool(_get(pc, "by_kind", False)),
             cards=bool(_get(pc, "cards", False)),
             cards_linear=bool(_get(pc, "cards_linear", False)),
             cards_text=bool(_get(pc, "cards_text", True)),

@@ -109,6 +109,7 @@ class PuppeteerPolicy:
             layers=config.layers,
             n_lam=N_LAM_FEATURES if config.lam_range is not None else 0,
             task_dims=config.task_dims,
+            by_kind=config.by_kind,
             cards=cards,
             n_domains=len(card_domains(pool)) if config.cards else 0,
             cards_linear=config.cards_linear,
@@ -140,8 +141,8 @@ class PuppeteerPolicy:
     def load_first(self, directory: str | Path) -> None:
         """Make the first decision with a saved one-call router's scorer (weights and the statistics it
         read its training tasks by); the decisions after a call keep this policy's own scorer. Needs
-        ``one_call_first`` and a router saved with the same encoder, hidden size, layers, task_dims and
-        surface, on the same agents."""
+        ``one_call_first`` and a router saved with the same encoder, hidden size, layers, task_dims,
+        by_kind and surface, on the same agents."""
         if not self.config.one_call_first:
             raise ValueError("loading a one-call router as the first decision needs policy.one_call_first")
         d = Path(directory)
@@ -160,7 +161,7 @@ class PuppeteerPolicy:
             d,
             mine,
             "this policy's first scorer",
-            "train the one-call router with the same encoder, hidden, layers, task_dims and surface",
+            "train the one-call router with the same encoder, hidden, layers, task_dims, by_kind and surface",
         )
         self.scorer.load_state_dict({**self.scorer.state_dict(), **state})
 
@@ -211,8 +212,24 @@ class PuppeteerPolicy:
             return
         emb = torch.as_tensor(self.encoder.encode(list(dict.fromkeys(texts))), dtype=torch.float32)
         self._fit_stats(emb)
+        if self.config.by_kind:
+            if domains is None:
+                raise ValueError("policy.by_kind reads the question as its kind: give the tasks' domains")
+            self._fit_kinds(texts, domains)
         if self.config.cards and domains is not None:
             self._fit_domains(texts, domains)
+
+    def _fit_kinds(self, texts: Sequence[str], domains: Sequence[str]) -> None:
+        """Each kind's mean standardised question and the classifier that says which kind a question
+        is (kinds in order of first appearance)."""
+        pairs = dict(zip(texts, domains, strict=True))
+        kinds = list(dict.fromkeys(pairs.values()))
+        x = self.scorer.standardized(torch.as_tensor(self.encoder.encode(list(pairs)), dtype=torch.float32))
+        y = torch.as_tensor([kinds.index(d) for d in pairs.values()])
+        centroids = torch.stack([x[y == k].mean(dim=0) for k in range(len(kinds))])
+        w, b = _multinomial_fit(x, y, len(kinds))
+        for scorer in [self.scorer] if self.scorer.later is None else [self.scorer, self.scorer.later]:
+            scorer.set_kinds(centroids, w, b)
 
     def _fit_domains(self, texts: Sequence[str], domains: Sequence[str]) -> None:
         """Ridge multinomial logistic regression of the card's domain on the standardised question."""
@@ -221,21 +238,10 @@ class PuppeteerPolicy:
         if len({*pairs.values()}) < 2:
             return  # one domain (or none the cards know): the classifier stays uniform
         x = self.scorer.standardized(torch.as_tensor(self.encoder.encode(list(pairs)), dtype=torch.float32))
-        y = torch.as_tensor(list(pairs.values()))
-        w = torch.zeros(x.shape[1], len(known), requires_grad=True)
-        b = torch.zeros(len(known), requires_grad=True)
-        opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=200, line_search_fn="strong_wolfe")
-
-        def loss() -> torch.Tensor:
-            opt.zero_grad()
-            value = nn.functional.cross_entropy(x @ w + b, y) + 1e-3 * (w * w).sum()
-            value.backward()
-            return value
-
-        opt.step(loss)
+        w, b = _multinomial_fit(x, torch.as_tensor(list(pairs.values())), len(known))
         with torch.no_grad():
-            self.scorer.domain_w.copy_(w.detach())
-            self.scorer.domain_b.copy_(b.detach())
+            self.scorer.domain_w.copy_(w)
+            self.scorer.domain_b.copy_(b)
 
     def _fit_stats(self, emb: torch.Tensor) -> None:
         scorers = [self.scorer] if self.scorer.later is None else [self.scorer, self.scorer.later]
@@ -371,6 +377,7 @@ class PuppeteerPolicy:
         for key in (
             "cards",
             "cards_linear",
+            "by_kind",
             "step_heads",
             "one_call_first",
         ):
@@ -461,3 +468,20 @@ def _fitting_state(d: Path, mine: dict[str, torch.Tensor], whose: str, fix: str)
     if odd:
         raise ValueError(f"{d}'s scorer does not fit {whose} (differs in {', '.join(odd[:4])}): {fix}")
     return state
+
+
+def _multinomial_fit(x: torch.Tensor, y: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ridge multinomial logistic regression of the labels ``y`` (0..n-1) on ``x``: weights (dim, n)
+    and biases (n,)."""
+    w = torch.zeros(x.shape[1], n, requires_grad=True)
+    b = torch.zeros(n, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], lr=1.0, max_iter=200, line_search_fn="strong_wolfe")
+
+    def loss() -> torch.Tensor:
+        opt.zero_grad()
+        value = nn.functional.cross_entropy(x @ w + b, y) + 1e-3 * (w * w).sum()
+        value.backward()
+        return value
+
+    opt.step(loss)
+    return w.detach(), b.detach()

@@ -102,6 +102,11 @@ class PolicyConfig:
     # directions among the training tasks (fit_inputs): a low-rank view that cannot tell apart the
     # items of one kind, a prior towards routes that generalise; None: every direction ("norm" only)
     task_dims: int | None = None
+    # read the question only as its kind: a classifier fitted on the training tasks' named kinds
+    # (fit_inputs) says which, and the scorer reads that kind's mean training question: the input a
+    # per-kind rule reads, and nothing that tells apart the items of one kind ("norm" only; replaces
+    # task_dims)
+    by_kind: bool = False
     # read each agent's measured card (Pool.cards, puppeteer.agents.cards) and keep no parameter per agent id:
     # a policy that scores agents it has never seen ("norm" only)
     cards: bool = False
@@ -159,6 +164,10 @@ class PolicyConfig:
             )
         if self.task_dims is not None and (self.task_dims < 1 or self.layers != "norm"):
             raise ValueError(f"policy.task_dims must be >= 1 (with layers=norm), got {self.task_dims}")
+        if self.by_kind and (self.layers != "norm" or self.task_dims is not None):
+            raise ValueError(
+                "policy.by_kind reads the question as its kind: it needs layers=norm and no task_dims"
+            )
         if self.layers not in SCORER_LAYERS:
             raise ValueError(f"policy.layers: unknown {self.layers!r}; known: {', '.join(SCORER_LAYERS)}")
         lam_range = LamRange.of(self.lam_range)

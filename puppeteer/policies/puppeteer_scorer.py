@@ -13,6 +13,8 @@ from torch import nn
 
 from puppeteer.agents.cards import PRICE_LINEAR
 
+MAX_KINDS = 64  # the kinds a by-kind scorer can tell apart (the rows of its kind_centroids buffer)
+
 
 @dataclass(frozen=True)
 class Features:
@@ -41,6 +43,7 @@ class Scorer(nn.Module):
         layers: str = "norm",
         n_lam: int = 0,
         task_dims: int | None = None,
+        by_kind: bool = False,
         cards: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         n_domains: int = 0,
         cards_linear: bool = False,
@@ -99,6 +102,12 @@ class Scorer(nn.Module):
         self.task_dims = task_dims
         if task_dims is not None:  # the projection onto the top task_dims directions (identity until fit)
             self.register_buffer("task_proj", torch.eye(dim))
+        self.by_kind = by_kind
+        if by_kind:  # the question read as its kind's mean question (PuppeteerPolicy.fit_inputs)
+            self.register_buffer("kind_centroids", torch.zeros(MAX_KINDS, dim))
+            self.register_buffer("kind_w", torch.zeros(dim, MAX_KINDS))
+            self.register_buffer("kind_b", torch.zeros(MAX_KINDS))
+            self.register_buffer("kind_count", torch.zeros((), dtype=torch.long))
         if n_signals and not self.n_card:
             # the signals also move each action's logit directly: through the MLP alone, two states
             # that differ only in a few signal inputs saturate its tanh units before they separate
@@ -169,6 +178,32 @@ class Scorer(nn.Module):
     def standardized(self, task: torch.Tensor) -> torch.Tensor:
         return (task - self.task_shift) * self.task_scale if self.standardize else task
 
+    def set_kinds(self, centroids: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> None:
+        """(``by_kind``.) The kinds' mean standardised questions (one row a kind) and the classifier of
+        the kind on the standardised question (weights (dim, kinds), biases (kinds,))."""
+        k = len(centroids)
+        if not 1 <= k <= MAX_KINDS:
+            raise ValueError(f"a by-kind scorer reads 1..{MAX_KINDS} kinds, got {k}")
+        with torch.no_grad():
+            for buffer in (self.kind_centroids, self.kind_w, self.kind_b):
+                buffer.zero_()
+            self.kind_centroids[:k] = centroids
+            self.kind_w[:, :k] = w
+            self.kind_b[:k] = b
+            self.kind_count.fill_(k)
+
+    def kind_of(self, task: torch.Tensor) -> torch.Tensor:
+        """(``by_kind``, kinds set.) The kind index the classifier gives each standardised question."""
+        k = int(self.kind_count)
+        return (task @ self.kind_w[:, :k] + self.kind_b[:k]).argmax(dim=-1)
+
+    def as_kind(self, task: torch.Tensor) -> torch.Tensor:
+        """(``by_kind``.) Each standardised question replaced by the mean question of its kind (the
+        question itself until the kinds are set)."""
+        if int(self.kind_count) == 0:
+            return task
+        return self.kind_centroids[self.kind_of(task)]
+
     def domain_accuracy(self, task: torch.Tensor, card: torch.Tensor | None = None) -> torch.Tensor:
         """(Cards only.) Each action's standardised card accuracy on the question's domain, (batch, A + 1)
         (the Terminator's: 0), under the domain classifier's probabilities. ``card``: the card inputs
@@ -204,6 +239,8 @@ class Scorer(nn.Module):
         task = self.standardized(task)
         if self.task_dims is not None:
             task = task @ self.task_proj
+        if self.by_kind:
+            task = self.as_kind(task)
         parts = [task, state, onehot]
         if not self.n_card:
             parts.append(counts.float() / self.max_steps)

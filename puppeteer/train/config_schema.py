@@ -82,6 +82,7 @@ class PolicyNode:
     signals: bool = False  # read obs["signals"] (answered / whole number / agreement): learns cascades
     surface: bool = False  # read the question's length and number count (puppeteer.envs.surface)
     task_dims: int | None = 8  # read the question on its k principal directions among training tasks
+    by_kind: bool = False  # read the question only as its kind, classified (needs task_dims: null)
     cards: bool = False  # read each agent's measured card (agents/<pool>.cards.json): scores unseen agents
     cards_linear: bool = False  # with cards: the agent only through its card's price and domain accuracy
     cards_text: bool = True  # with cards: the agent's text beside its card (false: the agent is its card)

@@ -315,6 +315,52 @@ def test_task_dims_projects_the_question_onto_the_training_tasks_top_directions(
         PolicyConfig(task_dims=0)
 
 
+def test_by_kind_reads_the_question_only_as_its_nearest_training_kind(tmp_path: Path) -> None:
+    """by_kind: after fit_inputs with the tasks' domains, every question is read as its kind's mean
+    training question (the kind a classifier fitted on the training items gives: the suite's named
+    kind on at least 95% of held-out items), so the questions of a kind get one set of logits and
+    different kinds differ; saved and loaded with the policy; refused beside task_dims."""
+    from puppeteer.tasks import load_suite
+
+    env = _env()
+    train_tasks, test_tasks = load_suite("mix-local", "train", n=200), load_suite("mix-local", "test", n=80)
+    policy = PuppeteerPolicy(env.pool, replace(FAST, encoder="minilm", by_kind=True), seed=0)
+    kinds = list(dict.fromkeys(t.domain for t in train_tasks))
+    assert len(kinds) == 4
+    policy.fit_inputs([t.question for t in train_tasks], [t.domain for t in train_tasks])
+    scorer = policy.scorer
+    assert int(scorer.kind_count) == 4
+    emb = torch.as_tensor(policy.encoder.encode([t.question for t in test_tasks]), dtype=torch.float32)
+    with torch.no_grad():
+        read = scorer.as_kind(scorer.standardized(emb))
+    centroids = scorer.kind_centroids[:4]
+    which = [int(torch.nonzero((centroids == row).all(dim=1))[0]) for row in read]
+    right = sum(kinds[k] == t.domain for k, t in zip(which, test_tasks, strict=True))
+    assert right >= 0.95 * len(test_tasks)
+    assert which == scorer.kind_of(scorer.standardized(emb)).tolist()
+    n = env.pool.n_actions
+    args = (
+        torch.zeros(len(emb), emb.shape[1]),
+        torch.zeros(len(emb), dtype=torch.long),
+        torch.zeros(len(emb), n),
+        torch.ones(len(emb), n),
+    )
+    with torch.no_grad():
+        logits = scorer(emb, *args)
+    for k in range(4):
+        rows = logits[[i for i, w in enumerate(which) if w == k]]
+        assert torch.allclose(rows, rows[:1].expand_as(rows), atol=1e-5)  # one reading per kind
+    assert len({tuple(torch.round(r, decimals=4).tolist()) for r in logits}) == 4
+    loaded = PuppeteerPolicy.load(policy.save(tmp_path / "p"), env.pool, encoder=policy.encoder)
+    assert loaded.config.by_kind
+    for key in ("kind_centroids", "kind_w", "kind_b", "kind_count"):
+        assert torch.equal(getattr(loaded.scorer, key), getattr(scorer, key))
+    with pytest.raises(ValueError, match="by_kind"):
+        PolicyConfig(by_kind=True, task_dims=8)
+    with pytest.raises(ValueError, match="domains"):
+        policy.fit_inputs([t.question for t in train_tasks])
+
+
 @pytest.mark.learning
 def test_the_entropy_bonus_decays_to_its_final_fraction(tmp_path: Path) -> None:
     """trainer.entropy_final_fraction: the bonus's weight falls linearly from entropy_coef to that

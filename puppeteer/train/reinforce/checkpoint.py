@@ -70,6 +70,7 @@ def run_fingerprint(env: ConductorEnv, policy: PuppeteerPolicy, config: Reinforc
         (pol, "surface", False),
         (pol, "lam_range", None),
         (pol, "task_dims", None),
+        (pol, "by_kind", False),
         (pol, "cards", False),
         (pol, "cards_linear", False),
         (pol, "cards_text", True),
