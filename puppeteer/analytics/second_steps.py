@@ -28,6 +28,7 @@ import numpy as np
 
 from puppeteer.backends.replay import Outcome, StepOutcome
 from puppeteer.evaluation.stats import wilson_interval
+from puppeteer.utils.pyparse import parse_python
 
 
 def _number(text: str) -> float | None:
@@ -39,7 +40,7 @@ def _number(text: str) -> float | None:
 
 def _tree(text: str) -> str | None:
     try:
-        return ast.dump(ast.parse(text))
+        return ast.dump(parse_python(text))
     except (SyntaxError, ValueError):
         return None
 

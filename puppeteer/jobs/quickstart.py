@@ -181,6 +181,7 @@ def _row(name: str, r: EvalResult) -> dict[str, Any]:
         "wall_s": r.wall_s,
         "cache_hits": r.cache_hits,
         "cache_misses": r.cache_misses,
+        "errors": r.n_errors,  # items whose episode raised: counted as wrong, each message in its record
     }
 
 
@@ -369,6 +370,8 @@ def _run_quickstart(
             f"{r['wall_s']:.0f}",
         )
     console.print(table)
+    for line in _failed_note(rows):
+        console.print(f"[yellow]{escape(line)}[/yellow]")
     if summary["headline"]:
         console.print(summary["headline"])
     console.print(
@@ -632,6 +635,18 @@ def _curves_dir(s: Mapping[str, Any]) -> str:
     return f"seed{seeds[0]}/" if len(seeds) > 1 else ""
 
 
+def _failed_note(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A line naming the policies with items that failed with an error (counted as wrong), or none."""
+    failed = [f"{r['policy']} {r['errors']}" for r in rows if r.get("errors")]
+    if not failed:
+        return []
+    return [
+        "",
+        "Items that failed with an error, counted as wrong (the messages are in each policy's "
+        f"eval/*/trajectories.jsonl): {', '.join(failed)}.",
+    ]
+
+
 def _report(s: dict[str, Any]) -> str:
     lines = [
         "# puppeteer quickstart report",
@@ -665,6 +680,7 @@ def _report(s: dict[str, Any]) -> str:
             f"| {r['calls']:.2f} | {r['tokens']:.0f} | {_model_s(r)} | {r['wall_s']:.0f} | "
             f"{r['cache_hits']} / {r['cache_misses']} |"
         )
+    lines += _failed_note(s["results"])
     lines += [
         "",
         "Per item: calls, tokens (prompt + completion), model s (single-stream model seconds at the pool's "

@@ -18,7 +18,6 @@ answer gave none, and its last intermediate number or a listed option must not c
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 import textwrap
@@ -26,6 +25,8 @@ from collections.abc import Callable
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import TypeVar, cast
+
+from puppeteer.utils.pyparse import parse_python
 
 TAIL_CHARS = 20_000
 _WINDOW = 300
@@ -426,7 +427,7 @@ def _looks_like_code(text: str) -> bool:
     if len(text) > _CODE_PARSE_LIMIT or not _CODE_LINE_RE.search(text):
         return False
     try:
-        ast.parse(textwrap.dedent(text))
+        parse_python(textwrap.dedent(text))
     except (SyntaxError, ValueError):
         return False
     return True

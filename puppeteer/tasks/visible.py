@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 
 from puppeteer.tasks.graders import humaneval_body
 from puppeteer.types import Task
+from puppeteer.utils.pyparse import parse_python
 
 # how a docstring states a call's result after the call, longest first ("==>" before "=")
 _SEPARATORS = ("==>", "=>", "==", "->", "\u279e", "=", "should return", "returns", "return")
@@ -80,7 +81,7 @@ def _is_call(text: str, entry_point: str) -> bool:
     """Whether ``text`` is one call of ``entry_point`` on literals (no other names: ``f(abc)`` in a
     docstring means the string, and would only raise NameError)."""
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse_python(text, mode="eval")
     except SyntaxError:
         return False
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from puppeteer.tools.base import ToolResult
+from puppeteer.utils.pyparse import parse_python
 
 _CALL = re.compile(r"<calc>(.*?)</calc>", re.DOTALL | re.IGNORECASE)
 
@@ -100,7 +101,7 @@ class Evaluator:
         if len(text) > self.max_chars:
             raise CalcError(f"expression longer than {self.max_chars} characters")
         try:
-            tree = ast.parse(text, mode="eval")
+            tree = parse_python(text, mode="eval")
         except SyntaxError:
             raise CalcError(f"not an arithmetic expression: {text!r}") from None
         if sum(1 for _ in ast.walk(tree)) > self.max_nodes:

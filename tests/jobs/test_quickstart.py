@@ -83,6 +83,20 @@ def test_writes_the_report_plots_results_and_policy(run: tuple[Path, dict]) -> N
     assert "Seed 0: the default, fixed before any run" in report
 
 
+def test_items_that_failed_with_an_error_are_named_in_the_report(run: tuple[Path, dict]) -> None:
+    """An item whose episode raised counts as wrong; the report says how many, per policy."""
+    from puppeteer.jobs.quickstart import _report
+
+    out, summary = run
+    assert all(r["errors"] == 0 for r in summary["results"])
+    assert "failed with an error" not in (out / "report.md").read_text()
+    rows = [dict(r) for r in summary["results"]]
+    rows[1]["errors"] = 2
+    report = _report({**summary, "results": rows})
+    assert "counted as wrong" in report and "single:gemma3-27b-cot 2." in report
+    assert "puppeteer (trained) 0" not in report
+
+
 def test_the_trained_router_calls_one_agent_and_beats_the_weak_one(run: tuple[Path, dict]) -> None:
     _, summary = run
     rows = {r["policy"]: r for r in summary["results"]}
