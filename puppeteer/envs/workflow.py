@@ -12,13 +12,13 @@ the next one.
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from puppeteer.envs.listscan import match_lists
 from puppeteer.types import Workflow
+from puppeteer.utils.pyparse import literal_python
 
 NAMES = ("model_id", "subtasks", "access_list")
 MAX_LIST_CHARS = 20_000
@@ -66,7 +66,7 @@ def _list_span(text: str, start: int) -> int | None:
 
 def _literal(text: str) -> object:
     try:
-        return ast.literal_eval(text)
+        return literal_python(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as e:
         raise WorkflowError(f"not a Python literal: {type(e).__name__}") from None
 
@@ -100,7 +100,7 @@ def extract_plan(text: str) -> tuple[tuple[object, object, object], object]:
         return lists, None
     value = found[-1].group(1).strip().removesuffix("```").strip().rstrip(",;").strip()
     try:
-        final = ast.literal_eval(value)
+        final = literal_python(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         raise WorkflowError(f"final = {value!r:.40} is not a step index, 'last' or 'vote'") from None
     return lists, final

@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 
 from puppeteer.tasks.graders import humaneval_body
 from puppeteer.types import Task
-from puppeteer.utils.pyparse import parse_python
+from puppeteer.utils.pyparse import literal_python, parse_python
 
 # how a docstring states a call's result after the call, longest first ("==>" before "=")
 _SEPARATORS = ("==>", "=>", "==", "->", "\u279e", "=", "should return", "returns", "return")
@@ -71,7 +71,7 @@ def _literal(text: str) -> str | None:
     """``text`` (a trailing full stop dropped) if it is a Python literal, else None."""
     text = text.strip().rstrip(".").strip()
     try:
-        ast.literal_eval(text)
+        literal_python(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return text

@@ -11,17 +11,17 @@ the format; the held-out numbers (parse rate, accuracy) stay those of the conduc
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from puppeteer.envs.workflow import NAMES, _candidates
 from puppeteer.integrations.trl import completion_text
+from puppeteer.utils.pyparse import literal_python
 
 
 def _length(src: str) -> int | None:
     try:
-        value = ast.literal_eval(src)
+        value = literal_python(src)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return len(value) if isinstance(value, list) else None

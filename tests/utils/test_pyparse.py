@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from puppeteer.utils.pyparse import parse_python
+from puppeteer.utils.pyparse import literal_python, parse_python
 
 # four threads parse one module while a garbage collection callback hands the GIL over mid-construction
 # (as a finalizer doing I/O does); a fresh interpreter each, since the race shows once per process
@@ -56,3 +56,6 @@ def test_parse_python_parses_as_ast_parse_does() -> None:
     assert isinstance(tree, ast.Expression) and isinstance(tree.body, ast.BinOp)
     with pytest.raises(SyntaxError):
         parse_python("def (")
+    assert literal_python("[1, 'a', (2,)]") == [1, "a", (2,)]
+    with pytest.raises(ValueError):
+        literal_python("__import__('os')")
