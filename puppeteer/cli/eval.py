@@ -155,7 +155,8 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
         choices=FINAL_CHOICES,
         default=None,
         help="how the final answer is chosen, in place of each policy's own: last (the last step's), "
-        "vote (majority over the steps' answers) or plan (workflow policies: the plan's own final line)",
+        "vote (majority over the steps' answers), plan (workflow policies: the plan's own final line) or "
+        "cascade (plan, and the line may make the plan a cascade: final = 'cascade:TRIGGER')",
     )
     p.add_argument(
         "--concurrency",

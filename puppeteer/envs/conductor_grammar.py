@@ -13,7 +13,8 @@ only those of available agents (the conductor's own id, when it may recurse, onl
 step); access entries are ``[]``, ``'all'`` or earlier step indices; subtasks are non-empty one-line
 strings. After the last list the grammar is complete, so generation ends there. With ``final=True``
 (the env's ``aggregate="plan"``) a plan may end with one more line, ``final = k`` (a step index),
-``final = 'vote'`` or ``final = 'last'``.
+``final = 'vote'`` or ``final = 'last'``; with ``cascade=True`` also, in plans of two steps or more,
+``final = 'cascade:TRIGGER'``.
 
 And the plan always fits: every free-text character is printable ASCII, so each token of a
 completion adds at least one character, and the longest text the grammar allows (its skeleton, the
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from puppeteer.envs.workflow import CASCADE_WORDS
 
 SUBTASK_CHARS = 160  # the longest subtask a roomy budget allows (one instruction, not an essay)
 REASONING_SHARE = 0.4  # of the characters left after the plan's skeleton, the reasoning's share
@@ -59,6 +62,8 @@ def _alternatives(values: Sequence[int]) -> str:
 
 FINAL_LINE_CHARS = len("\nfinal = 'vote'")  # the longest final line (a step index is shorter)
 FINAL_WORDS = ("'vote'", "'last'")  # what a final line may name besides a step index
+CASCADE_FINALS = tuple(f"'{w}'" for w in CASCADE_WORDS)  # and, where cascades are offered, these
+CASCADE_LINE_CHARS = len("\nfinal = ") + max(len(w) for w in CASCADE_FINALS)
 
 
 def _literal_alternatives(values: Sequence[str]) -> list[str]:
@@ -66,7 +71,9 @@ def _literal_alternatives(values: Sequence[str]) -> list[str]:
     return [f'"{v}"' for v in values]
 
 
-def _skeleton_chars(ids: Sequence[int], last_ids: Sequence[int], n: int, final: bool = False) -> int:
+def _skeleton_chars(
+    ids: Sequence[int], last_ids: Sequence[int], n: int, final: bool = False, cascade: bool = False
+) -> int:
     """Characters of the longest ``n``-step plan apart from its subtasks' contents."""
     width = max(len(str(i)) for i in ids)
     last = max(len(str(i)) for i in last_ids)
@@ -76,7 +83,8 @@ def _skeleton_chars(ids: Sequence[int], last_ids: Sequence[int], n: int, final: 
     for j in range(n):  # the longest entry of step j: 'all', or j earlier indices
         listed = 2 + j * len(str(j - 1)) + 2 * (j - 1) if j else 2  # repeats allowed
         access += max(len("'all'"), listed)
-    return model_id + subtasks + access + (FINAL_LINE_CHARS if final else 0)
+    line = (CASCADE_LINE_CHARS if cascade else FINAL_LINE_CHARS) if final else 0
+    return model_id + subtasks + access + line
 
 
 def plan_grammar(
@@ -88,6 +96,7 @@ def plan_grammar(
     allow_empty: bool = False,
     reasoning: bool = True,
     final: bool = False,
+    cascade: bool = False,
 ) -> PlanGrammar:
     """The GBNF grammar of one planning round, sized to fit in ``max_tokens`` tokens.
 
@@ -95,7 +104,8 @@ def plan_grammar(
     as the last step (recursion); ``allow_empty``: the three empty lists are a valid answer (an inner
     planning round keeping the last answer); ``reasoning``: a few lines of free text before the lists;
     ``final``: an optional last line naming the final answer (a step index, 'vote' or 'last'; with
-    ``self_id``, not the last step, which may be the conductor's own).
+    ``self_id``, not the last step, which may be the conductor's own); ``cascade`` (with ``final``): that
+    line may also name a cascade, in plans of two steps or more that do not end on the conductor.
     Raises ValueError when ``max_tokens`` cannot hold a ``max_steps``-step plan with subtasks of at
     least :data:`MIN_SUBTASK_CHARS` characters.
     """
@@ -106,7 +116,9 @@ def plan_grammar(
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     last_ids = [*ids, int(self_id)] if self_id is not None else ids
     budget = max_tokens - 1  # one token for the end of generation
-    room = budget - _skeleton_chars(ids, last_ids, max_steps, final)
+    if cascade and not final:
+        raise ValueError("cascade is a final line's choice: it needs final=True")
+    room = budget - _skeleton_chars(ids, last_ids, max_steps, final, cascade)
     share = 1.0 - REASONING_SHARE if reasoning else 1.0
     subtask = min(SUBTASK_CHARS, int(room * share) // max_steps)
     if subtask < MIN_SUBTASK_CHARS:
@@ -143,14 +155,15 @@ def plan_grammar(
         tail = f" fin{n}?" if final else ""
         if final:
             named = [str(k) for k in range(n - 1 if self_id is not None else n)]
-            choices = " | ".join(_literal_alternatives([*named, *FINAL_WORDS]))
+            cascades = CASCADE_FINALS if cascade and n > 1 and self_id is None else ()
+            choices = " | ".join(_literal_alternatives([*named, *FINAL_WORDS, *cascades]))
             rules.append(f'fin{n} ::= "\\nfinal = " ({choices})')
         rules.append(
             f'plan{n} ::= "model_id = [" {model_ids} "]\\nsubtasks = [" {subtasks} '
             f'"]\\naccess_list = [" {access} "]"{tail}'
         )
     text = "\n".join(rules) + "\n" + _CHARS.strip() + "\n"
-    longest = _skeleton_chars(ids, last_ids, max_steps, final) + subtask * max_steps
+    longest = _skeleton_chars(ids, last_ids, max_steps, final, cascade) + subtask * max_steps
     longest += lines * (per_line + 1) if thinks else 0
     return PlanGrammar(text, max_steps, subtask, lines * per_line if thinks else 0, longest)
 

@@ -25,6 +25,13 @@ FINAL_LINES: Mapping[str, str] = MappingProxyType(
         "plan": "You may add a fourth line to choose the final answer: final = k (step k's answer, counting "
         "from 0), final = 'vote' (the majority vote of the steps' answers) or final = 'last'. Without it "
         "the last step's answer is final.",
+        "cascade": "You may add a fourth line to choose the final answer: final = k (step k's answer, "
+        "counting from 0), final = 'vote' (the majority vote of the steps' answers) or final = 'last'; or "
+        "make the plan a cascade, where each step after the first runs only if the answer before it looks "
+        "wrong and the last step run gives the answer: final = 'cascade:failed-check' (the answer fails "
+        "what the question shows, such as a function's docstring examples), final = 'cascade:silent' (no "
+        "answer was given) or final = 'cascade:not-integer' (the answer is not a whole number). Without "
+        "the line the last step's answer is final.",
     }
 )
 

@@ -10,7 +10,9 @@
 
 The final answer (``aggregate``, :mod:`puppeteer.envs.aggregate`): ``"last"``, ``"vote"`` or, in workflow
 mode, ``"plan"``: the plan's own ``final = k | 'vote' | 'last'`` line says (absent: the last step's
-answer). The trajectory's ``final_choice`` records what was used (``last``, ``vote`` or ``step k``).
+answer), or ``"cascade"``: the line may also say ``'cascade:TRIGGER'`` (each later step runs only when
+the trigger fires on the answer before it; the last step run answers). The trajectory's
+``final_choice`` records what was used (``last``, ``vote``, ``step k`` or ``cascade:TRIGGER``).
 
 The conductor's cost (workflow mode): an action given as a
 :class:`~puppeteer.types.ConductorAction` carries the completion that wrote the plan; its tokens
@@ -61,7 +63,7 @@ from gymnasium.error import ResetNeeded
 
 from puppeteer.agents.availability import draw_subset, resolve_available
 from puppeteer.agents.reasoning import ANSWER_FORMATS, DEFAULT_FORMAT
-from puppeteer.envs.aggregate import PLAN_DEFAULT, aggregator
+from puppeteer.envs.aggregate import PLAN_CHOICES, PLAN_DEFAULT, aggregator
 from puppeteer.envs.conductor_prompt import Followup, load_prompt_config
 from puppeteer.envs.executor import EpisodeContext, Executor, Extractor
 from puppeteer.envs.lam_range import LamRange
@@ -158,7 +160,7 @@ class ConductorEnv(StepMode, WorkflowMode, Observation, gym.Env[dict[str, Any], 
         self._reward = self._base_reward  # this episode's (its lambda: reset's options["lam"])
         self._lam_range = LamRange.of(config.lam_range)
         self._lam = self._default_lam()
-        self._final_default = PLAN_DEFAULT if config.final_answer == "plan" else config.final_answer
+        self._final_default = PLAN_DEFAULT if config.final_answer in PLAN_CHOICES else config.final_answer
         self._aggregate = aggregator(self._final_default)
         self._owns_backend = parts.backend_spec is not None  # close() releases only what this env built
         self.executor = Executor(

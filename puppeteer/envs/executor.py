@@ -179,10 +179,16 @@ class Executor:
         return self._step(ctx, index, agent_id, subtask, visible, completion, calls)
 
     async def arun_workflow(
-        self, ctx: EpisodeContext, workflow: Workflow, prior: Sequence[Step] = (), offset: int = 0
+        self,
+        ctx: EpisodeContext,
+        workflow: Workflow,
+        prior: Sequence[Step] = (),
+        offset: int = 0,
+        stop: Callable[[Step], bool] | None = None,
     ) -> tuple[Step, ...]:
         """Run ``workflow``; its steps get indices ``offset + i``. Steps with access ``'all'`` also
-        see the ``prior`` steps (a recursive round sees its parent's last step)."""
+        see the ``prior`` steps (a recursive round sees its parent's last step). With ``stop`` (a
+        cascade) the steps run one after another and end after the first step for which it is true."""
         futures: dict[int, Awaitable[Step]] = {}
 
         async def run(i: int) -> Step:
@@ -191,11 +197,24 @@ class Executor:
                 deps = [*prior, *deps]
             return await self.arun_step(ctx, offset + i, workflow.model_id[i], workflow.subtasks[i], deps)
 
+        if stop is not None:
+            done: list[Step] = []
+            for i in range(len(workflow)):
+                futures[i] = asyncio.ensure_future(run(i))
+                done.append(await futures[i])
+                if i < len(workflow) - 1 and stop(done[-1]):
+                    break
+            return tuple(done)
         for i in range(len(workflow)):
             futures[i] = asyncio.ensure_future(run(i))
         return tuple(await asyncio.gather(*futures.values()))
 
     def run_workflow(
-        self, ctx: EpisodeContext, workflow: Workflow, prior: Sequence[Step] = (), offset: int = 0
+        self,
+        ctx: EpisodeContext,
+        workflow: Workflow,
+        prior: Sequence[Step] = (),
+        offset: int = 0,
+        stop: Callable[[Step], bool] | None = None,
     ) -> tuple[Step, ...]:
-        return run_sync(self.arun_workflow(ctx, workflow, prior, offset))
+        return run_sync(self.arun_workflow(ctx, workflow, prior, offset, stop))

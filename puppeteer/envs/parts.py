@@ -31,7 +31,7 @@ from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.agents.pot import ProgramMemo
 from puppeteer.backends import REPLAY_ENV, make_router
 from puppeteer.backends.base import Backend
-from puppeteer.envs.aggregate import FINAL_CHOICES
+from puppeteer.envs.aggregate import FINAL_CHOICES, PLAN_CHOICES
 from puppeteer.envs.conductor_prompt import DEFAULT_PROMPT
 from puppeteer.envs.lam_range import LamRange
 from puppeteer.envs.recorded import RecordedCalls
@@ -67,8 +67,9 @@ class EnvConfig:
     cost_model: str = "tokens"
     # how the final answer is chosen (puppeteer.envs.aggregate): "last" (the last step's answer), "vote"
     # (majority vote over the steps' answers) or, in workflow mode, "plan" (the plan's own ``final``
-    # line names a step, 'vote' or 'last'; without one, the last step's answer). None: "vote" in step
-    # mode, "last" in workflow mode
+    # line names a step, 'vote' or 'last'; without one, the last step's answer) or "cascade" ("plan",
+    # and the line may also say 'cascade:TRIGGER': each later step runs only when the trigger fires on
+    # the answer before it). None: "vote" in step mode, "last" in workflow mode
     aggregate: str | None = None
     workflow_lam: float = 0.0
     temperature: float = 0.0
@@ -111,9 +112,10 @@ class EnvConfig:
         )
         if self.aggregate is not None and self.aggregate not in FINAL_CHOICES:
             raise ValueError(f"aggregate must be one of {', '.join(FINAL_CHOICES)}, got {self.aggregate!r}")
-        if self.aggregate == "plan" and self.mode != "workflow":
+        if self.aggregate in PLAN_CHOICES and self.mode != "workflow":
             raise ValueError(
-                "aggregate='plan' lets the conductor's plan name its final answer: needs mode='workflow'"
+                f"aggregate={self.aggregate!r} lets the conductor's plan name its final answer: "
+                "needs mode='workflow'"
             )
         if self.price_in_prompt and self.mode != "workflow":
             raise ValueError(

@@ -7,7 +7,10 @@ so a conductor may reason, draft, and then state its final workflow.
 Where the env lets the plan choose its final answer (``aggregate="plan"``), the triple may come with
 a line ``final = k`` (step k's answer is final, 0-based; ``-1`` is the last step), ``final = 'vote'``
 (majority vote over the steps' answers) or ``final = 'last'``, anywhere between its ``model_id`` and
-the next one.
+the next one. Where it also offers cascades (``aggregate="cascade"``), ``final = 'cascade:TRIGGER'``
+makes each step after the first conditional: it runs only when ``TRIGGER``
+(:data:`puppeteer.tasks.signals.TRIGGERS`: ``silent``, ``not-integer``, ``failed-check``) fires on
+the answer of the step before it, and the last step run gives the final answer.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from puppeteer.envs.aggregate import CASCADE
 from puppeteer.envs.listscan import match_lists
+from puppeteer.tasks.signals import TRIGGERS
 from puppeteer.types import Workflow
 from puppeteer.utils.pyparse import literal_python
 
@@ -28,6 +33,9 @@ MAX_GROUPS_TRIED = 16  # complete triples tried, last first (bounds literal_eval
 _ASSIGN = re.compile(r"\b(model_id|subtasks|access_list)\b\s*[:=]\s*(?=\[)")
 _FINAL = re.compile(r"^[ \t]*final[ \t]*=[ \t]*([^\n#]{1,40})", re.MULTILINE)  # a plan's own final answer
 FINAL_WORDS = ("last", "vote")
+# a cascade's conditions: every trigger but ``always`` (a fixed chain is a plan without a cascade)
+CASCADE_TRIGGERS = tuple(t for t in TRIGGERS if t != "always")
+CASCADE_WORDS = tuple(f"{CASCADE}{t}" for t in CASCADE_TRIGGERS)
 # What may follow a list literal on its line: nothing, a separator, a comment or a closing fence.
 # (Only the start of a comment is matched, so the checks read each character at most once.)
 _AFTER = re.compile(r"[ \t]*(?:[,;]?[ \t]*(?:#|\n|$)|`{3}(?:\n|$))")
@@ -57,6 +65,7 @@ class PlanSpace:
     self_id: int | None = None
     allow_empty: bool = False
     final: bool = False  # the plan may name its final answer (a ``final = ...`` line)
+    cascade: bool = False  # ... and that line may make it a cascade (``final = 'cascade:TRIGGER'``)
 
 
 def _list_span(text: str, start: int) -> int | None:
@@ -102,7 +111,9 @@ def extract_plan(text: str) -> tuple[tuple[object, object, object], object]:
     try:
         final = literal_python(value)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise WorkflowError(f"final = {value!r:.40} is not a step index, 'last' or 'vote'") from None
+        raise WorkflowError(
+            f"final = {value!r:.40} is not a step index, 'last', 'vote' or 'cascade:TRIGGER'"
+        ) from None
     return lists, final
 
 
@@ -148,9 +159,11 @@ def validate(
     available: Sequence[bool] | None = None,
     limits: WorkflowLimits = WorkflowLimits(),
     final: object = None,
+    cascade: bool = False,
 ) -> Workflow:
     """Check types, lengths, ids, access entries and ``final`` (None, ``'last'``, ``'vote'`` or a step
-    index; a negative one counts from the end); return a normalised :class:`Workflow`."""
+    index; a negative one counts from the end; with ``cascade``, also ``'cascade:TRIGGER'``); return a
+    normalised :class:`Workflow`."""
     for name, value in zip(NAMES, (model_id, subtasks, access_list), strict=True):
         if not isinstance(value, list):
             raise WorkflowError(f"{name} must be a list, got {type(value).__name__}")
@@ -196,14 +209,25 @@ def validate(
                 raise WorkflowError(f"access_list[{i}] names {j!r}, not an earlier step (0..{i - 1})")
         access.append(tuple(sorted(set(a))))
     return Workflow(
-        model_id=tuple(ids), subtasks=tuple(tasks), access_list=tuple(access), final=_final(final, n)
+        model_id=tuple(ids),
+        subtasks=tuple(tasks),
+        access_list=tuple(access),
+        final=_final(final, n, cascade),
     )
 
 
-def _final(final: object, n: int) -> str | int | None:
+def _final(final: object, n: int, cascade: bool = False) -> str | int | None:
     """A plan's ``final`` checked against its ``n`` steps (a negative index counts from the end)."""
     if final is None or final in FINAL_WORDS:
         return final  # type: ignore[return-value]
+    if isinstance(final, str) and final.startswith(CASCADE):
+        if not cascade:
+            raise WorkflowError("this env offers no cascades (aggregate='cascade' does)")
+        if final not in CASCADE_WORDS:
+            raise WorkflowError(f"final = {final!r:.40}: a cascade is one of {', '.join(CASCADE_WORDS)}")
+        if n < 2:
+            raise WorkflowError("a cascade needs two steps or more")
+        return final
     if isinstance(final, bool) or not isinstance(final, int):
         raise WorkflowError(f"final must be a step index, 'last' or 'vote', got {final!r:.40}")
     if not -n <= final < n:
@@ -218,16 +242,20 @@ def parse_workflow(
     limits: WorkflowLimits = WorkflowLimits(),
     *,
     final: bool = False,
+    cascade: bool = False,
 ) -> Workflow:
     """Parse and validate a conductor completion. Raises :class:`WorkflowError` with the reason.
 
-    ``final``: read the plan's ``final = ...`` line too (else a plan's ``final`` is not read)."""
+    ``final``: read the plan's ``final = ...`` line too (else a plan's ``final`` is not read);
+    ``cascade``: that line may name a cascade."""
     if not isinstance(text, str):
         raise WorkflowError(f"a workflow action is text, got {type(text).__name__}")
     if not final:
         return validate(*extract_lists(text), n_agents=n_agents, available=available, limits=limits)
     lists, chosen = extract_plan(text)
-    return validate(*lists, n_agents=n_agents, available=available, limits=limits, final=chosen)
+    return validate(
+        *lists, n_agents=n_agents, available=available, limits=limits, final=chosen, cascade=cascade
+    )
 
 
 def visible_steps(workflow: Workflow, index: int) -> tuple[int, ...]:

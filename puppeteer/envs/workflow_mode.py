@@ -3,11 +3,12 @@ rounds of recursion, the plan's final-answer choice and the conductor's own cost
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from puppeteer.envs.aggregate import choice_label, final_answer
+from puppeteer.envs.aggregate import PLAN_CHOICES, cascade_trigger, choice_label, final_answer
 from puppeteer.envs.conductor_prompt import ConductorPrompt, Followup, Price, build_prompt
 from puppeteer.envs.reward import COST_UNITS, conductor_cost, conductor_reward
 from puppeteer.envs.workflow import (
@@ -18,6 +19,7 @@ from puppeteer.envs.workflow import (
     format_workflow,
     parse_workflow,
 )
+from puppeteer.tasks.signals import fires
 from puppeteer.types import ConductorAction, Step, Workflow
 from puppeteer.utils.textsafe import encodable
 
@@ -44,7 +46,8 @@ class WorkflowMode:
             max_steps=self.config.max_steps,
             self_id=self.self_id,
             allow_empty=self._depth > 0,
-            final=self.config.final_answer == "plan",
+            final=self.config.final_answer in PLAN_CHOICES,
+            cascade=self.config.final_answer == "cascade",
         )
 
     def prompt(self) -> ConductorPrompt:
@@ -122,13 +125,24 @@ class WorkflowMode:
             len(available),
             available,
             WorkflowLimits(max_steps=self.config.max_steps),
-            final=self.config.final_answer == "plan",
+            final=self.config.final_answer in PLAN_CHOICES,
+            cascade=self.config.final_answer == "cascade",
         )
         if self_id is not None and self_id in workflow.model_id[:-1]:
             raise WorkflowError(f"the conductor (id {self_id}) may only be the last step")
         if self_id is not None and workflow.model_id[-1] == self_id and workflow.final == len(workflow) - 1:
             raise WorkflowError("final names the conductor's own step, which gives no answer")
+        if self_id is not None and workflow.model_id[-1] == self_id and cascade_trigger(workflow.final):
+            raise WorkflowError("a cascade ends on an agent's answer, not on the conductor's own step")
         return workflow
+
+    def _cascade_stop(self, workflow: Workflow) -> Callable[[Step], bool] | None:
+        """A cascade's end: after a step whose answer its trigger does not fire on (None: no cascade)."""
+        trigger = cascade_trigger(workflow.final)
+        if trigger is None:
+            return None
+        checks, task = self.parts.checks, self.task
+        return lambda step: not fires(trigger, step.answer, checks.check(task, step.answer))
 
     def _step_workflow(self, action: Any):
         if isinstance(action, ConductorAction):  # the plan and the generation that wrote it
@@ -167,11 +181,15 @@ class WorkflowMode:
         recurse = named or (self.config.recursion == "always" and self._depth < self.config.max_depth)
         run = workflow
         if named:
-            run = Workflow(workflow.model_id[:-1], workflow.subtasks[:-1], workflow.access_list[:-1])
+            run = Workflow(
+                workflow.model_id[:-1], workflow.subtasks[:-1], workflow.access_list[:-1]
+            )  # no cascade
         prior = tuple(self._steps[-1:])
         steps: tuple[Step, ...] = ()
         if len(run):
-            steps = self.executor.run_workflow(self._context(), run, prior=prior, offset=len(self._steps))
+            steps = self.executor.run_workflow(
+                self._context(), run, prior=prior, offset=len(self._steps), stop=self._cascade_stop(run)
+            )
         self._steps.extend(steps)
         last = self._steps[-1] if self._steps else None
         self._round(

@@ -16,7 +16,7 @@ baseline on an item is the same request: a response cache reuses it across basel
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from puppeteer.agents.pool import Pool
+from puppeteer.envs.aggregate import CASCADE
 from puppeteer.envs.lam_range import LamRange
+from puppeteer.envs.workflow import CASCADE_TRIGGERS
 from puppeteer.policies.base import StepPolicy
 from puppeteer.policies.conductor import CONDUCTOR_SPEC_FORMS
 from puppeteer.tasks.signals import LAST_ANSWERED
@@ -184,6 +186,34 @@ class FixedChain:
     def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
         ids = [resolve_agent(pool, a) for a in self.agents]
         return _workflow(ids, [task.question] * len(ids), ["all"] * len(ids))
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """A cascade plan (``final = 'cascade:TRIGGER'``, run under ``aggregate="cascade"``): the agents in
+    order, each answering the question alone, each after the first only when the trigger fires on the
+    answer before it; the last answer given stands (the workflow form of a rule's ``A>B@TRIGGER``)."""
+
+    agents: tuple[AgentRef, ...]
+    trigger: str
+    aggregate: str = "cascade"
+
+    def __post_init__(self) -> None:
+        if len(self.agents) < 2:
+            raise ValueError("an escalation needs two agents or more")
+        if self.trigger not in CASCADE_TRIGGERS:
+            raise ValueError(
+                f"an escalation's trigger is one of {', '.join(CASCADE_TRIGGERS)}, got {self.trigger!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return "escalate:" + ",".join(map(str, self.agents)) + f"@{self.trigger}"
+
+    def plan(self, task: Task, pool: Pool, rng: np.random.Generator) -> Workflow:
+        ids = [resolve_agent(pool, a) for a in self.agents]
+        alone = _workflow(ids, [task.question] * len(ids), [()] * len(ids))
+        return replace(alone, final=f"{CASCADE}{self.trigger}")
 
 
 @dataclass(frozen=True)
@@ -452,6 +482,7 @@ SPEC_FORMS: tuple[str, ...] = (
     "bykind:K=A,...,*=B    one agent per kind of task (its domain label), e.g. bykind:mmlu=a,*=b",
     "random                random workflow: random agents, length 1..max_steps, each sees all earlier",
     "chain | chain:A,B,C   agents in order, each sees all earlier (bare: strongest solver -> a verifier)",
+    "escalate:A,B@TRIGGER  A, then B alone only if TRIGGER (silent, not-integer, failed-check) fires on A",
     "vote:K | vote:A,B,C   independent answers, majority vote (K: the K strongest solvers)",
     "moa | moa:A,B|C       proposers A,B answer alone, aggregator C sees them (bare: 3 strongest|summarizer)",
     "reflect[:A[:K]]       agent A answers then revises K times (default: strongest, K=2)",
@@ -506,6 +537,16 @@ def _random(arg: str, pool: Pool, max_steps: int) -> Built:
 def _chain(arg: str, pool: Pool, max_steps: int) -> Built:
     refs: Sequence[AgentRef] = _split_list(arg, "chain") if arg else default_chain(pool)
     return FixedChain(_canon(pool, refs))
+
+
+def _escalate(arg: str, pool: Pool, max_steps: int) -> Built:
+    agents, at, trigger = arg.partition("@")
+    if not at:
+        raise SpecError(f"escalate takes A,B@TRIGGER ({', '.join(CASCADE_TRIGGERS)}), got {arg!r}")
+    try:
+        return Escalation(_canon(pool, _split_list(agents, "escalate")), trigger.strip())
+    except ValueError as e:
+        raise SpecError(str(e)) from None
 
 
 def _vote(arg: str, pool: Pool, max_steps: int) -> Built:
@@ -579,6 +620,7 @@ PARSERS: Mapping[str, Parser] = MappingProxyType(
         "bykind": _bykind,
         "random": _random,
         "chain": _chain,
+        "escalate": _escalate,
         "vote": _vote,
         "moa": _moa,
         "reflect": _reflect,

@@ -187,6 +187,7 @@ class ConductorPolicy:
             self_id=space.self_id,
             allow_empty=space.allow_empty,
             final=space.final,
+            cascade=space.cascade,
         ).text
 
     def request(

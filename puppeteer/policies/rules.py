@@ -32,26 +32,12 @@ import numpy as np
 from puppeteer.agents.pool import Pool
 from puppeteer.envs.build import EnvConfig
 from puppeteer.policies.protocol import EpisodeRecord, EpisodeSettings, StepRunner
-from puppeteer.tasks.signals import SIGNAL_NAMES
+from puppeteer.tasks.signals import TRIGGERS
 from puppeteer.types import Task, TrainItems
 
 if TYPE_CHECKING:
     from puppeteer.backends.base import Backend
     from puppeteer.envs.env import ConductorEnv
-
-_SILENT, _INTEGER, _FAILED = (
-    SIGNAL_NAMES.index(n) for n in ("last_silent", "last_integer", "last_failed_check")
-)
-
-TRIGGERS: Mapping[str, Callable[[np.ndarray], bool]] = MappingProxyType(
-    {
-        "always": lambda s: True,
-        "silent": lambda s: s[_SILENT] > 0.5,
-        "not-integer": lambda s: s[_INTEGER] < 0.5,
-        "failed-check": lambda s: s[_FAILED] > 0.5,
-    }
-)
-"""Escalation conditions on the answer signals after the first call (:mod:`puppeteer.tasks.signals`)."""
 
 _VOTE = re.compile(r"^vote\((.+)\)$")
 

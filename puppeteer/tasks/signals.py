@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -127,3 +128,24 @@ class AnswerTally:
                 vector = np.array(signals, dtype=np.float32)
             self._vectors[key] = vector
         return vector.copy()
+
+
+_SILENT, _INTEGER, _FAILED = (
+    SIGNAL_NAMES.index(n) for n in ("last_silent", "last_integer", "last_failed_check")
+)
+
+TRIGGERS: Mapping[str, Callable[[np.ndarray], bool]] = MappingProxyType(
+    {
+        "always": lambda s: True,
+        "silent": lambda s: s[_SILENT] > 0.5,
+        "not-integer": lambda s: s[_INTEGER] < 0.5,
+        "failed-check": lambda s: s[_FAILED] > 0.5,
+    }
+)
+"""Escalation conditions on the answer signals after a call: ``silent`` (no answer extracted),
+``not-integer`` (not a whole number), ``failed-check`` (it fails what the question shows), ``always``."""
+
+
+def fires(trigger: str, answer: str | None, check: bool | None = None) -> bool:
+    """Whether ``trigger`` fires on one answer (and the visible check's verdict on it)."""
+    return TRIGGERS[trigger](answer_signals([answer], [check]))

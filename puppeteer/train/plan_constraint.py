@@ -151,11 +151,18 @@ class PlanGrammars:
 
 
 def row_grammar(
-    available: Sequence[int], max_steps: int, max_tokens: int, prefix: str, final: bool = False
+    available: Sequence[int],
+    max_steps: int,
+    max_tokens: int,
+    prefix: str,
+    final: bool = False,
+    cascade: bool = False,
 ) -> str:
     """The GBNF of a conductor completion that may use ``available`` (no free reasoning after a prefix;
-    ``final``: the plan may name its final answer)."""
-    return plan_grammar(available, max_steps, max_tokens, reasoning=not prefix, final=final).text
+    ``final``: the plan may name its final answer; ``cascade``: a cascade too)."""
+    return plan_grammar(
+        available, max_steps, max_tokens, reasoning=not prefix, final=final, cascade=cascade
+    ).text
 
 
 def plan_grammars(
@@ -168,6 +175,7 @@ def plan_grammars(
     budget: int,
     prefix: str = "",
     final: bool = False,
+    cascade: bool = False,
 ) -> PlanGrammars:
     """Each conductor prompt of ``envs`` (the text the trainer and the held-out generation tokenize)
     with the grammar of its item's agents (the row's ``available``), sized to ``budget`` tokens; any
@@ -178,7 +186,7 @@ def plan_grammars(
 
     vocab = int(model.get_output_embeddings().weight.shape[0])
     offered = sorted({int(i) for env in envs for i in np.flatnonzero(env.available())})
-    default = row_grammar(offered, max_steps, budget, prefix, final)
+    default = row_grammar(offered, max_steps, budget, prefix, final, cascade)
     grammars = PlanGrammars(tokenizer, vocab, default=default, prefix=prefix)
     for env in envs:
         rows = conductor_rows(env, chat=chat, seed=seed)
@@ -189,7 +197,7 @@ def plan_grammars(
             if not isinstance(prompt, str):
                 messages = list(prompt)
                 prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            grammars.add(prompt, row_grammar(row["available"], max_steps, budget, prefix, final))
+            grammars.add(prompt, row_grammar(row["available"], max_steps, budget, prefix, final, cascade))
     return grammars
 
 

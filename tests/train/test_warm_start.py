@@ -129,6 +129,42 @@ def test_each_kept_plan_rescored_on_its_draws_equals_its_recorded_reward(tmp_pat
     assert summary["questions"] == len(kept) and sum(summary["plans"].values()) == len(kept)
 
 
+def test_under_cascades_the_search_scores_cascade_plans_and_a_kept_one_rescores_to_its_reward(
+    tmp_path: Path,
+) -> None:
+    """aggregate="cascade": the declared space adds every ordered pair as a cascade on each trigger; a
+    cascade plan's text carries its final line, parses back to its workflow and, re-scored on its draws,
+    gives the reward the search recorded (it pays only for the steps it ran)."""
+    env = ConductorEnv(
+        mode="workflow", pool="sim-paper", suite="mix-paper", split="train", n_tasks=8,
+        aggregate="cascade", workflow_lam=0.01, cost_model="tokens",
+    )  # fmt: skip
+    rows = conductor_rows(env, chat=True, seed=0)
+    from puppeteer.train.grpo.warm_start import searched_plans
+
+    space = searched_plans(env, rows, WarmStartSpec())
+    assert {p.rpartition("@")[2] for p in space if "@" in p} == {"silent", "not-integer", "failed-check"}
+    assert not any("@" in p for p in searched_plans(_env(8), rows, WarmStartSpec()))
+    cascade = "escalate:qwen3-32b-cot,gpt5-cot@not-integer"
+    plans = (*PLANS, cascade)
+    task = env.tasks[0]
+    text = plan_text(cascade, task, env.pool, "s")
+    assert "final = 'cascade:not-integer'" in text
+    assert parse_workflow(text, len(env.pool), final=True, cascade=True) == plan_workflow(
+        cascade, task, env.pool, "s"
+    )
+    spec = WarmStartSpec(plans=plans, draws=2, keep="question")
+    kept = kept_plans(env, rows, spec, tmp_path / "plans.jsonl", max_workers=2)
+    scores = score_plans(env, rows, plans, spec.subtask, spec.draws, max_workers=2)
+    # the cascade is cheaper than the chain it cuts short wherever its first answer is a whole number
+    assert any(scores[cascade][t] > scores["chain:qwen3-32b-cot,gpt5-cot"][t] for t in scores[cascade])
+    for k in kept:
+        again = [
+            WorkflowScorer(env, max_workers=1, seed=d).score_one(k.task_id, k.text).reward for d in k.draws
+        ]
+        assert k.reward == pytest.approx(sum(again) / len(again), abs=1e-12)
+
+
 def test_sft_rows_continue_the_prompts_answer_prefix_and_end_the_sequence() -> None:
     kept = [
         KeptPlan("t1", "k", "single:a", "model_id = [0]\nsubtasks = ['s']\naccess_list = [[]]", 1.0, (0,))

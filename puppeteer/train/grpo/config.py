@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from puppeteer.envs.aggregate import PLAN_CHOICES
 from puppeteer.envs.build import EnvConfig
 from puppeteer.envs.env import ConductorEnv
 from puppeteer.envs.lam_range import LamRange
@@ -69,7 +70,8 @@ class GRPOJob:
     # and its reward uses it; ``conductor:grpo:RUN --lam X`` then plans at X
     workflow_lam_range: tuple[float, float] | None = None
     cost_model: str = "tokens"
-    # the final answer of a plan (EnvConfig.aggregate): last | vote | plan (the plan's own final line)
+    # the final answer of a plan (EnvConfig.aggregate): last | vote | plan (the plan's own final line) |
+    # cascade (that line may also make the plan a cascade: final = 'cascade:TRIGGER')
     final_answer: str = "last"
     reward_workers: int = 16
     stop_after_access_list: bool = False  # end every completion (sampled and held-out) after access_list
@@ -195,7 +197,8 @@ class GRPOJob:
             self.workflow_max_steps,
             budget,
             self.answer_prefix,
-            final=self.final_answer == "plan",
+            final=self.final_answer in PLAN_CHOICES,
+            cascade=self.final_answer == "cascade",
         )
 
     def env(

@@ -4,7 +4,8 @@ A small untrained conductor spends GRPO's samples on plans that do not parse or 
 for everything (docs/conductor-grpo.md). The warm start first gives it plans that are known to be good:
 
 1. **search**: every plan of a declared space (default :func:`~puppeteer.policies.plan_space.plan_specs`
-   over the agents the prompt offers: singles, ordered pairs, votes of three) is written as the conductor
+   over the agents the prompt offers: singles, ordered pairs, votes of three, and under
+   ``final_answer=cascade`` each ordered pair as a cascade on each trigger) is written as the conductor
    would write it (:func:`plan_text`) and executed on every training question in the run's own
    workflow-mode env (the GRPO reward: :class:`~puppeteer.integrations.trl.WorkflowScorer`), once per
    reset seed ``0 .. draws-1``;
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from puppeteer.envs.workflow import format_workflow
+from puppeteer.envs.workflow import CASCADE_TRIGGERS, format_workflow
 from puppeteer.integrations.trl import WorkflowScorer
 from puppeteer.policies.plan_space import plan_specs
 from puppeteer.policies.registry import make_policy
@@ -100,7 +101,9 @@ def plan_workflow(spec: str, task: Task, pool: Pool, subtask: str) -> Workflow:
 
 def _written(policy: Any, task: Task, pool: Pool, subtask: str) -> Workflow:
     workflow = policy.plan(task, pool, np.random.default_rng(0))
-    final = None if getattr(policy, "aggregate", "last") == "last" else policy.aggregate
+    final = workflow.final  # a cascade's plan names its own (cascade:TRIGGER)
+    if final is None and getattr(policy, "aggregate", "last") != "last":
+        final = policy.aggregate
     return Workflow(workflow.model_id, (subtask,) * len(workflow), workflow.access_list, final)
 
 
@@ -182,9 +185,11 @@ def keep_best(
 def searched_plans(
     env: ConductorEnv, rows: Sequence[Mapping[str, Any]], spec: WarmStartSpec
 ) -> tuple[str, ...]:
-    """``spec.plans``, or the declared space over every agent some row's prompt offers."""
+    """``spec.plans``, or the declared space over every agent some row's prompt offers (with the
+    cascades of every ordered pair where the env offers cascades)."""
     offered = sorted({i for r in rows for i in r["available"]})
-    return spec.plans or tuple(plan_specs([env.pool.agent(i).name for i in offered]))
+    triggers = CASCADE_TRIGGERS if env.config.final_answer == "cascade" else ()
+    return spec.plans or tuple(plan_specs([env.pool.agent(i).name for i in offered], cascades=triggers))
 
 
 def search_setting(
