@@ -3,6 +3,11 @@
     python experiments/plan-space/run.py sim-routing               # (a) the simulated routing world
     python experiments/plan-space/run.py sim-local                 # (b) the calibrated simulator
     PUPPETEER_REPLAY=strict python experiments/plan-space/run.py local-mix   # (c) the replayed real table
+    python experiments/plan-space/run.py sim-local --escalations   # with the cascade plans added
+
+``--escalations`` adds every ordered pair of the world's ``escalate_top`` agents as a cascade plan on each
+trigger (``escalate:A,B@TRIGGER``: B answers alone, only when the trigger fires on A's answer; the plans
+a conductor writes under ``final_answer=cascade``) and writes ``results/<world>-escalations.*``.
 
 Each plan of the declared space (:func:`plan_space.plan_specs`, beside this runner: singles, ordered
 pairs whose second step sees the first and answers last, votes of three) runs as a fixed workflow policy
@@ -43,6 +48,7 @@ from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.backends.replay import ReplayMiss, read_steps
 from puppeteer.envs.reward import COST_MODELS
 from puppeteer.envs.trajectories import read_trajectories
+from puppeteer.envs.workflow import CASCADE_TRIGGERS
 from puppeteer.evaluation.evaluate import evaluate_policy
 from puppeteer.evaluation.stats import mcnemar_exact, wilson_interval
 from puppeteer.policies.rule_fit import (
@@ -67,6 +73,7 @@ WORLDS: Mapping[str, Mapping[str, Any]] = {
         "seeds": 3,
         "pair_top": None,  # ordered pairs of all 8 agents (a number: the most accurate on train only)
         "vote_top": None,  # votes of 3 among all 8 agents
+        "escalate_top": None,  # with --escalations: ordered pairs of all 8 agents, on each trigger
         "backend": "simulator (sim-routing, published skills and list prices)",
     },
     "sim-local": {
@@ -78,6 +85,7 @@ WORLDS: Mapping[str, Mapping[str, Any]] = {
         "seeds": 3,
         "pair_top": 5,
         "vote_top": None,
+        "escalate_top": 5,
         "backend": "simulator (sim-local, fitted from the real local-mix table)",
     },
     "local-mix": {
@@ -89,6 +97,7 @@ WORLDS: Mapping[str, Mapping[str, Any]] = {
         "seeds": 1,
         "pair_top": 0,  # a second step that reads the first is recorded only for the verifier chains
         "vote_top": None,
+        "escalate_top": None,  # an escalation's second call answers alone: a recorded single call
         "backend": "llama.cpp Qwen2.5-Coder 1.5B/0.5B, replayed from agents/local-mix.replay (strict)",
     },
 }
@@ -238,7 +247,7 @@ def analyse(
     lam: float,
 ) -> dict[str, Any]:
     possible = [p for p in plans if p in train_out and p in test_out]
-    forms = ["single", "chain", "vote"]
+    forms = ["single", "chain", "vote", "escalate"]
     rows: list[dict[str, Any]] = []
     picks: dict[str, Any] = {}
     test_items = list(test_kinds)
@@ -336,7 +345,13 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=None, help="held-out worlds (default: the world's)")
     p.add_argument("--work", type=Path, default=Path("runs/plan-space"))
     p.add_argument("--out", type=Path, default=HERE / "results")
+    p.add_argument(
+        "--escalations",
+        action="store_true",
+        help="add the cascade plans (escalate:A,B@TRIGGER); results/<world>-escalations.*",
+    )
     args = p.parse_args()
+    name = f"{args.world}-escalations" if args.escalations else args.world
     cfg = dict(WORLDS[args.world])
     if args.seeds is not None:
         cfg["seeds"] = args.seeds
@@ -374,6 +389,11 @@ def main() -> None:
     plans = [s for s in plans if not s.startswith("single:") or s.removeprefix("single:") in acc] + [
         f"single:{r}" for r in revisers if r in acc and f"single:{r}" not in plans
     ]
+    if args.escalations:
+        top = ranked[: cfg["escalate_top"]] if cfg["escalate_top"] is not None else ranked
+        plans += [
+            s for s in plan_specs(top, vote_agents=(), cascades=CASCADE_TRIGGERS) if s.startswith("escalate:")
+        ]
     status(
         f"{len(plans)} plans; agents by training accuracy: {', '.join(f'{a} {acc[a]:.2f}' for a in ranked)}"
     )
@@ -439,6 +459,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {
         "world": args.world,
+        "escalations": args.escalations,
         "config": {k: v for k, v in cfg.items()},
         "n_train": len(train),
         "plans": plans,
@@ -475,7 +496,7 @@ def main() -> None:
             for lam in cfg["lams"]
         },
     }
-    (args.out / f"{args.world}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (args.out / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
     md = [line for res in results for line in markdown(res, cfg, len(train))]
     for lam, crows in chain_rows.items():
         if not crows:
@@ -499,7 +520,7 @@ def main() -> None:
                 f"`{r['first']}` > `{r['second']}`: {cells[1]} |"
             )
         md.append("")
-    (args.out / f"{args.world}.md").write_text("\n".join(md) + "\n")
+    (args.out / f"{name}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     status("written")
 
