@@ -140,3 +140,35 @@ def test_an_escalation_spec_plans_its_cascade_and_refuses_bad_ones() -> None:
     for bad, why in bad_specs:
         with pytest.raises(SpecError, match=why):
             make_policy(bad, pool)
+
+
+class Coder(SyncBackend):
+    """Agent 0 writes a function that contradicts its docstring's examples, agent 1 the right one."""
+
+    name = "coder"
+    CODE = (
+        "def add_one(xs):\n    return [x + 2 for x in xs]\n",
+        "def add_one(xs):\n    return [x + 1 for x in xs]\n",
+    )
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        code = self.CODE[int(request.model.target)]
+        return Completion(f"```python\n{code}```", 10, 5, 0.001, 0.0, 0.25, request.model.target)
+
+
+@pytest.mark.parametrize(("ids", "ran", "correct"), [([0, 1], [0, 1], True), ([1, 0], [1], True)])
+def test_a_failed_check_cascade_escalates_a_function_that_fails_its_examples(
+    ids: list[int], ran: list[int], correct: bool
+) -> None:
+    from tests.tasks.test_visible import TASK
+
+    models = {f"m{i}": {"backend": "sim", "target": str(i), "params_b": 1} for i in range(2)}
+    agents = [{"name": f"c{i}", "model": f"m{i}", "pattern": "code"} for i in range(2)]
+    pool = pool_from_dict({"name": "coders", "models": models, "agents": agents})
+    env = ConductorEnv(
+        pool=pool, tasks=[TASK], backend=Coder(), mode="workflow", max_steps=2, aggregate="cascade"
+    )
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(_plan(ids, "cascade:failed-check"))
+    assert [s.agent_id for s in info["trajectory"].steps] == ran
+    assert info["trajectory"].correct is correct
