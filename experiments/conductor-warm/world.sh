@@ -9,19 +9,26 @@
 # of fine-tuning, no GRPO; then the conductors, the best rule and the best single agent (chosen on the 200
 # training items at the same price) on the same 320 held-out items and draws.
 # Backend: sim (workers); the conductor (SmolLM2-135M) runs on transformers on the CPU.
+# FINAL=cascade: the plans may be cascades (final_answer=cascade: `final = 'cascade:TRIGGER'`, a later step only
+# when the trigger fires on the answer before it), and the search adds every ordered pair as a cascade on each
+# trigger (381 plans); seeds 621..; under runs/conductor-warm/sim-local-cascade and results/sim-local-cascade.
 #   SEEDS="611 612 613" experiments/conductor-warm/world.sh     # the search 12 minutes once, then ~30 minutes a seed
+#   FINAL=cascade SEEDS="621 622 623" experiments/conductor-warm/world.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORLD=sim-local
-OUT=runs/conductor-warm/$WORLD
-RES=experiments/conductor-warm/results/$WORLD
+FINAL=${FINAL:-plan}
+NAME=$WORLD
+[ "$FINAL" = plan ] || NAME=$WORLD-$FINAL
+OUT=runs/conductor-warm/$NAME
+RES=experiments/conductor-warm/results/$NAME
 SEEDS=${SEEDS:-"611 612 613"}
 mkdir -p "$OUT" "$RES"
 ARMS=()
 for seed in $SEEDS; do
   [ -f "$OUT/s$seed/results.json" ] || \
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} puppeteer train track=conductor conductor=cpu-smollm2-warm \
-      pool=$WORLD suite=mix-local final_answer=plan cost_model=minutes workflow_lam=0.5 seed=$seed \
+      pool=$WORLD suite=mix-local final_answer=$FINAL cost_model=minutes workflow_lam=0.5 seed=$seed \
       out=$OUT/s$seed n_eval=20 warm_start.plans_file=$OUT/plans.jsonl warm_start.draws=1 grpo.max_steps=0 wandb.enabled=false
   cp "$OUT/s$seed/results.json" "$RES/s$seed.json"
   cp "$OUT/s$seed/warm_start/sft_log.json" "$RES/s${seed}_sft_log.json"
