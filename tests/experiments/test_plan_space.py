@@ -23,6 +23,11 @@ def test_plan_specs_counts_and_order() -> None:
     small = plan_specs(["a", "b", "c"], pair_agents=["a", "b"], vote_agents=["a", "b"])
     assert [s for s in small if s.startswith("chain")] == ["chain:a,b", "chain:b,a"]
     assert not [s for s in small if s.startswith("vote")]  # fewer voters than k
+    cascades = plan_specs(["a", "b", "c"], cascades=("silent", "failed-check"))
+    escalations = [s for s in cascades if plan_form(s) == "escalate"]
+    assert len(escalations) == 2 * 3 * 2  # every ordered pair on each trigger
+    assert "escalate:b,a@failed-check" in escalations
+    assert [s for s in cascades if s not in escalations] == plan_specs(["a", "b", "c"])  # added, last
 
 
 def test_plan_specs_build_as_policies() -> None:
@@ -31,9 +36,10 @@ def test_plan_specs_build_as_policies() -> None:
 
     pool = load_pool("sim-routing")
     names = [a.name for a in pool.agents][:3]
-    for spec in plan_specs(names):
+    for spec in plan_specs(names, cascades=("not-integer",)):
         policy = make_policy(spec, pool, 3)
-        assert policy.aggregate == ("vote" if spec.startswith("vote") else "last")
+        want = {"vote": "vote", "escalate": "cascade"}.get(plan_form(spec), "last")
+        assert policy.aggregate == want
 
 
 # two kinds, three plans, four items: x1, x2 of kind X; y1, y2 of kind Y
