@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS = (
     ("| mixed traffic on real models", "experiments/quickstart/results/seeds101-105/results.json"),
     ("| the same traffic on the simulator", "experiments/sim-local-learner/results/lam1/results.json"),
-    ("| the same traffic with real second steps", "experiments/steps-learner/results/lam1/results.json"),
+    ("| the same traffic with real second steps (", "experiments/steps-learner/results/lam1/results.json"),
+    (
+        "| the same traffic with real second steps, the router reading",
+        "experiments/steps-learner/results/by-kind/results.json",
+    ),
 )
 
 
@@ -29,7 +33,7 @@ def _numbers(cell: str) -> list[float]:
     return [float(x) for x in re.findall(r"\d+\.\d+", cell)]
 
 
-@pytest.mark.parametrize(("start", "path"), ROWS, ids=[p.split("/")[1] for _, p in ROWS])
+@pytest.mark.parametrize(("start", "path"), ROWS, ids=["/".join(p.split("/")[1:4:2]) for _, p in ROWS])
 def test_a_readme_row_states_its_committed_run(start: str, path: str) -> None:
     results = {r["policy"]: r for r in json.loads((ROOT / path).read_text())["results"]}
     trained = [r for name, r in results.items() if name.startswith("puppeteer (trained) seed ")]
