@@ -91,6 +91,16 @@ def _vs(c: Mapping[str, Any], counts: bool = True) -> str:
     return f"{c['delta_points']:+.1f} (p = {c['p']:.2g}{pair})"
 
 
+def arm_dirs(ab: Path) -> list[Path]:
+    """The arm folders of an A/B: those its ``arms.json`` lists where it has one (an ``ab --overwrite``
+    into the folder of an earlier run leaves that run's other arms beside them), else every folder
+    with trajectories."""
+    listed = ab / "arms.json"
+    if listed.is_file():
+        return [ab / Path(arm["run_dir"]).name for arm in json.loads(listed.read_text())["arms"]]
+    return [d for d in sorted(ab.iterdir()) if (d / "trajectories.jsonl").is_file()]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ab", type=Path)
@@ -105,9 +115,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     pool = load_pool(args.pool) if args.pool else None
     if pool is not None and not pool.has_speeds:
         raise SystemExit(f"pool {pool.name!r} declares no speeds for every model: no model minutes")
-    arms = {
-        d.name: read_arm(d, pool) for d in sorted(args.ab.iterdir()) if (d / "trajectories.jsonl").is_file()
-    }
+    arms = {d.name: read_arm(d, pool) for d in arm_dirs(args.ab)}
     rule = next(k for k in arms if "best-rule" in k)
     single = next(k for k in arms if "best-single" in k)
     items = sorted(set.intersection(*(set(a) for a in arms.values())))

@@ -78,3 +78,19 @@ def test_with_a_pool_the_report_prices_model_minutes_at_its_declared_speeds(tmp_
     assert arm["minutes"] == pytest.approx(2 / 3) and arm["return"] == pytest.approx(0.75 - 2 / 3)
     assert arm["vs_best_rule"]["delta_points"] == pytest.approx(-100 / 3)
     assert "model minutes" in (tmp_path / "res" / "report.md").read_text()
+
+
+def test_the_report_reads_the_arms_the_ab_listed_not_an_earlier_runs_folders(tmp_path: Path) -> None:
+    ab = tmp_path / "ab"
+    items = [f"gsm8k/{i}" for i in range(4)]
+    _arm(ab, "A_conductor_grpo_runs_x_s1_warm_start", [(t, True, 0.001, [0]) for t in items])
+    _arm(ab, "B_best-rule_200_usd", [(t, False, 0.002, None) for t in items])  # an earlier run's rule
+    _arm(ab, "C_best-rule_200_usd", [(t, True, 0.002, None) for t in items])
+    _arm(ab, "D_best-single_200_usd", [(t, True, 0.0, None) for t in items])
+    listed = ["A_conductor_grpo_runs_x_s1_warm_start", "C_best-rule_200_usd", "D_best-single_200_usd"]
+    arms = [{"run_dir": f"runs/ab/{name}"} for name in listed]
+    (ab / "arms.json").write_text(json.dumps({"arms": arms}))
+    report.main([str(ab), "--lam", "0.1", "--out", str(tmp_path / "res")])
+    out = json.loads((tmp_path / "res" / "report.json").read_text())
+    assert sorted(out["arms"]) == listed
+    assert out["arms"]["A_conductor_grpo_runs_x_s1_warm_start"]["vs_best_rule"]["only_ref"] == 0
