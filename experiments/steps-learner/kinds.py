@@ -36,11 +36,14 @@ def main() -> None:
     test = load_suite(args.suite, "test", n=args.n_eval)
     kinds = list(dict.fromkeys(t.domain for t in train))  # the classifier's order (fit_inputs)
     out = {}
+    encoder, emb = None, None  # the seeds share the encoder: the questions are encoded once
     for policy_dir in sorted(args.run.glob("seed*/policy")):
         agents = json.loads((policy_dir / "policy.json").read_text())["agents"]
-        policy = PuppeteerPolicy.load(policy_dir, pool.subset(agents))
+        policy = PuppeteerPolicy.load(policy_dir, pool.subset(agents), encoder=encoder)
+        if emb is None:
+            encoder = policy.encoder
+            emb = torch.as_tensor(encoder.encode([t.question for t in test]), dtype=torch.float32)
         scorer = policy.scorer
-        emb = torch.as_tensor(policy.encoder.encode([t.question for t in test]), dtype=torch.float32)
         with torch.no_grad():
             read = scorer.kind_of(scorer.standardized(emb)).tolist()
         pairs = Counter((t.domain, kinds[k]) for t, k in zip(test, read, strict=True))

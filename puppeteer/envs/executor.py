@@ -197,16 +197,11 @@ class Executor:
                 deps = [*prior, *deps]
             return await self.arun_step(ctx, offset + i, workflow.model_id[i], workflow.subtasks[i], deps)
 
-        if stop is not None:
-            done: list[Step] = []
-            for i in range(len(workflow)):
-                futures[i] = asyncio.ensure_future(run(i))
-                done.append(await futures[i])
-                if i < len(workflow) - 1 and stop(done[-1]):
-                    break
-            return tuple(done)
+        last = len(workflow) - 1
         for i in range(len(workflow)):
             futures[i] = asyncio.ensure_future(run(i))
+            if stop is not None and i < last and stop(await futures[i]):  # a cascade waits for each step
+                break
         return tuple(await asyncio.gather(*futures.values()))
 
     def run_workflow(

@@ -215,21 +215,25 @@ class PuppeteerPolicy:
         if self.config.by_kind:
             if domains is None:
                 raise ValueError("policy.by_kind reads the question as its kind: give the tasks' domains")
-            self._fit_kinds(texts, domains)
+            self._fit_kinds(emb, texts, domains)
         if self.config.cards and domains is not None:
             self._fit_domains(texts, domains)
 
-    def _fit_kinds(self, texts: Sequence[str], domains: Sequence[str]) -> None:
+    def _fit_kinds(self, emb: torch.Tensor, texts: Sequence[str], domains: Sequence[str]) -> None:
         """Each kind's mean standardised question and the classifier that says which kind a question
-        is (kinds in order of first appearance)."""
-        pairs = dict(zip(texts, domains, strict=True))
-        kinds = list(dict.fromkeys(pairs.values()))
-        x = self.scorer.standardized(torch.as_tensor(self.encoder.encode(list(pairs)), dtype=torch.float32))
-        y = torch.as_tensor([kinds.index(d) for d in pairs.values()])
+        is (kinds in order of first appearance). ``emb``: the distinct ``texts``' embeddings, in order."""
+        named = dict(zip(texts, domains, strict=True))  # its keys are emb's rows
+        kinds = list(dict.fromkeys(named.values()))
+        x = self.scorer.standardized(emb)
+        y = torch.as_tensor([kinds.index(d) for d in named.values()])
         centroids = torch.stack([x[y == k].mean(dim=0) for k in range(len(kinds))])
         w, b = _multinomial_fit(x, y, len(kinds))
-        for scorer in [self.scorer] if self.scorer.later is None else [self.scorer, self.scorer.later]:
+        for scorer in self._scorers():
             scorer.set_kinds(centroids, w, b)
+
+    def _scorers(self) -> list[Scorer]:
+        """The first decision's scorer and, with ``step_heads``, the later decisions'."""
+        return [self.scorer] if self.scorer.later is None else [self.scorer, self.scorer.later]
 
     def _fit_domains(self, texts: Sequence[str], domains: Sequence[str]) -> None:
         """Ridge multinomial logistic regression of the card's domain on the standardised question."""
@@ -244,7 +248,7 @@ class PuppeteerPolicy:
             self.scorer.domain_b.copy_(b)
 
     def _fit_stats(self, emb: torch.Tensor) -> None:
-        scorers = [self.scorer] if self.scorer.later is None else [self.scorer, self.scorer.later]
+        scorers = self._scorers()
         with torch.no_grad():
             std = emb.std(dim=0) if len(emb) > 1 else torch.ones(emb.shape[1])
             shift, scale = emb.mean(dim=0), 1.0 / (std + 1e-2 * float(std.mean()) + 1e-6)
