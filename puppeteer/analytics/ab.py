@@ -17,6 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shutil
+import string
+from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +44,7 @@ PAIRED_METRICS: tuple[tuple[str, str], ...] = (
     ("reward", "reward"),
 )
 METRIC_LABELS = dict(PAIRED_METRICS)
+LABELS = string.ascii_uppercase  # the arms' labels, in the order given
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,36 @@ class ABResult:
 def is_run_dir(source: str) -> bool:
     p = Path(source)
     return p.is_dir() and (p / "trajectories.jsonl").exists()
+
+
+REPORT_FILES = ("ab.md", "ab.json", "ab.png", "arms.md", "arms.json", "arms.png")
+_ARM_DIR = re.compile(r"[A-Z]_.+")  # an arm run here: <label>_<slug of its spec>
+_PAIR_DIR = re.compile(r"A_vs_[A-Z]")  # a pair's report of a run of three arms or more
+
+
+def clear_earlier(out: Path, sources: Sequence[str]) -> list[Path]:
+    """Remove what an earlier A/B wrote into ``out`` and this one will not write again: its reports,
+    the folders of arms it ran that are not among ``sources`` at their label now, and its pairs'
+    folders. Anything else in ``out`` stays. Returns what was removed (for ``--overwrite``, so that
+    the folder holds this A/B alone)."""
+    from puppeteer.evaluation.evaluate import slug
+
+    if not out.is_dir():
+        return []
+    now = {f"{LABELS[i]}_{slug(s)}" for i, s in enumerate(sources) if not is_run_dir(s)}
+    removed = []
+    for path in sorted(out.iterdir()):
+        earlier_arm = _ARM_DIR.fullmatch(path.name) and path.name not in now and is_run_dir(str(path))
+        if path.is_file() and path.name in REPORT_FILES:
+            path.unlink()
+        elif path.is_dir() and (_PAIR_DIR.fullmatch(path.name) or earlier_arm):
+            shutil.rmtree(path)
+        else:
+            continue
+        removed.append(path)
+    if removed:
+        log.info("removed what an earlier A/B wrote in %s: %s", out, ", ".join(p.name for p in removed))
+    return removed
 
 
 def run_arm(source: str, label: str, out: Path, pool: str, suite: str, **eval_kwargs: Any) -> Path:
@@ -205,8 +240,11 @@ def run_ab(
     overwrite: bool = False,
 ) -> ABResult:
     """Run (or read) both arms on the same items and write ``ab.md``, ``ab.json`` and ``ab.png``
-    (``final_answer``: every arm run here chooses its final answer so; None: each policy's own)."""
+    (``final_answer``: every arm run here chooses its final answer so; None: each policy's own).
+    ``overwrite``: also remove what an earlier A/B wrote in ``out`` (:func:`clear_earlier`)."""
     out = Path(out)
+    if overwrite:
+        clear_earlier(out, (a, b))
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(n=n, split=split, seed=seed, max_steps=max_steps, lam=lam, cache=cache)
     kw["final_answer"] = final_answer

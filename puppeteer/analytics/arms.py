@@ -17,7 +17,6 @@ front dashed), and each pair's own ``ab.md`` / ``ab.json`` / ``ab.png`` in ``OUT
 from __future__ import annotations
 
 import json
-import string
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,9 +26,11 @@ import pandas as pd
 
 from puppeteer.agents.pool import Pool, load_pool
 from puppeteer.analytics.ab import (
+    LABELS,
     METRIC_LABELS,
     ABResult,
     Arm,
+    clear_earlier,
     compare_episodes,
     episodes_of,
     make_arm,
@@ -41,7 +42,6 @@ from puppeteer.analytics.plots import CostPoint, accuracy_vs_cost, pareto_front
 from puppeteer.analytics.store import run_metadata
 
 ALPHA = 0.05
-LABELS = string.ascii_uppercase
 
 
 @dataclass(frozen=True)
@@ -164,9 +164,12 @@ def run_arms(
     out: str | Path,
     **eval_kwargs: Any,
 ) -> ArmsResult:
-    """Run (or read) every arm on the same items and write the reports."""
+    """Run (or read) every arm on the same items and write the reports (``overwrite`` among
+    ``eval_kwargs``: also remove what an earlier A/B wrote in ``out``, :func:`.ab.clear_earlier`)."""
     _check_count(len(sources))
     out = Path(out)
+    if eval_kwargs.get("overwrite"):
+        clear_earlier(out, sources)
     out.mkdir(parents=True, exist_ok=True)
     runs = [run_arm(s, LABELS[i], out, pool, suite, **eval_kwargs) for i, s in enumerate(sources)]
     result = compare_arms(runs, sources, speeds=load_pool(pool))

@@ -55,7 +55,8 @@ def configure_ab(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="run again the arms whose folder in --out holds a finished run (without it: refused)",
+        help="run again the arms whose folder in --out holds a finished run (without it: refused), and "
+        "remove the arms, pairs and reports an earlier A/B wrote there that this one does not write again",
     )
     p.add_argument(
         "--final-answer",

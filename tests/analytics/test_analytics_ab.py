@@ -130,6 +130,24 @@ def test_ab_command_with_three_arms(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert all(a["n"] == 20 for a in saved["arms"])
 
 
+def test_overwrite_leaves_only_this_ab_in_its_folder(tmp_path: Path) -> None:
+    """An --overwrite run into an earlier A/B's folder removes the earlier arms, pairs and reports it
+    does not write again, and keeps what is not an A/B's (a user's own file, a folder of another name)."""
+    out = tmp_path / "ab"
+    three = ["ab", "single:gpt5-cot", "vote:3", "oracle", "--pool", "sim-paper", "--suite", "arith"]
+    assert main([*three, "--n", "10", "--out", str(out)]) == 0
+    earlier = {p.name for p in out.iterdir()}
+    assert {"C_oracle", "A_vs_B", "A_vs_C", "arms.json"} <= earlier
+    (out / "notes.txt").write_text("mine")
+    (out / "Z_kept").mkdir()  # not a run folder: stays
+    two = ["ab", "single:gpt5-cot", "oracle", "--pool", "sim-paper", "--suite", "arith"]
+    assert main([*two, "--n", "10", "--out", str(out), "--overwrite"]) == 0
+    now = {p.name for p in out.iterdir()}
+    assert {"A_single_gpt5-cot", "B_oracle", "ab.json", "ab.md", "notes.txt", "Z_kept"} <= now
+    assert not now & {"B_vote_3", "C_oracle", "A_vs_B", "A_vs_C", "arms.json", "arms.md", "arms.png"}
+    assert json.loads((out / "ab.json").read_text())["b"]["spec"] == "oracle"
+
+
 def test_arms_plot_of_local_models_without_usd(tmp_path: Path) -> None:
     """Local models cost no USD: the plot has the tokens panel only instead of a flat USD panel."""
     from dataclasses import replace
