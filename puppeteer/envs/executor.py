@@ -188,14 +188,24 @@ class Executor:
     ) -> tuple[Step, ...]:
         """Run ``workflow``; its steps get indices ``offset + i``. Steps with access ``'all'`` also
         see the ``prior`` steps (a recursive round sees its parent's last step). With ``stop`` (a
-        cascade) the steps run one after another and end after the first step for which it is true."""
+        cascade) the steps run one after another and end after the first step for which it is true.
+
+        On a pool with an outcome table (``Pool.replay``) every step sends the request step mode sends
+        for its agent: the question as its subtask (the plan's subtask line is not sent) and, where the
+        pool's solvers answer alone (``independent_solvers``), a solver sees no earlier step; so a plan
+        of recorded calls replays (a verifier after a recorded first agent, a cascade, a vote)."""
         futures: dict[int, Awaitable[Step]] = {}
+        recorded = self.pool.replay is not None
 
         async def run(i: int) -> Step:
+            agent_id, subtask = workflow.model_id[i], workflow.subtasks[i]
             deps = [await futures[j] for j in visible_steps(workflow, i)]
             if workflow.access_list[i] == "all":
                 deps = [*prior, *deps]
-            return await self.arun_step(ctx, offset + i, workflow.model_id[i], workflow.subtasks[i], deps)
+            if recorded:  # the request step mode sends, which the pool's outcome table recorded
+                subtask = ctx.question.strip()
+                deps = deps if self.pool.sees_earlier_work(agent_id) else []
+            return await self.arun_step(ctx, offset + i, agent_id, subtask, deps)
 
         last = len(workflow) - 1
         for i in range(len(workflow)):

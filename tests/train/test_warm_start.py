@@ -165,6 +165,42 @@ def test_under_cascades_the_search_scores_cascade_plans_and_a_kept_one_rescores_
         assert k.reward == pytest.approx(sum(again) / len(again), abs=1e-12)
 
 
+def test_on_a_replayed_pool_a_plans_recorded_calls_replay_and_the_search_skips_what_the_table_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """local-mix-steps under strict replay: a plan's steps send step mode's requests (the question, not
+    the plan's subtask line), so a single replays its recorded outcome, a cascade replays on every
+    question and a verifier after a kind's recorded first agent replays; a plan the table cannot answer
+    (a verifier after another first agent) is not scored there instead of stopping the search."""
+    from puppeteer.backends.replay import read_outcomes
+
+    monkeypatch.setenv("PUPPETEER_REPLAY", "strict")
+    env = ConductorEnv(
+        mode="workflow", pool="local-mix-steps", suite="mix-local", split="train", n_tasks=8,
+        aggregate="cascade", workflow_lam=0.5, cost_model="minutes",
+    )  # fmt: skip
+    rows = conductor_rows(env, chat=True, seed=0)
+    kinds = {t.id: t.domain for t in env.tasks}
+    checked = {k for k in kinds.values()} & {"arith", "gsm8k"}  # the verifier's chains follow qwen1.5b-pot
+    assert checked, "the draw holds an arithmetic or GSM8K item"
+    plans = (
+        "single:qwen1.5b-pot",
+        "escalate:qwen0.5b-code,qwen1.5b-pot@failed-check",
+        "chain:qwen1.5b-pot,qwen0.5b-verify",
+        "chain:qwen0.5b-direct,qwen0.5b-verify",
+    )
+    scores = score_plans(env, rows, plans, "Any subtask line at all.", 1, max_workers=2)
+    assert set(scores[plans[0]]) == set(scores[plans[1]]) == set(kinds)
+    assert set(scores[plans[2]]) == {t for t, k in kinds.items() if k in checked}
+    assert plans[3] not in scores
+    table = {(o.task_id, o.agent): o.correct for o in read_outcomes(env.pool.replay)}
+    scorer = WorkflowScorer(env, max_workers=1)
+    for r in rows:
+        text = plan_text(plans[0], {t.id: t for t in env.tasks}[r["task_id"]], env.pool, "Another one.")
+        got = scorer.score_one(r["task_id"], text, r["available"], r["lam"])
+        assert got.correct == table[r["task_id"], "qwen1.5b-pot"]
+
+
 def test_sft_rows_continue_the_prompts_answer_prefix_and_end_the_sequence() -> None:
     kept = [
         KeptPlan("t1", "k", "single:a", "model_id = [0]\nsubtasks = ['s']\naccess_list = [[]]", 1.0, (0,))

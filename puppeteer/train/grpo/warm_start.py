@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from puppeteer.backends.replay import ReplayMiss
 from puppeteer.envs.workflow import CASCADE_TRIGGERS, format_workflow
 from puppeteer.integrations.trl import WorkflowScorer
 from puppeteer.policies.plan_space import plan_specs
@@ -121,7 +122,8 @@ def score_plans(
     max_workers: int = 8,
 ) -> dict[str, dict[str, float]]:
     """Mean reward over ``draws`` reset seeds of each plan on each row's question (spec -> task id ->
-    reward); a plan naming an agent that a row's prompt does not offer is not scored there."""
+    reward); a plan naming an agent that a row's prompt does not offer, or (strict replay) a call the
+    pool's outcome table does not hold, is not scored there."""
     from tqdm.auto import tqdm
 
     tasks = {t.id: t for t in env.tasks}
@@ -136,16 +138,30 @@ def score_plans(
             continue
         sums = np.zeros(len(usable))
         for scorer in scorers:
-            got = scorer.episodes(
-                [r["task_id"] for r in usable],
-                [texts[r["task_id"]] for r in usable],
-                [r["available"] for r in usable],
-                [r["lam"] for r in usable],
-            )
-            sums += [outcome.reward for outcome, _, _ in got]
+            sums += _rewards(scorer, usable, texts)
         for r, total in zip(usable, sums, strict=True):
-            totals[spec][r["task_id"]] = float(total / draws)
+            if np.isfinite(total):
+                totals[spec][r["task_id"]] = float(total / draws)
     return dict(totals)
+
+
+def _rewards(
+    scorer: WorkflowScorer, rows: Sequence[Mapping[str, Any]], texts: Mapping[str, str]
+) -> list[float]:
+    """Each row's reward for its plan text; NaN where a strict replay table does not hold one of the
+    plan's calls (the plan is not scored on that question: the world cannot say what it would get)."""
+    args = [r["task_id"] for r in rows], [texts[r["task_id"]] for r in rows]
+    offered, prices = [r["available"] for r in rows], [r["lam"] for r in rows]
+    try:
+        return [outcome.reward for outcome, _, _ in scorer.episodes(*args, offered, prices)]
+    except ReplayMiss:  # one question at a time, to find those the table cannot answer
+        out = []
+        for task_id, text, available, lam in zip(*args, offered, prices, strict=True):
+            try:
+                out.append(scorer.score_one(task_id, text, available, lam).reward)
+            except ReplayMiss:
+                out.append(float("nan"))
+        return out
 
 
 KEEP_BY = ("kind", "question")
