@@ -97,8 +97,22 @@ def arm_dirs(ab: Path) -> list[Path]:
     with trajectories."""
     listed = ab / "arms.json"
     if listed.is_file():
-        return [ab / Path(arm["run_dir"]).name for arm in json.loads(listed.read_text())["arms"]]
+        return [_run_dir(ab, arm["run_dir"]) for arm in json.loads(listed.read_text())["arms"]]
     return [d for d in sorted(ab.iterdir()) if (d / "trajectories.jsonl").is_file()]
+
+
+def _run_dir(ab: Path, listed: str) -> Path:
+    """An arm's folder: in the A/B's folder where the A/B ran it, else the finished run it was given."""
+    inside = ab / Path(listed).name
+    return inside if (inside / "trajectories.jsonl").is_file() else Path(listed)
+
+
+# pooled groups: (label, whether an arm's folder name belongs to it)
+GROUPS = (
+    ("warm-started (before GRPO)", lambda k: "conductor_grpo" in k and k.endswith("warm_start")),
+    ("after GRPO", lambda k: "conductor_grpo" in k and not k.endswith("warm_start")),
+    ("step-wise router", lambda k: k.startswith("puppeteer-seed")),  # a quickstart's routers, one a seed
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -129,11 +143,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         if any(r["plan"] for r in rows):
             entry["plans"] = plans_used(rows)
         table["arms"][name] = entry
-    conductors = [k for k in arms if "conductor_grpo" in k]
-    for group, members in (
-        ("warm-started (before GRPO)", [k for k in conductors if k.endswith("warm_start")]),
-        ("after GRPO", [k for k in conductors if not k.endswith("warm_start")]),
-    ):
+    for group, member in GROUPS:
+        members = [k for k in arms if member(k)]
         if not members:
             continue
         pooled = [arms[k][i] for k in members for i in items]
@@ -165,8 +176,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     for group, e in table.get("pooled", {}).items():
         worst = f"worst seed {e['worst_seed_vs_best_rule']:+.1f}"
+        who = group if group.startswith("step") else f"conductor {group}"
         lines.append(
-            f"| **conductor {group}, {e['seeds']} seeds pooled** | {e['accuracy']:.3f} | {e[unit]:.3f} | "
+            f"| **{who}, {e['seeds']} seeds pooled** | {e['accuracy']:.3f} | {e[unit]:.3f} | "
             f"{e['return']:.3f} | {_vs(e['vs_best_rule'])}; {worst} | "
             f"{_vs(e['vs_best_single'], counts=False)} | |"
         )

@@ -94,3 +94,29 @@ def test_the_report_reads_the_arms_the_ab_listed_not_an_earlier_runs_folders(tmp
     out = json.loads((tmp_path / "res" / "report.json").read_text())
     assert sorted(out["arms"]) == listed
     assert out["arms"]["A_conductor_grpo_runs_x_s1_warm_start"]["vs_best_rule"]["only_ref"] == 0
+
+
+def test_arms_given_as_finished_runs_are_read_where_they_are_and_the_routers_pooled(tmp_path: Path) -> None:
+    """An A/B may pair its conductors with finished runs elsewhere (a quickstart's rule, best single
+    agent and one router a seed): the report reads them from their own folders and pools the routers."""
+    ab, qs = tmp_path / "ab", tmp_path / "qs" / "eval"
+    items = [f"gsm8k/{i}" for i in range(4)]
+    _arm(ab, "A_conductor_grpo_runs_x_s1_warm_start", [(t, True, 0.001, [0]) for t in items])
+    _arm(qs, "best-rule_200", [(t, i < 3, 0.001, None) for i, t in enumerate(items)])
+    _arm(qs, "best-single_200", [(t, i < 2, 0.0, None) for i, t in enumerate(items)])
+    _arm(qs, "puppeteer-seed1", [(t, i < 3, 0.001, None) for i, t in enumerate(items)])
+    _arm(qs, "puppeteer-seed2", [(t, i < 1, 0.001, None) for i, t in enumerate(items)])
+    dirs = [str(ab / "A_conductor_grpo_runs_x_s1_warm_start")]
+    dirs += [str(qs / n) for n in ("best-rule_200", "best-single_200", "puppeteer-seed1", "puppeteer-seed2")]
+    (ab / "arms.json").write_text(json.dumps({"arms": [{"run_dir": d} for d in dirs]}))
+    report.main([str(ab), "--lam", "0", "--out", str(tmp_path / "res")])
+    out = json.loads((tmp_path / "res" / "report.json").read_text())
+    routers = out["pooled"]["step-wise router"]
+    # seeds right on 3 and 1 of 4 items: pooled 0.5, the rule 0.75; worst seed 0.25 - 0.75
+    assert routers["seeds"] == 2 and routers["accuracy"] == 0.5
+    assert routers["vs_best_rule"]["delta_points"] == pytest.approx(-25.0)
+    assert routers["worst_seed_vs_best_rule"] == pytest.approx(-50.0)
+    assert out["arms"]["A_conductor_grpo_runs_x_s1_warm_start"]["vs_best_rule"][
+        "delta_points"
+    ] == pytest.approx(25.0)
+    assert "**step-wise router, 2 seeds pooled**" in (tmp_path / "res" / "report.md").read_text()
