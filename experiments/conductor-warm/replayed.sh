@@ -32,7 +32,7 @@ ARMS=()
 for seed in $SEEDS; do
   [ -f "$OUT/s$seed/results.json" ] || \
     PUPPETEER_REPLAY=strict OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} puppeteer train track=conductor \
-      conductor=cpu-smollm2-warm pool=local-mix-steps "available=[$AGENTS]" suite=mix-local \
+      conductor=cpu-smollm2-warm pool=local-mix-steps "++available=[$AGENTS]" suite=mix-local \
       final_answer=cascade cost_model=minutes workflow_lam=0.5 seed=$seed out=$OUT/s$seed eval.before=false \
       warm_start.plans_file=$OUT/plans.jsonl warm_start.draws=1 grpo.max_steps=0 wandb.enabled=false
   cp "$OUT/s$seed/results.json" "$RES/s$seed.json"
