@@ -120,3 +120,49 @@ def test_arms_given_as_finished_runs_are_read_where_they_are_and_the_routers_poo
         "delta_points"
     ] == pytest.approx(25.0)
     assert "**step-wise router, 2 seeds pooled**" in (tmp_path / "res" / "report.md").read_text()
+
+
+def test_models_counts_the_kinds_kept_plan_and_the_fine_tunes_cpu_time(tmp_path: Path) -> None:
+    """models.py: for each conductor run, its fine-tune's CPU seconds and examples, and on the items the
+    first run planned the share of plans that are the kind's kept plan (hand-made runs)."""
+    from puppeteer.envs.trajectories import trajectory_to_dict
+    from puppeteer.envs.workflow import format_workflow
+    from puppeteer.train.grpo.warm_start import KeptPlan, write_plans
+    from puppeteer.types import Trajectory, Workflow
+
+    models = experiment_module("conductor-warm", "models")
+    kept = Workflow((1,), ("s",), ((),))
+    other = Workflow((0, 1), ("s", "s"), ((), ()), "cascade:not-integer")
+    write_plans(
+        tmp_path / "plans.jsonl", [KeptPlan("gsm8k/0", "gsm8k", "single:b", format_workflow(kept), 1.0, (0,))]
+    )
+
+    def run(name: str, model: str, runtime: float, plans: list[Workflow], first: int = 0) -> Path:
+        root = tmp_path / name
+        (root / "warm_start").mkdir(parents=True)
+        (root / "config.json").write_text(json.dumps({"model": {"id": model}}))
+        log = [{"loss": 0.5, "step": 1}, {"train_runtime": runtime, "epoch": 0.25, "step": 2}]
+        (root / "warm_start" / "sft_log.json").write_text(json.dumps(log))
+        (root / "eval").mkdir()
+        rows = [
+            trajectory_to_dict(
+                Trajectory(f"gsm8k/{first + i}", "mix-local", "workflow", (), "1", i == 0, 0.0, workflow=w)
+            )
+            for i, w in enumerate(plans)
+        ]
+        (root / "eval" / "trajectories.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        return root
+
+    big = run("s1", "qwen2.5-coder-0.5b", 600.0, [kept, other, kept])
+    small = run("s2", "smollm2-135m", 1900.0, [other, kept, kept, kept])  # one item more: left out
+    models.main(
+        [str(big), str(small), "--plans", str(tmp_path / "plans.jsonl"), "--out", str(tmp_path / "res")]
+    )
+    out = json.loads((tmp_path / "res" / "models.json").read_text())
+    assert out["items"] == 3
+    first, second = out["rows"]
+    assert (first["model"], first["sft_cpu_s"], first["examples"]) == ("qwen2.5-coder-0.5b", 600.0, 50)
+    assert first["kept_plan_rate"] == pytest.approx(2 / 3) and second["kept_plan_rate"] == pytest.approx(
+        2 / 3
+    )
+    assert first["accuracy"] == pytest.approx(1 / 3) and first["parse_rate"] == 1.0
