@@ -58,6 +58,22 @@ def test_keep_best_by_question_takes_its_best_reward_then_the_kinds_best_then_fe
     assert keep_best(twins, {"b1": "b"}, by="question") == {"b1": "single:x"}
 
 
+def test_a_plan_the_table_cannot_answer_on_part_of_a_kind_is_kept_for_none_of_it() -> None:
+    """A cascade whose second call a replay table lacks scores where its trigger did not fire, the easy
+    questions: its mean there must not win the kind (both ways of keeping)."""
+    kinds = {"a1": "a", "a2": "a", "b1": "b"}
+    rewards = {
+        "escalate:x,y@silent": {"a1": 1.0, "a2": None, "b1": 1.0},  # a2: the trigger fired, no recorded call
+        "single:x": {"a1": 0.9, "a2": 0.4, "b1": 0.5},
+    }
+    for by in ("kind", "question"):
+        assert keep_best(rewards, kinds, by=by) == {
+            "a1": "single:x",
+            "a2": "single:x",
+            "b1": "escalate:x,y@silent",
+        }
+
+
 def test_keep_best_by_kind_gives_every_question_its_kinds_best_plan() -> None:
     kinds = {"a1": "a", "a2": "a", "b1": "b", "b2": "b"}
     rewards = {
@@ -191,8 +207,10 @@ def test_on_a_replayed_pool_a_plans_recorded_calls_replay_and_the_search_skips_w
     )
     scores = score_plans(env, rows, plans, "Any subtask line at all.", 1, max_workers=2)
     assert set(scores[plans[0]]) == set(scores[plans[1]]) == set(kinds)
-    assert set(scores[plans[2]]) == {t for t, k in kinds.items() if k in checked}
-    assert plans[3] not in scores
+    assert None not in scores[plans[0]].values() and None not in scores[plans[1]].values()
+    recorded = {t for t, k in kinds.items() if k in checked}
+    assert {t for t, v in scores[plans[2]].items() if v is not None} == recorded
+    assert set(scores[plans[3]].values()) == {None}  # no first agent of a chain of this verifier
     table = {(o.task_id, o.agent): o.correct for o in read_outcomes(env.pool.replay)}
     scorer = WorkflowScorer(env, max_workers=1)
     for r in rows:

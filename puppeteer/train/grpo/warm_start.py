@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -120,14 +120,14 @@ def score_plans(
     subtask: str,
     draws: int,
     max_workers: int = 8,
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, float | None]]:
     """Mean reward over ``draws`` reset seeds of each plan on each row's question (spec -> task id ->
-    reward); a plan naming an agent that a row's prompt does not offer, or (strict replay) a call the
-    pool's outcome table does not hold, is not scored there."""
+    reward); a plan naming an agent that a row's prompt does not offer is not scored there, and one
+    that needs a call the pool's outcome table does not hold (strict replay) scores None there."""
     from tqdm.auto import tqdm
 
     tasks = {t.id: t for t in env.tasks}
-    totals: dict[str, dict[str, float]] = defaultdict(dict)
+    totals: dict[str, dict[str, float | None]] = defaultdict(dict)
     scorers = [WorkflowScorer(env, max_workers=max_workers, seed=d) for d in range(draws)]
     for spec in tqdm(specs, desc="warm start: plans searched", unit="plan"):
         policy = make_policy(spec, env.pool)  # built once a plan, written for each question
@@ -140,8 +140,7 @@ def score_plans(
         for scorer in scorers:
             sums += _rewards(scorer, usable, texts)
         for r, total in zip(usable, sums, strict=True):
-            if np.isfinite(total):
-                totals[spec][r["task_id"]] = float(total / draws)
+            totals[spec][r["task_id"]] = float(total / draws) if np.isfinite(total) else None
     return dict(totals)
 
 
@@ -168,30 +167,34 @@ KEEP_BY = ("kind", "question")
 
 
 def keep_best(
-    rewards: Mapping[str, Mapping[str, float]], kinds: Mapping[str, str], by: str = "kind"
+    rewards: Mapping[str, Mapping[str, float | None]], kinds: Mapping[str, str], by: str = "kind"
 ) -> dict[str, str]:
-    """The plan each task id keeps (``rewards``: spec -> task id -> mean reward).
+    """The plan each task id keeps (``rewards``: spec -> task id -> mean reward; None where the plan
+    needs a call a strict replay table does not hold).
 
     ``by="kind"``: every question keeps the plan of highest mean reward over its kind's questions (ties
     to fewer steps, then the spec's name). ``by="question"``: the plan of highest reward on the question
     itself; ties to the plan with the highest mean reward over the question's kind, then fewer steps,
-    then the name."""
+    then the name. A plan the table cannot answer on some question of a kind is kept for none of that
+    kind's questions: where it is answerable depends on its own answers (a cascade's second call only
+    runs when its trigger fires), so its mean over the rest would be chosen from the easy questions."""
     if by not in KEEP_BY:
         raise ValueError(f"warm_start.keep must be one of {', '.join(KEEP_BY)}, got {by!r}")
     kind_mean: dict[tuple[str, str], float] = {}
     for spec, row in rewards.items():
-        by_kind: dict[str, list[float]] = defaultdict(list)
+        by_kind: dict[str, list[float | None]] = defaultdict(list)
         for task_id, value in row.items():
             by_kind[kinds[task_id]].append(value)
         for kind, values in by_kind.items():
-            kind_mean[spec, kind] = float(np.mean(values))
+            if None not in values:
+                kind_mean[spec, kind] = float(np.mean(values))
     own = 0.0 if by == "kind" else 1.0  # the weight of the question's own reward in the choice
     kept = {}
     for task_id, kind in kinds.items():
         scored = [
             (-own * row[task_id], -kind_mean[spec, kind], spec.count(",") + 1, spec)
             for spec, row in rewards.items()
-            if task_id in row
+            if task_id in row and (spec, kind) in kind_mean
         ]
         if scored:
             kept[task_id] = min(scored)[3]
@@ -239,7 +242,7 @@ def search(
     pool = env.pool
     specs = searched_plans(env, rows, spec)
     setting = search_setting(env, rows, spec, specs)
-    rewards: dict[str, dict[str, float]] | None = None
+    rewards: dict[str, dict[str, float | None]] | None = None
     if scores_file is not None and scores_file.is_file():
         cached = json.loads(scores_file.read_text())
         if cached.get("setting") == setting:
@@ -261,7 +264,7 @@ def search(
             kinds[task_id],
             plan,
             plan_text(plan, tasks[task_id], pool, spec.subtask),
-            rewards[plan][task_id],
+            cast(float, rewards[plan][task_id]),  # never None: keep_best keeps scored plans only
             draws,
             spec.keep,
         )
