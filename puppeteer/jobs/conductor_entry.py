@@ -52,6 +52,9 @@ def conductor_main(overrides: Sequence[str] | None = None) -> None:
         a, b = results["heldout_after"], results.get("heldout_before")
         if b:
             console.print(f"held-out before: accuracy {b['accuracy']:.3f} parse rate {b['parse_rate']:.3f}")
+        if a is None:  # the warm start alone with eval.before=false: nothing was evaluated
+            console.print(f"[bold green]done[/bold green] (no held-out pass) -> {out}/results.json")
+            return float("nan")
         console.print(
             f"[bold green]done[/bold green] held-out accuracy {a['accuracy']:.3f} "
             f"[{a['accuracy_ci95'][0]:.3f}, {a['accuracy_ci95'][1]:.3f}] parse rate {a['parse_rate']:.3f} "

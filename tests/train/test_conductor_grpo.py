@@ -181,6 +181,12 @@ def test_cli_dispatches_track_conductor(tmp_path: Path, monkeypatch: pytest.Monk
     # the default preset is cpu-qwen05: Qwen2.5-Coder-0.5B with LoRA
     assert seen["cfg"]["model"]["id"] == "qwen2.5-coder-0.5b" and seen["cfg"]["lora"]["enabled"]
     assert str(seen["run_dir"]) == str(tmp_path)
+    # a warm start alone without a held-out pass (eval.before=false, grpo.max_steps=0) evaluated nothing
+    monkeypatch.setattr(
+        "puppeteer.train.grpo.run_conductor_training",
+        lambda cfg, run_dir, on_log=None: {"heldout_after": None, "heldout_before": None},
+    )
+    assert main(["train", "track=conductor", f"out={tmp_path / 'alone'}", "eval.before=false"]) == 0
 
 
 @pytest.mark.slow
