@@ -70,3 +70,30 @@ def test_the_readme_conductor_row_states_its_committed_report() -> None:
     ]
     for cell, arm in ((best_rule, rule), (best_single, single)):
         assert _numbers(cell)[:2] == [round(arm["accuracy"], 3), round(arm["cents"], 3)]
+
+
+# (how the README row starts, the conductor A/B's report: its arms priced in model minutes)
+MINUTE_ROWS = (("| plans with cascades for sim workers in the calibrated world", "sim-local-cascade"),)
+
+
+@pytest.mark.parametrize(("start", "results"), MINUTE_ROWS, ids=[r for _, r in MINUTE_ROWS])
+def test_a_readme_conductor_row_priced_in_model_time_states_its_report(start: str, results: str) -> None:
+    """A conductor row of a local world: the seeds' pooled and worst accuracy and pooled model seconds,
+    the best rule's and the best single agent's accuracy and model seconds, and the two p-values."""
+    report = json.loads((ROOT / "experiments/conductor-warm/results" / results / "report.json").read_text())
+    arms = report["arms"]
+    seeds = [a for name, a in arms.items() if name.endswith("warm_start")]
+    pooled = report["pooled"]["warm-started (before GRPO)"]
+    rule = next(a for name, a in arms.items() if "best-rule" in name)
+    single = next(a for name, a in arms.items() if "best-single" in name)
+    _, learned, best_rule, best_single, _ = _row(start)
+    assert pooled["seeds"] == len(seeds) == 3
+    assert _numbers(learned) == [
+        round(pooled["accuracy"], 3),
+        round(min(a["accuracy"] for a in seeds), 3),
+        round(60 * pooled["minutes"], 1),
+    ]
+    for cell, arm in ((best_rule, rule), (best_single, single)):
+        assert _numbers(cell)[:2] == [round(arm["accuracy"], 3), round(60 * arm["minutes"], 1)]
+    assert f"p = {pooled['vs_best_rule']['p']:.2g}" in best_rule
+    assert f"p = {pooled['vs_best_single']['p']:.2g}" in best_single
