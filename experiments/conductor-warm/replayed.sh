@@ -14,8 +14,9 @@
 # seed-0 draw, the items the table holds; a replayed call is greedy, so the run seed changes no outcome),
 # beside that page's finished runs on the same items: its best rule, its best single agent and its
 # five by-kind step-wise routers (seeds 351-355). Run `SEED=351 experiments/steps-learner/dims.sh kind`
-# first. The A/B replays with `on`: a plan whose call the table lacks calls the model (each conductor
-# arm's `cache_misses` in its results.json counts such calls).
+# first. Each conductor plans the held-out items in its own `puppeteer eval` (seeds can run side by side)
+# under replay `on`: a plan whose call the table lacks calls the model (`cache_misses` in its results.json
+# counts such calls); the A/B pairs the finished runs.
 #   experiments/conductor-warm/replayed.sh            # the search once (~30 min), ~30 min a seed, the A/B
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,16 +38,19 @@ for seed in $SEEDS; do
       warm_start.plans_file=$OUT/plans.jsonl warm_start.draws=1 grpo.max_steps=0 wandb.enabled=false
   cp "$OUT/s$seed/results.json" "$RES/s$seed.json"
   cp "$OUT/s$seed/warm_start/sft_log.json" "$RES/s${seed}_sft_log.json"
-  ARMS+=("conductor:grpo:$OUT/s$seed/warm_start")
+  EVAL=$OUT/evals/conductor_grpo_s${seed}_warm_start  # the conductor on the held-out items (replay on)
+  [ -f "$EVAL/results.json" ] || \
+    PUPPETEER_REPLAY=on OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} puppeteer eval \
+      --policy "conductor:grpo:$OUT/s$seed/warm_start" --pool local-mix-steps --suite mix-local --split test \
+      --n 320 --seed 0 --max-steps 3 --lam 1 --out "$EVAL"
+  cp "$EVAL/results.json" "$RES/s${seed}_heldout_eval.json"  # its own tokens; cache_misses: calls not replayed
+  ARMS+=("$EVAL")
 done
 cp "$OUT/plans.jsonl" "$RES/kept_plans.jsonl"
 [ "${AB:-1}" = 1 ] || exit 0
 ROUTERS=("$QS"/puppeteer-seed35[1-5])
-PUPPETEER_REPLAY=on puppeteer ab "${ARMS[@]}" "$QS/best-rule_200" "$QS/best-single_200" "${ROUTERS[@]}" \
+puppeteer ab "${ARMS[@]}" "$QS/best-rule_200" "$QS/best-single_200" "${ROUTERS[@]}" \
   --lam 1 --pool local-mix-steps --suite mix-local --n 320 --seed 0 --max-steps 3 --out $OUT/ab --overwrite
 python experiments/conductor-warm/report.py $OUT/ab --lam 1 --pool local-mix-steps --cost minutes \
   --backend "llama.cpp Qwen2.5-Coder 1.5B / 0.5B, replayed (\`local-mix-steps\`; suite \`mix-local\`)" --out "$RES"
 cp $OUT/ab/arms.md $OUT/ab/arms.json $OUT/ab/arms.png "$RES/"
-for seed in $SEEDS; do  # each conductor arm's evaluation record (its own tokens, cache_misses)
-  cp "$OUT"/ab/*_s${seed}_warm_start/results.json "$RES/s${seed}_heldout_eval.json"
-done
