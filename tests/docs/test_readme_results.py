@@ -73,7 +73,10 @@ def test_the_readme_conductor_row_states_its_committed_report() -> None:
 
 
 # (how the README row starts, the conductor A/B's report: its arms priced in model minutes)
-MINUTE_ROWS = (("| plans with cascades for sim workers in the calibrated world", "sim-local-cascade"),)
+MINUTE_ROWS = (
+    ("| plans with cascades for sim workers in the calibrated world", "sim-local-cascade"),
+    ("| plans with cascades on real models, replayed", "local-mix-cascade"),
+)
 
 
 @pytest.mark.parametrize(("start", "results"), MINUTE_ROWS, ids=[r for _, r in MINUTE_ROWS])
