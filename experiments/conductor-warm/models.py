@@ -99,8 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{r['last_loss']:.3f} | {r['parse_rate']:.2f} | {r['kept_plan_rate']:.2f} | "
             f"{r['accuracy']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] | {r['return']:.3f} |"
         )
-    (args.out / "models.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    report.write_markdown(args.out / "models.md", lines)
 
 
 if __name__ == "__main__":

@@ -91,10 +91,16 @@ def _vs(c: Mapping[str, Any], counts: bool = True) -> str:
     return f"{c['delta_points']:+.1f} (p = {c['p']:.2g}{pair})"
 
 
+def write_markdown(path: Path, lines: Sequence[str]) -> None:
+    """Write a report's lines to ``path`` and print them."""
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def arm_dirs(ab: Path) -> list[Path]:
-    """The arm folders of an A/B: those its ``arms.json`` lists where it has one (an ``ab --overwrite``
-    into the folder of an earlier run leaves that run's other arms beside them), else every folder
-    with trajectories."""
+    """The arm folders of an A/B: those its ``arms.json`` lists where it has one (a folder an A/B made
+    before ``ab --overwrite`` cleared earlier runs' arms may hold them), else every folder with
+    trajectories."""
     listed = ab / "arms.json"
     if listed.is_file():
         return [_run_dir(ab, arm["run_dir"]) for arm in json.loads(listed.read_text())["arms"]]
@@ -182,8 +188,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{e['return']:.3f} | {_vs(e['vs_best_rule'])}; {worst} | "
             f"{_vs(e['vs_best_single'], counts=False)} | |"
         )
-    (args.out / "report.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_markdown(args.out / "report.md", lines)
 
 
 if __name__ == "__main__":

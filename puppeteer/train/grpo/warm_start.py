@@ -27,6 +27,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -147,20 +148,18 @@ def score_plans(
 def _rewards(
     scorer: WorkflowScorer, rows: Sequence[Mapping[str, Any]], texts: Mapping[str, str]
 ) -> list[float]:
-    """Each row's reward for its plan text; NaN where a strict replay table does not hold one of the
-    plan's calls (the plan is not scored on that question: the world cannot say what it would get)."""
-    args = [r["task_id"] for r in rows], [texts[r["task_id"]] for r in rows]
-    offered, prices = [r["available"] for r in rows], [r["lam"] for r in rows]
-    try:
-        return [outcome.reward for outcome, _, _ in scorer.episodes(*args, offered, prices)]
-    except ReplayMiss:  # one question at a time, to find those the table cannot answer
-        out = []
-        for task_id, text, available, lam in zip(*args, offered, prices, strict=True):
-            try:
-                out.append(scorer.score_one(task_id, text, available, lam).reward)
-            except ReplayMiss:
-                out.append(float("nan"))
-        return out
+    """Each row's reward for its plan text, the rows concurrently; NaN where a strict replay table does
+    not hold one of the plan's calls (the world cannot say what the plan would get on that question)."""
+
+    def one(row: Mapping[str, Any]) -> float:
+        task_id = row["task_id"]
+        try:
+            return scorer.score_one(task_id, texts[task_id], row["available"], row["lam"]).reward
+        except ReplayMiss:
+            return float("nan")
+
+    with ThreadPoolExecutor(max_workers=min(scorer.max_workers, len(rows))) as pool:
+        return list(pool.map(one, rows))
 
 
 KEEP_BY = ("kind", "question")
