@@ -30,6 +30,7 @@ for SEED in $SEEDS; do
       grpo.max_steps=$STEPS grpo.gradient_accumulation_steps=$QUESTIONS wandb.enabled=false
   cp "$RUN/results.json" "$RES/s${SEED}g.json"
   cp "$RUN/metrics.jsonl" "$RES/s${SEED}g_metrics.jsonl"
+  cp "$RUN/samples.jsonl" "$RES/s${SEED}g_samples.jsonl"  # every sampled plan, its reward and cost
   EVAL=$OUT/evals/conductor_grpo_s${SEED}g
   [ -f "$EVAL/results.json" ] || \
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} puppeteer eval --policy "conductor:grpo:$RUN" --pool sim-local \

@@ -166,3 +166,47 @@ def test_models_counts_the_kinds_kept_plan_and_the_fine_tunes_cpu_time(tmp_path:
         2 / 3
     )
     assert first["accuracy"] == pytest.approx(1 / 3) and first["parse_rate"] == 1.0
+
+
+PAGE = Path(__file__).parents[2] / "experiments" / "conductor-warm"
+
+
+def _row(page: str, start: str) -> str:
+    rows = [line for line in page.splitlines() if line.startswith(start)]
+    assert len(rows) == 1, f"one row starting {start!r} on the page, found {len(rows)}"
+    return rows[0]
+
+
+@pytest.mark.parametrize(
+    ("start", "arm"),
+    [
+        ("| **seed 622 after 21 GRPO steps**", "conductor_grpo_s622g"),
+        ("| seed 622, warm start", "B_conductor_grpo_runs_conductor-warm_sim-local-cascade_s622_warm_start"),
+    ],
+)
+def test_the_grpo_rows_of_the_page_state_the_committed_report(start: str, arm: str) -> None:
+    res = json.loads((PAGE / "results" / "sim-local-cascade-grpo" / "report.json").read_text())["arms"][arm]
+    row = _row((PAGE / "README.md").read_text(), start).replace("**", "")
+    lo, hi = res["ci"]
+    assert f"{res['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]" in row
+    assert f"| {res['minutes']:.3f} | {res['return']:.3f} |" in row
+    rule = res["vs_best_rule"]
+    assert (
+        f"{rule['delta_points']:+.1f} (p = {rule['p']:.2g}; {rule['only_arm']} / {rule['only_ref']})" in row
+    )
+
+
+def test_the_model_rows_of_the_page_state_the_committed_comparison() -> None:
+    models = json.loads(
+        (PAGE / "results" / "sim-local-cascade-qwen2.5-coder-0.5b" / "models.json").read_text()
+    )
+    page = (PAGE / "README.md").read_text()
+    names = {"qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B", "smollm2-135m": "SmolLM2-135M"}
+    for r in models["rows"]:
+        seed = r["run"].rsplit("/s", 1)[1]
+        row = _row(page, f"| {names[r['model']]} (seed {seed})")
+        lo, hi = r["ci"]
+        cells = [f"{round(r['sft_cpu_s']):,}", str(r["examples"]), f"{r['last_loss']:.3f}",
+                 f"{r['parse_rate']:.2f}", f"{r['kept_plan_rate']:.2f}",
+                 f"{r['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]", f"{r['return']:.3f}"]  # fmt: skip
+        assert row.split(" | ")[1:] == [*cells[:-1], cells[-1] + " |"]
