@@ -5,16 +5,17 @@
 # plans sampled at temperature 1 a step (gradient accumulation over the questions), STEPS steps; then it
 # plans world.sh's 320 held-out items and draws (--seed 301) in its own `puppeteer eval`, and the A/B pairs it
 # with its own warm start, the best rule and the best single agent of world.sh's A/B (finished runs, the
-# same items: with three conductor seeds, the A/B's arms D and E). Seed 622 first: the seed that writes the wrong trigger on 36 of 80 HumanEval items.
+# same items: with three conductor seeds, the A/B's arms D and E). Seed 622: the seed that writes the wrong
+# trigger on 36 of 80 HumanEval items. QUESTIONS=2 needs the 24 GB machine to itself (15.8 GB resident).
 # Backend: sim workers; the conductor on transformers on the CPU.
 #   FINAL=cascade SEEDS="622" experiments/conductor-warm/world.sh   # first
-#   SEEDS="622" experiments/conductor-warm/grpo-cascade.sh          # ~40 min of GRPO and 13 of planning a seed on one core
+#   SEEDS="622" experiments/conductor-warm/grpo-cascade.sh          # ~49 min of GRPO and 13 of planning a seed on one core
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=runs/conductor-warm/sim-local-cascade
 RES=experiments/conductor-warm/results/sim-local-cascade-grpo
 SEEDS=${SEEDS:-622}
-STEPS=${STEPS:-40}
+STEPS=${STEPS:-21}  # the committed run: 20 steps, then one more when it was started again from its checkpoint
 QUESTIONS=${QUESTIONS:-2}
 mkdir -p "$RES"
 ARMS=()
