@@ -165,6 +165,25 @@ def test_resume_continues_exactly(tmp_path: Path, preset: str) -> None:
         assert (a[k] == b[k]).all(), f"{k} differs after resume"
 
 
+@pytest.mark.parametrize("preset", ["cpu-smollm2", "cpu-qwen05"])  # full fine-tune, LoRA
+def test_a_finished_run_started_again_trains_no_step_more(tmp_path: Path, preset: str) -> None:
+    needs_extras(preset)
+    cfg = conductor_cfg(
+        f"conductor={preset}", *TINY, "grpo.max_steps=2", "grpo.save_steps=1", "grpo.learning_rate=0.01"
+    )
+    first = run_conductor_training(cfg, tmp_path / "run", extra_reward_funcs=[length_bonus])
+    trained = _weights(tmp_path / "run")
+    # the documented way to resume: the same command again; here the run had already finished
+    again = run_conductor_training(cfg, tmp_path / "run", extra_reward_funcs=[length_bonus])
+    assert first["steps"] == again["steps"] == 2 and again["resumed_from"].endswith("checkpoint-2")
+    assert not (tmp_path / "run" / "checkpoints" / "checkpoint-3").exists()
+    final = _weights(tmp_path / "run")  # final/ saved again from the finished checkpoint's weights
+    assert trained.keys() == final.keys()
+    for k in trained:
+        assert (trained[k] == final[k]).all(), f"{k} moved: the finished run trained again"
+    assert again["heldout_after"] == first["heldout_after"]
+
+
 def test_cli_dispatches_track_conductor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from puppeteer.cli import main
 

@@ -3,6 +3,7 @@ budget, and the checkpoint a run resumes from."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -80,3 +81,23 @@ def resume_from(job: GRPOJob, checkpoints: Path) -> str | None:
     if not path.is_dir():
         raise FileNotFoundError(f"resume checkpoint {path} not found")
     return str(path)
+
+
+def finished_at(checkpoint: str | None, max_steps: int) -> bool:
+    """Whether ``checkpoint`` already holds ``max_steps`` optimizer steps (a finished run started again).
+
+    The HF Trainer checks its step count only after a step, so resuming from such a checkpoint would
+    train one step beyond ``max_steps`` (measured: a finished 2-step run started again ended at step 3).
+    """
+    if checkpoint is None or max_steps <= 0:
+        return False
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return int(state["global_step"]) >= max_steps
+
+
+def load_finished(trainer: Any, checkpoint: str) -> None:
+    """Put a finished checkpoint's weights and state into ``trainer`` without a training step."""
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(checkpoint)  # the weights (a peft model: its adapters), as train() does
+    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))

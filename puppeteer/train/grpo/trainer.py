@@ -35,7 +35,14 @@ from puppeteer.train.shared_prefix import install_shared_prefix
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, TrainerCallback
-from puppeteer.train.grpo.callbacks import OnLog, metric_forwarder, resume_from, time_budget
+from puppeteer.train.grpo.callbacks import (
+    OnLog,
+    finished_at,
+    load_finished,
+    metric_forwarder,
+    resume_from,
+    time_budget,
+)
 from puppeteer.train.grpo.config import GRPOJob, grpo_config
 from puppeteer.train.grpo.curve import conductor_curve
 from puppeteer.train.grpo.heldout import evaluate_conductor, paired_heldout
@@ -234,7 +241,10 @@ def run_conductor_training(
     resumed = resume_from(job, checkpoints)
     train_start = time.perf_counter()
     try:
-        trainer.train(resume_from_checkpoint=resumed)
+        if finished_at(resumed, int(args.max_steps)):  # started again after it finished: no step more
+            load_finished(trainer, str(resumed))
+        else:
+            trainer.train(resume_from_checkpoint=resumed)
         train_wall = time.perf_counter() - train_start
         trainer.save_model(str(run / "final"))
         tokenizer.save_pretrained(str(run / "final"))
