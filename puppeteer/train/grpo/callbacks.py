@@ -89,9 +89,10 @@ def finished_at(checkpoint: str | None, max_steps: int) -> bool:
     The HF Trainer checks its step count only after a step, so resuming from such a checkpoint would
     train one step beyond ``max_steps`` (measured: a finished 2-step run started again ended at step 3).
     """
-    if checkpoint is None or max_steps <= 0:
-        return False
-    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    state_file = Path(checkpoint) / "trainer_state.json" if checkpoint else None
+    if state_file is None or max_steps <= 0 or not state_file.is_file():
+        return False  # no checkpoint, an epoch-counted run, or one train() itself must refuse
+    state = json.loads(state_file.read_text())
     return int(state["global_step"]) >= max_steps
 
 
