@@ -3,7 +3,6 @@ budget, and the checkpoint a run resumes from."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -83,22 +82,22 @@ def resume_from(job: GRPOJob, checkpoints: Path) -> str | None:
     return str(path)
 
 
-def finished_at(checkpoint: str | None, max_steps: int) -> bool:
-    """Whether ``checkpoint`` already holds ``max_steps`` optimizer steps (a finished run started again).
+def load_if_finished(trainer: Any, checkpoint: str | None) -> bool:
+    """Load ``checkpoint`` into ``trainer`` without a training step if it already holds the trainer's
+    ``max_steps`` optimizer steps (a finished run started again); False (nothing loaded) otherwise.
 
     The HF Trainer checks its step count only after a step, so resuming from such a checkpoint would
     train one step beyond ``max_steps`` (measured: a finished 2-step run started again ended at step 3).
     """
-    state_file = Path(checkpoint) / "trainer_state.json" if checkpoint else None
-    if state_file is None or max_steps <= 0 or not state_file.is_file():
-        return False  # no checkpoint, an epoch-counted run, or one train() itself must refuse
-    state = json.loads(state_file.read_text())
-    return int(state["global_step"]) >= max_steps
-
-
-def load_finished(trainer: Any, checkpoint: str) -> None:
-    """Put a finished checkpoint's weights and state into ``trainer`` without a training step."""
     from transformers import TrainerState
 
+    state_file = Path(checkpoint) / "trainer_state.json" if checkpoint else None
+    max_steps = int(trainer.args.max_steps)
+    if state_file is None or max_steps <= 0 or not state_file.is_file():
+        return False  # no checkpoint, an epoch-counted run, or one train() itself must refuse
+    state = TrainerState.load_from_json(str(state_file))
+    if state.global_step < max_steps:
+        return False
     trainer._load_from_checkpoint(checkpoint)  # the weights (a peft model: its adapters), as train() does
-    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+    trainer.state = state
+    return True

@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, TrainerCallback
 from puppeteer.train.grpo.callbacks import (
     OnLog,
-    finished_at,
-    load_finished,
+    load_if_finished,
     metric_forwarder,
     resume_from,
     time_budget,
@@ -241,9 +240,7 @@ def run_conductor_training(
     resumed = resume_from(job, checkpoints)
     train_start = time.perf_counter()
     try:
-        if finished_at(resumed, int(args.max_steps)):  # started again after it finished: no step more
-            load_finished(trainer, str(resumed))
-        else:
+        if not load_if_finished(trainer, resumed):  # started again after it finished: no step more
             trainer.train(resume_from_checkpoint=resumed)
         train_wall = time.perf_counter() - train_start
         trainer.save_model(str(run / "final"))
